@@ -1,0 +1,41 @@
+# trace-repro — the two commands: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: install lint test demo bench up down status clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)  ## virtualenv with the project and its dev tools
+
+lint: install  ## ruff + mypy (strict)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: install lint  ## the whole suite; fixtures start the real engines (Kafka, FalkorDB, PostgreSQL, Debezium)
+	$(BIN)/python -m pytest
+
+demo: install  ## the daemon on real local engines with the sample workload
+	$(BIN)/python -m bench.demo
+
+bench: install  ## throughput and latency figures
+	$(BIN)/python -m bench.run
+
+up: install     ## start the local engines and leave them running (addresses in .engines.env)
+	$(BIN)/trace-repro local up --env-file .engines.env
+
+status: install
+	$(BIN)/trace-repro local status
+
+down: install
+	$(BIN)/trace-repro local down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache out .engines.env

@@ -1,0 +1,145 @@
+"""The daemon's configuration: a TOML file plus ``TRACE_REPRO_*`` environment variables.
+
+Precedence: environment > TOML file > defaults. Every model is frozen and rejects unknown keys, so a typo fails
+at start with the key's dotted name. Nested keys come from the environment with ``__`` (for example
+``TRACE_REPRO_KAFKA__GROUP_ID``); the engine addresses that ``trace-repro local up`` writes have short aliases
+(``TRACE_REPRO_KAFKA_BOOTSTRAP``, ``TRACE_REPRO_FALKORDB_URL``, ``TRACE_REPRO_POSTGRES_DSN``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaConfig(_Section):
+    """Where to consume from and what to call things on the bus."""
+
+    bootstrap: str = Field("127.0.0.1:9092", description="bootstrap servers, comma-separated")
+    group_id: str = Field("trace-repro", description="consumer group of stage 1 (stage 2 appends '.entities')")
+    spans_topic: str = "otlp_spans"
+    logs_topic: str = "otlp_logs"
+    cdc_pattern: str = Field(r"^shop\.[^.]+\.[^.]+$", description="regex matching Debezium topics")
+    span_encoding: str = Field("otlp_proto", pattern="^(otlp_proto|otlp_json)$")
+    accesses_topic: str = Field("trace-repro.accesses", description="internal stage-1 → stage-2 topic")
+    incidents_topic: str = "trace-repro.incidents"
+    repros_topic: str = "trace-repro.repros"
+    verdicts_topic: str = "trace-repro.verdicts"
+    dlq_topic: str = "trace-repro.dlq"
+    max_poll_records: int = Field(500, ge=1, description="messages per getmany() per call")
+    fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
+    poll_timeout_ms: int = Field(200, ge=1)
+
+
+class FalkorDBConfig(_Section):
+    url: str = "redis://127.0.0.1:6379"
+    graph: str = Field("trace_repro", description="one graph per environment")
+    batch_rows: int = Field(2000, ge=1, description="rows per UNWIND statement")
+    query_timeout_ms: int = Field(30_000, ge=100)
+
+
+class WindowConfig(_Section):
+    """Event-time bounds: windows, lateness, trace assembly."""
+
+    window_s: float = Field(60.0, gt=0, description="length of aggregate windows (CALLS edges, stats)")
+    allowed_lateness_s: float = Field(5.0, ge=0, description="watermark = max event time - this")
+    trace_gap_s: float = Field(10.0, gt=0, description="a trace closes after this much event-time inactivity")
+    max_open_traces: int = Field(200_000, ge=1, description="bound on traces being assembled")
+    max_spans_per_trace: int = Field(5_000, ge=1)
+
+
+class GraphPolicyConfig(_Section):
+    """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
+
+    detail: str = Field("entities_or_errors", pattern="^(all|entities_or_errors|none)$")
+    span_retention_s: float = Field(24 * 3600.0, gt=0, description="raw Span/Trace nodes older than this expire")
+
+
+class HttpConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535, description="/metrics, /healthz, /readyz; 0 = pick a free port")
+
+
+class Settings(BaseSettings):
+    """Everything the daemon reads at start."""
+
+    model_config = SettingsConfigDict(env_prefix="TRACE_REPRO_", env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    environment: str = "local"
+    kafka: KafkaConfig = KafkaConfig()
+    falkordb: FalkorDBConfig = FalkorDBConfig()
+    windows: WindowConfig = WindowConfig()
+    graph_policy: GraphPolicyConfig = GraphPolicyConfig()
+    http: HttpConfig = HttpConfig()
+    postgres_dsn: str = ""
+    gitlab_token: SecretStr | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message names the offending key."""
+
+
+_ALIASES = {
+    "TRACE_REPRO_KAFKA_BOOTSTRAP": ("kafka", "bootstrap"),
+    "TRACE_REPRO_FALKORDB_URL": ("falkordb", "url"),
+}
+
+
+def load(path: Path | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Read ``path`` (TOML) and the environment into validated settings, or raise :class:`ConfigError`."""
+    env = dict(os.environ if env is None else env)
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    for var, (section, key) in _ALIASES.items():
+        if var in env:
+            data.setdefault(section, {})[key] = env.pop(var)
+    if "TRACE_REPRO_POSTGRES_DSN" in env:
+        data["postgres_dsn"] = env.pop("TRACE_REPRO_POSTGRES_DSN")
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update({k: v for k, v in env.items() if not k.startswith("TRACE_REPRO_") or _is_setting(k)})
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from exc
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _is_setting(var: str) -> bool:
+    name = var.removeprefix("TRACE_REPRO_").lower().split("__", 1)[0]
+    return name in Settings.model_fields
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        lines.append(f"  {key}: {err['msg']}")
+    return "\n".join(lines)

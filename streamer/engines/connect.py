@@ -1,0 +1,150 @@
+"""Kafka Connect standalone with the Debezium PostgreSQL connector (pgoutput), from Maven-resolved jars.
+
+The worker starts with no connector; :func:`capture` registers one over the REST API for the tables to
+capture, once they exist (``publication.autocreate.mode=filtered`` creates the publication for exactly those
+tables), and waits until its replication slot is active so that no later change is missed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from streamer.engines import jars
+from streamer.engines.kafka import LOG4J2, java_command
+from streamer.engines.layout import Layout
+from streamer.engines.process import EngineError, free_port, spawn, wait_until
+from streamer.engines.state import EngineState
+
+CONNECTOR = "trace-repro-postgres"
+SLOT = "trace_repro"
+
+
+def worker_properties(bootstrap: str, rest_port: int, offsets: str, plugin_path: str) -> str:
+    props = {
+        "bootstrap.servers": bootstrap,
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter.schemas.enable": "false",
+        "offset.storage.file.filename": offsets,
+        "offset.flush.interval.ms": "1000",
+        "plugin.path": plugin_path,
+        "plugin.discovery": "hybrid_warn",
+        "listeners": f"http://127.0.0.1:{rest_port}",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def start(layout: Layout, *, bootstrap: str, port: int | None = None) -> EngineState:
+    classpath = jars.resolve(layout, "kafka-pom.xml")
+    plugins = jars.resolve(layout, "debezium-pom.xml", subdir="debezium-connector-postgres")
+    base = layout.run_dir / "connect"
+    base.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    props = base / "worker.properties"
+    props.write_text(worker_properties(bootstrap, port, str(base / "offsets.dat"), str(plugins)))
+    log4j = base / "log4j2.properties"
+    log4j.write_text(LOG4J2.format(level="INFO"))
+    log = layout.log_dir / "connect.log"
+    argv = java_command(classpath, "org.apache.kafka.connect.cli.ConnectStandalone", str(props), log4j=log4j,
+                        opts=["-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"])  # fmt: skip
+    pid = spawn(argv, log=log)
+    state = EngineState("connect", pid, port, str(base), str(log))
+    wait_until(lambda: healthy(state), what="Kafka Connect", timeout_s=120, pid=pid, log=log)
+    return state
+
+
+def rest_url(state: EngineState) -> str:
+    return f"http://127.0.0.1:{state.port}"
+
+
+def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(  # noqa: S310 - an http:// URL we built
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - an http:// URL we built
+        return json.loads(resp.read() or b"null")
+
+
+def healthy(state: EngineState) -> bool:
+    try:
+        info = _request(rest_url(state) + "/")
+        plugins = _request(rest_url(state) + "/connector-plugins")
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return "version" in info and any(p.get("class", "").endswith("PostgresConnector") for p in plugins)
+
+
+def connector_config(pg_port: int, tables: Sequence[str], topic_prefix: str, database: str) -> dict[str, str]:
+    return {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1",
+        "database.port": str(pg_port),
+        "database.user": "postgres",
+        "database.password": "",
+        "database.dbname": database,
+        "topic.prefix": topic_prefix,
+        "plugin.name": "pgoutput",
+        "publication.autocreate.mode": "filtered",
+        "publication.name": "trace_repro",
+        "slot.name": SLOT,
+        "table.include.list": ",".join(tables),
+        "snapshot.mode": "no_data",
+        "tombstones.on.delete": "true",
+        "decimal.handling.mode": "string",
+        "provide.transaction.metadata": "false",
+        "tasks.max": "1",
+    }
+
+
+def capture(
+    state: EngineState,
+    *,
+    pg_dsn: str,
+    pg_port: int,
+    tables: Sequence[str],
+    topic_prefix: str = "shop",
+    database: str = "postgres",
+    timeout_s: float = 90,
+) -> None:
+    """Register (or reconfigure) the Debezium connector for ``tables`` and wait until it streams."""
+    config = connector_config(pg_port, tables, topic_prefix, database)
+    _request(f"{rest_url(state)}/connectors/{CONNECTOR}/config", "PUT", config)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _running(state) and _slot_active(pg_dsn):
+            return
+        time.sleep(0.25)
+    raise EngineError(f"Debezium connector not streaming after {timeout_s:.0f}s: {_status(state)}")
+
+
+def _status(state: EngineState) -> Any:
+    try:
+        return _request(f"{rest_url(state)}/connectors/{CONNECTOR}/status")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def _running(state: EngineState) -> bool:
+    status = _status(state)
+    tasks = status.get("tasks", [])
+    if any(t.get("state") == "FAILED" for t in tasks):
+        raise EngineError(f"Debezium connector task failed: {tasks[0].get('trace', '')[:2000]}")
+    return status.get("connector", {}).get("state") == "RUNNING" and any(t.get("state") == "RUNNING" for t in tasks)
+
+
+def _slot_active(pg_dsn: str) -> bool:
+    try:
+        with psycopg.connect(pg_dsn, connect_timeout=2) as conn:
+            row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)).fetchone()
+    except psycopg.Error:
+        return False
+    return bool(row and row[0])

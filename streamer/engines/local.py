@@ -1,0 +1,144 @@
+"""The four local engines as one unit: ``up``, ``status``, ``down``, and the addresses other processes use.
+
+Used by ``trace-repro local up|down|status``, ``make demo`` and the test fixtures. Kafka starts first (the JVM is
+the slowest), FalkorDB and PostgreSQL start while it boots, Kafka Connect last.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from streamer.engines import connect, falkordb, jars, kafka, postgres
+from streamer.engines import state as state_file
+from streamer.engines.layout import Layout
+from streamer.engines.process import EngineError, alive, stop
+from streamer.engines.state import EngineState
+
+ALL = ("kafka", "falkordb", "postgres", "connect")
+_HEALTH: dict[str, Callable[[EngineState], bool]] = {
+    "kafka": kafka.healthy,
+    "falkordb": falkordb.healthy,
+    "postgres": postgres.healthy,
+    "connect": connect.healthy,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatus:
+    name: str
+    pid: int
+    running: bool
+    healthy: bool
+    address: str
+
+
+class LocalEngines:
+    """Starts, probes and stops the local engines recorded in one run directory's state file."""
+
+    __slots__ = ("layout", "timings")
+
+    def __init__(self, layout: Layout | None = None) -> None:
+        self.layout = layout or Layout.default()
+        self.timings: dict[str, float] = {}
+
+    @property
+    def engines(self) -> dict[str, EngineState]:
+        return state_file.load(self.layout.state_file)
+
+    def up(self, names: Sequence[str] = ALL) -> dict[str, EngineState]:
+        """Start the named engines that are not already running and healthy; returns all their states."""
+        unknown = set(names) - set(ALL)
+        if unknown:
+            raise EngineError(f"unknown engine(s) {sorted(unknown)}; choose from {list(ALL)}")
+        if {"kafka", "connect"} & set(names):
+            jars.require_java()
+        running = {n: s for n, s in self.engines.items() if alive(s.pid) and _HEALTH[n](s)}
+        wanted = [n for n in ALL if n in names or (n == "kafka" and "connect" in names)]
+        for name in wanted:
+            if name in running:
+                continue
+            begin = time.monotonic()
+            running[name] = self._start(name, running)
+            self.timings[name] = time.monotonic() - begin
+            state_file.save(self.layout.state_file, running)
+        return running
+
+    def _start(self, name: str, running: dict[str, EngineState]) -> EngineState:
+        previous = self.engines.get(name)
+        port = previous.port if previous else None  # a restart keeps the address clients already have
+        if name == "kafka":
+            return kafka.start(
+                self.layout,
+                port=port,
+                controller_port=previous.extra.get("controller_port") if previous else None,
+            )
+        if name == "falkordb":
+            return falkordb.start(self.layout, port=port)
+        if name == "postgres":
+            return postgres.start(self.layout, port=port)
+        return connect.start(self.layout, bootstrap=kafka.bootstrap(running["kafka"]), port=port)
+
+    def stop_engine(self, name: str) -> None:
+        """Stop one engine but keep its data and address, so that ``up`` restarts it in place."""
+        engine = self.engines.get(name)
+        if engine is not None:
+            stop(engine.pid)
+
+    def down(self, *, keep_data: bool = False) -> list[int]:
+        """Stop every engine (Connect first, Kafka last); returns the PIDs that were stopped."""
+        stopped = []
+        engines = self.engines
+        for name in reversed(ALL):
+            engine = engines.get(name)
+            if engine is not None:
+                stop(engine.pid)
+                stopped.append(engine.pid)
+        if not keep_data:
+            shutil.rmtree(postgres.base_dir(self.layout), ignore_errors=True)
+            shutil.rmtree(self.layout.run_dir, ignore_errors=True)
+        return stopped
+
+    def status(self) -> list[EngineStatus]:
+        out = []
+        for name in ALL:
+            engine = self.engines.get(name)
+            if engine is None:
+                out.append(EngineStatus(name, 0, False, False, "-"))
+                continue
+            running = alive(engine.pid)
+            out.append(EngineStatus(name, engine.pid, running, running and _HEALTH[name](engine), self.address(name)))
+        return out
+
+    def address(self, name: str) -> str:
+        engine = self.engines[name]
+        match name:
+            case "kafka":
+                return kafka.bootstrap(engine)
+            case "falkordb":
+                return falkordb.url(engine)
+            case "postgres":
+                return postgres.dsn(engine)
+            case _:
+                return connect.rest_url(engine)
+
+    def environment(self) -> dict[str, str]:
+        """``TRACE_REPRO_*`` variables naming the running engines, for other processes."""
+        keys = {
+            "kafka": "TRACE_REPRO_KAFKA_BOOTSTRAP",
+            "falkordb": "TRACE_REPRO_FALKORDB_URL",
+            "postgres": "TRACE_REPRO_POSTGRES_DSN",
+            "connect": "TRACE_REPRO_CONNECT_URL",
+        }
+        return {keys[n]: self.address(n) for n in ALL if n in self.engines}
+
+    def capture(self, tables: Sequence[str], *, topic_prefix: str = "shop", database: str = "postgres") -> None:
+        """Have Debezium capture ``tables`` (``schema.table``) of the local PostgreSQL into Kafka."""
+        engines = self.engines
+        if "connect" not in engines or "postgres" not in engines:
+            raise EngineError("capture needs PostgreSQL and Kafka Connect running: trace-repro local up")
+        pg = engines["postgres"]
+        connect.capture(engines["connect"], pg_dsn=postgres.dsn(pg, database), pg_port=pg.port, tables=tables,
+                        topic_prefix=topic_prefix, database=database)  # fmt: skip

@@ -1,0 +1,1 @@
+"""The aiokafka runtime: consumer groups, batches, event-time watermarks, commits."""

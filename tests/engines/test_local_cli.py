@@ -1,0 +1,55 @@
+"""``trace-repro local up|status|down`` on a private run directory, checked by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamer.engines.process import alive
+
+pytestmark = pytest.mark.engines
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "local", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
+    """All four engines come up healthy, write their addresses, and ``down`` stops every PID it started."""
+    env = {**os.environ, "TRACE_REPRO_RUN_DIR": str(tmp_path / "run")}
+    env_file = tmp_path / "engines.env"
+    up = _cli("up", "--env-file", str(env_file), env=env)
+    assert up.returncode == 0, up.stderr
+    state = json.loads((tmp_path / "run" / "state.json").read_text())["engines"]
+    pids = {name: engine["pid"] for name, engine in state.items()}
+    try:
+        assert set(pids) == {"kafka", "falkordb", "postgres", "connect"}
+        assert all(alive(pid) for pid in pids.values())
+        status = _cli("status", env=env)
+        assert status.returncode == 0, status.stdout
+        assert status.stdout.count("healthy") == 4
+        exports = env_file.read_text()
+        for var in ("TRACE_REPRO_KAFKA_BOOTSTRAP", "TRACE_REPRO_FALKORDB_URL", "TRACE_REPRO_POSTGRES_DSN"):
+            assert f"export {var}=" in exports
+    finally:
+        down = _cli("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert [name for name, pid in pids.items() if alive(pid)] == []
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_java_fails_at_once(tmp_path: Path) -> None:
+    """Without java on PATH, ``local up`` fails immediately and says what to install."""
+    env = {**os.environ, "TRACE_REPRO_RUN_DIR": str(tmp_path / "run"), "PATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "local", "up", "kafka"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "java not found" in result.stderr and "openjdk" in result.stderr

@@ -1,0 +1,47 @@
+"""Configuration: TOML + environment, precedence, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamer import config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_example_config_loads() -> None:
+    """The shipped example config is valid as it is."""
+    settings = config.load(REPO / "config" / "trace-repro.toml", env={})
+    assert settings.kafka.spans_topic == "otlp_spans"
+    assert settings.graph_policy.detail == "entities_or_errors"
+
+
+def test_environment_wins_over_file(tmp_path: Path) -> None:
+    """TRACE_REPRO_* variables, nested with __ and the short engine aliases, override the file."""
+    path = tmp_path / "c.toml"
+    path.write_text('[kafka]\nbootstrap = "file:1"\ngroup_id = "from-file"\n')
+    env = {"TRACE_REPRO_KAFKA_BOOTSTRAP": "env:2", "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "3.5"}
+    settings = config.load(path, env=env)
+    assert settings.kafka.bootstrap == "env:2"
+    assert settings.kafka.group_id == "from-file"
+    assert settings.windows.trace_gap_s == 3.5
+
+
+def test_bad_config_names_the_key(tmp_path: Path) -> None:
+    """An unknown key and an out-of-range value are both reported with their dotted names."""
+    path = tmp_path / "c.toml"
+    path.write_text("[kafka]\nbootstrapp = 1\n[windows]\nwindow_s = -1\n")
+    with pytest.raises(config.ConfigError) as err:
+        config.load(path, env={})
+    assert "kafka.bootstrapp" in str(err.value)
+    assert "windows.window_s" in str(err.value)
+
+
+def test_secret_is_not_rendered() -> None:
+    """The GitLab token is a secret: it never appears in the settings' repr."""
+    settings = config.load(None, env={"TRACE_REPRO_GITLAB_TOKEN": "glpat-very-secret"})
+    assert settings.gitlab_token is not None
+    assert settings.gitlab_token.get_secret_value() == "glpat-very-secret"
+    assert "glpat-very-secret" not in repr(settings)
