@@ -30,7 +30,10 @@ class KafkaConfig(_Section):
     logs_topic: str = "otlp_logs"
     cdc_pattern: str = Field(r"^shop\.[^.]+\.[^.]+$", description="regex matching Debezium topics")
     span_encoding: str = Field("otlp_proto", pattern="^(otlp_proto|otlp_json)$")
-    accesses_topic: str = Field("trace-repro.accesses", description="internal stage-1 → stage-2 topic")
+    accesses_topic: str = Field(
+        "trace-repro.accesses", description="internal stage-1 -> stage-2 topic, keyed by entity"
+    )
+    accesses_partitions: int = Field(6, ge=1, description="partitions of the internal topic when we create it")
     incidents_topic: str = "trace-repro.incidents"
     repros_topic: str = "trace-repro.repros"
     verdicts_topic: str = "trace-repro.verdicts"
@@ -42,7 +45,7 @@ class KafkaConfig(_Section):
 
 class FalkorDBConfig(_Section):
     url: str = "redis://127.0.0.1:6379"
-    graph: str = Field("trace_repro", description="one graph per environment")
+    graph: str = Field("", description='graph name; default "trace_repro_<environment>" (one graph per environment)')
     batch_rows: int = Field(2000, ge=1, description="rows per UNWIND statement")
     query_timeout_ms: int = Field(30_000, ge=100)
 
@@ -55,6 +58,42 @@ class WindowConfig(_Section):
     trace_gap_s: float = Field(10.0, gt=0, description="a trace closes after this much event-time inactivity")
     max_open_traces: int = Field(200_000, ge=1, description="bound on traces being assembled")
     max_spans_per_trace: int = Field(5_000, ge=1)
+    idle_s: float = Field(5.0, gt=0, description="wall time without input after which event time follows the clock")
+
+
+class DecodeConfig(_Section):
+    """Which span attributes carry application facts, and how much of an attribute we keep."""
+
+    tx_id_attribute: str = Field("db.transaction.id", description="span attribute holding the DB transaction id")
+    row_version_attribute: str = Field("db.row.version", description="span attribute holding the row version read")
+    idempotency_key_attribute: str = "app.idempotency_key"
+    max_attribute_bytes: int = Field(65_536, ge=64, description="longer attributes make the message oversize")
+    oversize: str = Field("dlq", pattern="^(dlq|truncate)$", description="oversize attribute: DLQ or truncate+count")
+
+
+class SqlConfig(_Section):
+    """How statements map to rows: key columns per table, version columns, identity of inserts."""
+
+    key_columns: dict[str, list[str]] = Field(default_factory=dict, description='table -> key columns (default ["id"])')
+    version_columns: list[str] = Field(default_factory=lambda: ["version"])
+    insert_identity: dict[str, list[str]] = Field(
+        default_factory=dict, description="table -> columns identifying an insert whose key the DB assigns"
+    )
+    statement_cache: int = Field(4096, ge=1, description="parsed statement shapes kept (LRU)")
+
+
+class CorrelationConfig(_Section):
+    """Row change ↔ trace correlation (stage 2)."""
+
+    trace_column: str = Field("trace_id", description="row column holding the writer's trace id, if the app has one")
+    skew_ms: float = Field(5.0, ge=0, description="tolerated clock skew between database and application")
+    max_commit_delay_ms: float = Field(2000.0, gt=0)
+    wait_s: float = Field(
+        20.0, gt=0, description="event time a row change waits for its trace before it stays uncorrelated"
+    )
+    history_per_entity: int = Field(64, ge=1)
+    max_entities: int = Field(100_000, ge=1)
+    max_pending_changes: int = Field(100_000, ge=1)
 
 
 class GraphPolicyConfig(_Section):
@@ -79,9 +118,16 @@ class Settings(BaseSettings):
     falkordb: FalkorDBConfig = FalkorDBConfig()
     windows: WindowConfig = WindowConfig()
     graph_policy: GraphPolicyConfig = GraphPolicyConfig()
+    decode: DecodeConfig = DecodeConfig()
+    sql: SqlConfig = SqlConfig()
+    correlation: CorrelationConfig = CorrelationConfig()
     http: HttpConfig = HttpConfig()
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None
+
+    @property
+    def graph_name(self) -> str:
+        return self.falkordb.graph or f"trace_repro_{self.environment}"
 
     @classmethod
     def settings_customise_sources(

@@ -1,27 +1,120 @@
-"""Run the daemon until SIGTERM/SIGINT."""
+"""Wire the daemon together and run it until SIGTERM/SIGINT.
+
+Both stages run in this process by default; each is its own consumer group, so at scale they run as separate
+deployments (``--stage ingest`` / ``--stage entities``) on as many machines as partitions allow.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import time
 
 import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from sinks.falkordb_graph import GraphWriter
 from streamer import logs
 from streamer.config import Settings
+from streamer.runtime.http import HttpServer
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.runner import StageRunner
+from streamer.runtime.stage1 import IngestStage
+from streamer.runtime.stage2 import EntityStage
 
 log = structlog.get_logger("trace_repro")
 
 
+async def ensure_topics(settings: Settings) -> None:
+    """Create the internal and output topics if they do not exist (the internal one with N partitions)."""
+    k = settings.kafka
+    wanted = {k.accesses_topic: k.accesses_partitions, k.dlq_topic: 1, k.incidents_topic: 1, k.repros_topic: 1,
+              k.verdicts_topic: 1}  # fmt: skip
+    admin = AIOKafkaAdminClient(bootstrap_servers=k.bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(t, n, 1) for t, n in wanted.items() if t not in existing]
+        if new:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+class Daemon:
+    """The running daemon: graph writer, producer, both stages, HTTP endpoints."""
+
+    def __init__(self, settings: Settings, *, stages: tuple[str, ...] = ("ingest", "entities")) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.stages = stages
+        self.stop = asyncio.Event()
+        self.writer = GraphWriter(
+            settings.falkordb.url,
+            settings.graph_name,
+            batch_rows=settings.falkordb.batch_rows,
+            timeout_ms=settings.falkordb.query_timeout_ms,
+            on_retry=lambda op: self.metrics.graph_retries.labels(op).inc(),
+            on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
+        )
+        self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._ready)
+        self.runners: list[StageRunner] = []
+        self._started = False
+
+    def _ready(self) -> bool:
+        return self._started and self.writer.ready
+
+    async def run(self) -> int:
+        s = self.settings
+        await self.http.start()
+        log.info("daemon.starting", kafka=s.kafka.bootstrap, falkordb=s.falkordb.url, graph=s.graph_name,
+                 http_port=self.http.port, stages=list(self.stages))  # fmt: skip
+        await self.writer.bootstrap()
+        await ensure_topics(s)
+        producer = AIOKafkaProducer(bootstrap_servers=s.kafka.bootstrap, enable_idempotence=True, acks="all",
+                                    linger_ms=5, max_request_size=16 * 1024 * 1024)  # fmt: skip
+        await producer.start()
+        clock = time.time_ns
+
+        def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
+            return StageRunner(name, stage, settings=s, group_id=group, writer=self.writer, producer=producer,
+                               metrics=self.metrics)  # fmt: skip
+
+        if "ingest" in self.stages:
+            self.runners.append(runner("ingest", IngestStage(s, self.metrics, clock), s.kafka.group_id))
+        if "entities" in self.stages:
+            entities = EntityStage(s, self.metrics, clock)
+            self.runners.append(runner("entities", entities, f"{s.kafka.group_id}.entities"))
+        tasks = [asyncio.create_task(r.run(self.stop), name=r.name) for r in self.runners]
+        self._started = True
+        log.info("daemon.started", http_port=self.http.port)
+        try:
+            stopped = asyncio.create_task(self.stop.wait())
+            await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
+            self.stop.set()
+            await asyncio.gather(*tasks, return_exceptions=False)
+        finally:
+            await producer.stop()
+            await self.writer.close()
+            await self.http.stop()
+        log.info("daemon.stopped")
+        return 0
+
+
 async def _main(settings: Settings) -> int:
-    stop = asyncio.Event()
+    daemon = Daemon(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    log.info("daemon.started", kafka=settings.kafka.bootstrap, falkordb=settings.falkordb.url)
-    await stop.wait()
-    log.info("daemon.stopped")
-    return 0
+        loop.add_signal_handler(sig, daemon.stop.set)
+    try:
+        return await daemon.run()
+    except KafkaError as exc:
+        log.error("daemon.kafka_error", error=str(exc))
+        return 1
 
 
 def serve(settings: Settings) -> int:

@@ -1,0 +1,217 @@
+"""OTLP traces and logs → ``Span`` / ``LogRecord`` events: protobuf here, the collector's ``otlp_json`` in
+``streamer.decode.otlp_json`` (re-exported).
+
+Hot path: each attribute is skipped by its key alone; only the few kept keys have their value read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from streamer.decode._attrs import (
+    DEFAULT_OPTIONS,
+    EXCEPTION_EVENT,
+    EXCEPTION_KEYS,
+    KINDS,
+    LOG_KEYS,
+    MAX_DEPTH,
+    NO_FIELDS,
+    QUERY_PARAM,
+    RESOURCE_KEYS,
+    SPAN_SLOTS,
+    STATUSES,
+    DecodeOptions,
+    DecodeStats,
+    Extractor,
+    is_db,
+)
+from streamer.decode.errors import DecodeError
+from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
+from streamer.events import LogRecord, Span, SpanKind, StatusCode
+
+__all__ = [
+    "DecodeOptions",
+    "DecodeStats",
+    "decode_logs_json",
+    "decode_logs_proto",
+    "decode_traces_json",
+    "decode_traces_proto",
+]
+
+
+def _value(av: AnyValue, depth: int = 0) -> Any:
+    """An ``AnyValue`` as a plain value: arrays/kvlists → lists/dicts, bytes → hex, unset → None."""
+    s = av.string_value
+    if s:
+        return s
+    which = av.WhichOneof("value")
+    if which == "string_value":
+        return s
+    if which == "int_value":
+        return av.int_value
+    if which == "bool_value":
+        return av.bool_value
+    if which == "double_value":
+        return av.double_value
+    if which == "bytes_value":
+        return av.bytes_value.hex()
+    if which is None or depth >= MAX_DEPTH:
+        return None
+    if which == "array_value":
+        return [_value(v, depth + 1) for v in av.array_value.values]
+    return {kv.key: _value(kv.value, depth + 1) for kv in av.kvlist_value.values}
+
+
+def _pick(attributes: Iterable[KeyValue], keys: dict[str, int]) -> list[Any] | None:
+    """Plain values of the wanted keys by slot, or None when none is present."""
+    vals: list[Any] | None = None
+    for kv in attributes:
+        slot = keys.get(kv.key)
+        if slot is not None:
+            if vals is None:
+                vals = [None] * len(keys)
+            vals[slot] = _value(kv.value)
+    return vals
+
+
+def _query_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
+    """``db.query.parameter.<key>`` attributes as (key, plain value)."""
+    for kv in attributes:
+        if kv.key.startswith(QUERY_PARAM):
+            yield kv.key[len(QUERY_PARAM) :], _value(kv.value)
+
+
+def _parse(msg: Any, data: bytes, opts: DecodeOptions) -> None:
+    """Bounds-check ``data`` and parse it into ``msg``."""
+    if not data:
+        raise DecodeError("empty_value", "empty message value")
+    if len(data) > opts.max_message_bytes:
+        raise DecodeError("oversize_message", f"{len(data)} bytes > {opts.max_message_bytes}")
+    try:
+        msg.ParseFromString(data)
+    except _ProtoDecodeError as exc:
+        raise DecodeError("otlp_proto_invalid", str(exc)) from exc
+
+
+def _bad_id(what: str, value: bytes) -> DecodeError:
+    return DecodeError("otlp_invalid_id", f"{what} has {len(value)} bytes: {value[:32].hex()}")
+
+
+def decode_traces_proto(
+    data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
+) -> list[Span]:
+    """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans."""
+    msg = TracesData()
+    _parse(msg, data, opts)
+    ext = Extractor(opts, stats)
+    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
+    kinds, statuses = KINDS, STATUSES
+    out: list[Span] = []
+    for rs in msg.resource_spans:
+        resource = ext.resource(_pick(rs.resource.attributes, RESOURCE_KEYS))
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
+                if len(trace_id) != 16:
+                    raise _bad_id("trace_id", trace_id)
+                if len(span_id) != 8:
+                    raise _bad_id("span_id", span_id)
+                if parent_id and len(parent_id) != 8:
+                    raise _bad_id("parent_span_id", parent_id)
+                vals: list[Any] | None = None
+                for kv in sp.attributes:
+                    slot = keys.get(kv.key)
+                    if slot is not None:
+                        if vals is None:
+                            vals = [None] * SPAN_SLOTS
+                        av = kv.value
+                        v = av.string_value
+                        vals[slot] = (v if len(v) <= quarter else clip(v)) if v else _value(av)
+                fields = NO_FIELDS if vals is None else ext.span_fields(vals)
+                db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
+                exc_type = exc_message = ""
+                events = sp.events
+                if events:
+                    for ev in events:
+                        if ev.name == EXCEPTION_EVENT:
+                            exc = _pick(ev.attributes, EXCEPTION_KEYS)
+                            if exc is not None:
+                                exc_type, exc_message = ext.text(exc[0]), ext.text(exc[1])
+                            break
+                links: tuple[str, ...] = ()
+                pb_links = sp.links
+                if pb_links:
+                    linked = [link.trace_id for link in pb_links]
+                    for link_id in linked:
+                        if len(link_id) != 16:
+                            raise _bad_id("link trace_id", link_id)
+                    links = tuple(link_id.hex() for link_id in linked)
+                out.append(
+                    Span(
+                        trace_id.hex(),
+                        span_id.hex(),
+                        parent_id.hex(),
+                        sp.name,
+                        kinds.get(sp.kind, SpanKind.UNSPECIFIED),
+                        sp.start_time_unix_nano,
+                        sp.end_time_unix_nano,
+                        statuses.get(sp.status.code, StatusCode.UNSET),
+                        resource,
+                        fields[0],
+                        fields[1],
+                        exc_type,
+                        exc_message,
+                        fields[2],
+                        fields[3],
+                        fields[4],
+                        db,
+                        links,
+                        fields[5],
+                    )
+                )
+    if stats is not None:
+        stats.spans += len(out)
+    return out
+
+
+def decode_logs_proto(
+    data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
+) -> list[LogRecord]:
+    """Decode ``LogsData`` protobuf bytes (same bytes as ``ExportLogsServiceRequest``) into log records."""
+    msg = LogsData()
+    _parse(msg, data, opts)
+    ext = Extractor(opts, stats)
+    text = ext.text
+    out: list[LogRecord] = []
+    for rl in msg.resource_logs:
+        resource = ext.resource(_pick(rl.resource.attributes, RESOURCE_KEYS))
+        for sl in rl.scope_logs:
+            for lr in sl.log_records:
+                trace_id, span_id = lr.trace_id, lr.span_id
+                if trace_id and len(trace_id) != 16:
+                    raise _bad_id("trace_id", trace_id)
+                if span_id and len(span_id) != 8:
+                    raise _bad_id("span_id", span_id)
+                attrs = _pick(lr.attributes, LOG_KEYS) or [None, None]
+                out.append(
+                    LogRecord(
+                        time_ns=lr.time_unix_nano or lr.observed_time_unix_nano,
+                        resource=resource,
+                        severity_number=lr.severity_number,
+                        severity_text=text(lr.severity_text),
+                        body=text(_value(lr.body)),
+                        event_name=text(lr.event_name or attrs[0]),
+                        trace_id=trace_id.hex(),
+                        span_id=span_id.hex(),
+                        exception_type=text(attrs[1]),
+                    )
+                )
+    if stats is not None:
+        stats.log_records += len(out)
+    return out

@@ -1,0 +1,193 @@
+"""The consumer loop that drives one stage: poll, process, write, produce, commit — in that order.
+
+Commit order (at-least-once input, idempotent output, hence effectively-once results):
+
+1. ``getmany()`` a batch (bounded by ``max_poll_records`` and ``fetch_max_bytes``);
+2. the stage turns it into graph rows, messages to produce and pins to release (synchronous, no I/O);
+3. the graph rows are written (retried while FalkorDB is unreachable: consumption pauses meanwhile);
+4. every message is produced and acknowledged (idempotent producer, ``acks=all``);
+5. the stage releases the pins of what is now durable, and the offsets it allows are committed.
+
+A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing.
+Partition revocation takes the same lock, so it happens between batches, and commits what is safe first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Any, Protocol
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from processors.pins import Source
+from sinks.falkordb_graph import GraphWriter
+from streamer.config import Settings
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.records import Outbound, Record, StageOutput
+
+log = structlog.get_logger("trace_repro.runtime")
+
+
+class Stage(Protocol):
+    def process(self, records: Iterable[Record]) -> StageOutput: ...
+    def release(self, sources: Iterable[Source]) -> None: ...
+    def committable(self, tp: Hashable, position: int) -> int: ...
+    def forget(self, tp: Hashable) -> None: ...
+    @property
+    def topics_pattern(self) -> str: ...
+
+
+AfterBatch = Callable[[StageOutput], Awaitable[None]]
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runner: StageRunner) -> None:
+        self.runner = runner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.runner.revoke(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        log.info(
+            "partitions.assigned",
+            stage=self.runner.name,
+            partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
+        )
+
+
+class StageRunner:
+    """Runs ``stage`` as consumer group ``group_id`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        name: str,
+        stage: Stage,
+        *,
+        settings: Settings,
+        group_id: str,
+        writer: GraphWriter,
+        producer: AIOKafkaProducer,
+        metrics: Metrics,
+        after_batch: AfterBatch | None = None,
+    ) -> None:
+        self.name = name
+        self.stage = stage
+        self.settings = settings
+        self.group_id = group_id
+        self.writer = writer
+        self.producer = producer
+        self.metrics = metrics
+        self.after_batch = after_batch
+        self.consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+        self._positions: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self.batches = 0
+
+    def _consumer(self) -> AIOKafkaConsumer:
+        k = self.settings.kafka
+        return AIOKafkaConsumer(
+            bootstrap_servers=k.bootstrap,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=min(k.fetch_max_bytes, 16 * 1024 * 1024),
+            fetch_max_bytes=k.fetch_max_bytes,
+            metadata_max_age_ms=5000,  # new CDC topics matching the pattern are found within seconds
+            session_timeout_ms=30_000,
+            max_poll_interval_ms=600_000,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = self.consumer = self._consumer()
+        consumer.subscribe(pattern=self.stage.topics_pattern, listener=_Rebalance(self))
+        await consumer.start()
+        log.info("stage.started", stage=self.name, group=self.group_id, pattern=self.stage.topics_pattern)
+        try:
+            while not stop.is_set():
+                batch = await consumer.getmany(
+                    timeout_ms=self.settings.kafka.poll_timeout_ms, max_records=self.settings.kafka.max_poll_records
+                )
+                async with self._lock:
+                    await self._handle(batch)
+        finally:
+            async with self._lock:
+                await self._commit()
+            await consumer.stop()
+            log.info("stage.stopped", stage=self.name, batches=self.batches)
+
+    async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        begin = time.perf_counter()
+        records = []
+        for tp, messages in batch.items():
+            for m in messages:
+                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp))
+            if messages:
+                self._positions[tp] = messages[-1].offset + 1
+                assert self.consumer is not None
+                highwater = self.consumer.highwater(tp)
+                if highwater is not None:
+                    self.metrics.lag.labels(tp.topic, str(tp.partition)).set(highwater - self._positions[tp])
+        out = self.stage.process(records)
+        await self.perform(out)
+        self.batches += 1
+        self.metrics.batch_seconds.labels(self.name).observe(time.perf_counter() - begin)
+
+    async def perform(self, out: StageOutput) -> None:
+        """Steps 3-5 of the commit order for one processed batch."""
+        if len(out.graph):
+            started = time.perf_counter()
+            written = await self.writer.write(out.graph)
+            self.metrics.graph_rows.inc(written)
+            self.metrics.graph_write_seconds.observe(time.perf_counter() - started)
+        if out.expire_before_ms is not None:
+            await self.writer.expire_spans(out.expire_before_ms)
+        await self.produce(out.produce)
+        if self.after_batch is not None:
+            await self.after_batch(out)
+        self.stage.release(out.release)
+        await self._commit()
+
+    async def produce(self, messages: list[Outbound]) -> None:
+        if not messages:
+            return
+        futures = []
+        for m in messages:
+            futures.append(await self.producer.send(m.topic, m.value, key=m.key, headers=list(m.headers) or None))
+            self.metrics.published.labels(m.topic).inc()
+        await asyncio.gather(*futures)
+
+    async def _commit(self, only: Iterable[TopicPartition] | None = None) -> None:
+        if self.consumer is None:
+            return
+        wanted = set(only) if only is not None else set(self._positions)
+        offsets = {}
+        for tp in wanted:
+            if tp not in self._positions:
+                continue
+            offset = self.stage.committable((tp.topic, tp.partition), self._positions[tp])
+            if self._committed.get(tp) != offset:
+                offsets[tp] = offset
+        if not offsets:
+            return
+        try:
+            await self.consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
+            log.warning("commit.failed", stage=self.name, error=str(exc)[:200])  # replayed later; writes idempotent
+            return
+        for tp, offset in offsets.items():
+            self._committed[tp] = offset
+            self.metrics.committed_offset.labels(tp.topic, str(tp.partition)).set(offset)
+
+    async def revoke(self, revoked: list[TopicPartition]) -> None:
+        async with self._lock:
+            await self._commit(revoked)
+            for tp in revoked:
+                self.stage.forget((tp.topic, tp.partition))
+                self._positions.pop(tp, None)
+                self._committed.pop(tp, None)
+        log.info("partitions.revoked", stage=self.name, partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked))

@@ -1,0 +1,212 @@
+"""Stage 1: decode spans, logs and row changes; assemble traces; aggregate windows; emit graph rows.
+
+``IngestStage.process(records)`` is synchronous and transport-free: it returns a :class:`StageOutput` (graph rows,
+messages to produce, pins to release) and the runtime performs it in commit order. Accesses (the reads and writes
+of rows that DB spans made) and row changes go to the internal topic keyed by entity, for stage 2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Hashable, Iterable
+
+from processors.graph_rows import trace_rows, window_rows
+from processors.pins import OffsetPins, Source
+from processors.sql_access import SqlAccessExtractor, identity_entity_key
+from processors.traces import ClosedTrace, TraceAssembler
+from processors.watermarks import Watermarks
+from processors.windows import CallWindows
+from streamer import wire
+from streamer.config import Settings
+from streamer.decode import (
+    DecodeError,
+    DecodeOptions,
+    DecodeStats,
+    decode_logs_json,
+    decode_logs_proto,
+    decode_row_change,
+    decode_traces_json,
+    decode_traces_proto,
+)
+from streamer.events import Access, LogRecord, RowChange, Span
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.records import Outbound, Record, StageOutput, dead_letter
+
+NS = 1_000_000_000
+
+
+def _function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
+    """code.function.name / code.file.path of the span or its nearest ancestor that has them."""
+    seen = 0
+    node: Span | None = span
+    while node is not None and seen < 64:
+        if node.code_function:
+            return node.code_function, node.code_file
+        node = by_id.get(node.parent_id)
+        seen += 1
+    return "", ""
+
+
+class IngestStage:
+    """Stage 1 of the pipeline; see the module docstring."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, clock: Callable[[], int]) -> None:
+        w = settings.windows
+        self.settings = settings
+        self.metrics = metrics
+        self.pins = OffsetPins()
+        self.watermarks = Watermarks(int(w.allowed_lateness_s * NS), int(w.idle_s * NS), clock)
+        self.traces = TraceAssembler(int(w.trace_gap_s * NS), w.max_open_traces, w.max_spans_per_trace)
+        self.windows = CallWindows(int(w.window_s * NS), int(w.trace_gap_s * NS))
+        sql = settings.sql
+        self.extractor = SqlAccessExtractor(
+            key_columns=sql.key_columns or None,
+            version_columns=tuple(sql.version_columns),
+            insert_identity=sql.insert_identity or None,
+            cache_size=sql.statement_cache,
+        )
+        d = settings.decode
+        self.decode_options = DecodeOptions(
+            tx_id_attribute=d.tx_id_attribute,
+            row_version_attribute=d.row_version_attribute,
+            idempotency_key_attribute=d.idempotency_key_attribute,
+            max_attribute_bytes=d.max_attribute_bytes,
+        )
+        k = settings.kafka
+        self._decode_spans = decode_traces_json if k.span_encoding == "otlp_json" else decode_traces_proto
+        self._decode_logs = decode_logs_json if k.span_encoding == "otlp_json" else decode_logs_proto
+        self._cdc = re.compile(k.cdc_pattern)
+        self.logs: list[LogRecord] = []  # handed to log consumers (proof judge) by the runtime, then cleared
+        self._last_retention_ns = 0
+
+    @property
+    def topics_pattern(self) -> str:
+        k = self.settings.kafka
+        return f"^(?:{re.escape(k.spans_topic)}|{re.escape(k.logs_topic)})$|{k.cdc_pattern}"
+
+    # ---- per batch -------------------------------------------------------------------------------------------
+
+    def process(self, records: Iterable[Record]) -> StageOutput:
+        out = StageOutput()
+        forced: list[ClosedTrace] = []
+        k = self.settings.kafka
+        for record in records:
+            self.metrics.consumed.labels(record.topic).inc()
+            try:
+                if record.topic == k.spans_topic:
+                    forced += self._spans(record)
+                elif record.topic == k.logs_topic:
+                    self._logs(record)
+                elif self._cdc.search(record.topic):
+                    self._row_change(record, out)
+            except DecodeError as exc:
+                self.metrics.dlq.labels(exc.reason).inc()
+                self.metrics.dropped.labels("decode", exc.reason).inc()
+                out.produce.append(dead_letter(record, k.dlq_topic, exc.reason, str(exc)))
+        watermark = self.watermarks.current()
+        for trace in forced + self.traces.close_until(watermark):
+            self._closed_trace(trace, out)
+        for window in self.windows.close_until(watermark):
+            window_rows(window, out.graph)
+            out.release.extend(window.sources)
+        self._retention(watermark, out)
+        self._gauges(watermark)
+        return out
+
+    def _spans(self, record: Record) -> list[ClosedTrace]:
+        if not record.value:
+            raise DecodeError("empty_value", "span message has no value")
+        stats = DecodeStats()
+        spans = self._decode_spans(record.value, self.decode_options, stats)
+        if stats.truncated_attributes and self.settings.decode.oversize == "dlq":
+            raise DecodeError(
+                "oversize_attribute",
+                f"{stats.truncated_attributes} attribute(s) over {self.decode_options.max_attribute_bytes} bytes",
+            )
+        self.metrics.decoded.labels("span").inc(len(spans))
+        if not spans:
+            return []
+        tp = (record.topic, record.partition)
+        if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
+            self.metrics.late.labels("span").inc(len(spans))
+        forced, new_refs = self.traces.add(spans, record.source)
+        self.pins.pin([record.source] * new_refs)
+        return forced
+
+    def _logs(self, record: Record) -> None:
+        if not record.value:
+            raise DecodeError("empty_value", "log message has no value")
+        logs = self._decode_logs(record.value, self.decode_options, None)
+        self.metrics.decoded.labels("log").inc(len(logs))
+        self.logs.extend(logs)
+
+    def _row_change(self, record: Record, out: StageOutput) -> None:
+        change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
+                                   offset=record.offset)  # fmt: skip
+        if change is None:
+            self.metrics.decoded.labels("tombstone").inc()
+            return
+        self.metrics.decoded.labels("row_change").inc()
+        if self.watermarks.observe((record.topic, record.partition), change.commit_ts_ms * 1_000_000):
+            self.metrics.late.labels("row_change").inc()
+        key = self._routing_key(change)
+        out.produce.append(Outbound(self.settings.kafka.accesses_topic, key.encode(), wire.encode_row_change(change)))
+
+    def _routing_key(self, change: RowChange) -> str:
+        """The entity key stage 2 partitions by; inserts keyed by identity columns route like their statements."""
+        bare = change.table.rsplit(".", 1)[-1]
+        identity = self.settings.sql.insert_identity.get(bare)
+        image = change.after or change.before or {}
+        if identity and all(c in image for c in identity):
+            return identity_entity_key(bare, identity, [image[c] for c in identity])
+        return change.entity_key
+
+    def _closed_trace(self, trace: ClosedTrace, out: StageOutput) -> None:
+        by_id = {s.span_id: s for s in trace.spans}
+        accesses: list[Access] = []
+        for span in trace.spans:
+            if span.db is not None:
+                function, file = _function_of(span, by_id)
+                accesses.extend(self.extractor.accesses(span, function=function, file=file))
+        trace_rows(trace, accesses, self.settings.graph_policy.detail, out.graph)
+        topic = self.settings.kafka.accesses_topic
+        out.produce.extend(Outbound(topic, a.entity.encode(), wire.encode_access(a)) for a in accesses)
+        if trace.late:
+            self.metrics.late.labels("trace").inc()
+        new_for_window = self.windows.add(trace)
+        if new_for_window is None:
+            self.metrics.dropped.labels("windows", "late_trace").inc()
+        else:
+            self.pins.pin(new_for_window)
+        if trace.forced:
+            self.metrics.dropped.labels("traces", "forced_close").inc()
+        out.release.extend(trace.sources)
+
+    def _retention(self, watermark: int, out: StageOutput) -> None:
+        every = int(self.settings.windows.window_s * NS)
+        if watermark - self._last_retention_ns >= every and watermark > 0:
+            self._last_retention_ns = watermark
+            out.expire_before_ms = (watermark / 1e6) - self.settings.graph_policy.span_retention_s * 1000
+
+    def _gauges(self, watermark: int) -> None:
+        m = self.metrics
+        m.open_traces.set(len(self.traces))
+        m.open_windows.set(len(self.windows))
+        m.watermark.labels("ingest").set(watermark / NS)
+        counters = self.traces.counters
+        for reason in ("dropped_spans",):
+            if counters[reason]:
+                m.dropped.labels("traces", reason).inc(counters[reason])
+                counters[reason] = 0
+
+    # ---- runtime hooks ----------------------------------------------------------------------------------------
+
+    def release(self, sources: Iterable[Source]) -> None:
+        self.pins.release(sources)
+
+    def committable(self, tp: Hashable, position: int) -> int:
+        return self.pins.committable(tp, position)
+
+    def forget(self, tp: Hashable) -> None:
+        self.pins.forget(tp)
+        self.watermarks.forget(tp)

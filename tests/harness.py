@@ -1,0 +1,121 @@
+"""An in-process daemon on the real engines, with its own topics, consumer group and graph per test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from falkordb import FalkorDB
+
+from streamer import config
+from streamer.config import Settings
+from streamer.runtime.app import Daemon
+
+
+@dataclass
+class Harness:
+    settings: Settings
+    bootstrap: str
+    falkordb_url: str
+    daemon: Daemon | None = None
+    task: asyncio.Task[int] | None = None
+
+    def graph_rows(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        host, port = self.falkordb_url.removeprefix("redis://").split(":")
+        graph = FalkorDB(host=host, port=int(port)).select_graph(self.settings.graph_name)
+        return [list(r) for r in graph.query(cypher, params or {}).result_set]
+
+    def count(self, cypher: str) -> int:
+        rows = self.graph_rows(cypher)
+        return int(rows[0][0]) if rows else 0
+
+    async def create_topics(self, *topics: str, partitions: int = 1) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+            if new:
+                await admin.create_topics(new)
+        finally:
+            await admin.close()
+
+    async def start(self) -> None:
+        k = self.settings.kafka
+        await self.create_topics(k.spans_topic, k.logs_topic)
+        self.daemon = Daemon(self.settings)
+        self.task = asyncio.create_task(self.daemon.run())
+        deadline = time.monotonic() + 60
+        while not self.daemon._ready() or any(r.consumer is None or not r.consumer.assignment()
+                                              for r in self.daemon.runners):  # fmt: skip
+            if self.task.done():
+                self.task.result()
+            assert time.monotonic() < deadline, "daemon did not become ready"
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        if self.daemon is not None and self.task is not None:
+            self.daemon.stop.set()
+            await asyncio.wait_for(self.task, 60)
+            self.daemon = None
+
+    async def produce(self, topic: str, values: list[bytes | None], key: bytes | None = None) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, max_request_size=16 * 1024 * 1024)
+        await producer.start()
+        try:
+            for v in values:
+                await producer.send_and_wait(topic, v, key=key)
+        finally:
+            await producer.stop()
+
+    async def consume_all(self, topic: str, expect: int, timeout_s: float = 30) -> list[Any]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.bootstrap, auto_offset_reset="earliest",
+                                    group_id=f"read-{uuid.uuid4().hex[:8]}")  # fmt: skip
+        await consumer.start()
+        out: list[Any] = []
+        try:
+            deadline = time.monotonic() + timeout_s
+            while len(out) < expect and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                out += [m for ms in batch.values() for m in ms]
+        finally:
+            await consumer.stop()
+        return out
+
+    async def wait_for(self, predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if self.task is not None and self.task.done():
+                self.task.result()
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.2)
+
+
+def harness_settings(kafka_bootstrap: str, falkordb_url: str, **overrides: str) -> Settings:
+    tag = uuid.uuid4().hex[:8]
+    env = {
+        "TRACE_REPRO_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TRACE_REPRO_FALKORDB_URL": falkordb_url,
+        "TRACE_REPRO_ENVIRONMENT": f"test_{tag}",
+        "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__SPANS_TOPIC": f"spans-{tag}",
+        "TRACE_REPRO_KAFKA__LOGS_TOPIC": f"logs-{tag}",
+        "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^cdc{tag}\.[^.]+\.[^.]+$",
+        "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": f"accesses-{tag}",
+        "TRACE_REPRO_KAFKA__ACCESSES_PARTITIONS": "2",
+        "TRACE_REPRO_KAFKA__DLQ_TOPIC": f"dlq-{tag}",
+        "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "0.5",
+        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
+        "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
+        "TRACE_REPRO_WINDOWS__WINDOW_S": "2",
+        "TRACE_REPRO_HTTP__PORT": "0",
+        "TRACE_REPRO_CORRELATION__WAIT_S": "3",
+    }
+    env.update({f"TRACE_REPRO_{k.upper()}": v for k, v in overrides.items()})
+    return config.load(None, env=env)

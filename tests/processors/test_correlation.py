@@ -1,0 +1,300 @@
+"""RowCorrelator: Debezium row changes → the span Access that made them."""
+
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from processors.correlation import RowCorrelator, same_value
+from processors.sql_access import SqlAccessExtractor
+from streamer.events import (
+    Access,
+    CdcOp,
+    DbCall,
+    DbOperation,
+    LockMode,
+    Resource,
+    RowChange,
+    Scalar,
+    Span,
+    SpanKind,
+    StatusCode,
+)
+
+T1 = "1" * 32
+T2 = "2" * 32
+MS = 1_000_000
+_span_ids = itertools.count(1)
+
+
+def write(
+    trace: str,
+    *,
+    entity: str = "orders:8812",
+    op: DbOperation = DbOperation.WRITE,
+    sets: tuple[tuple[str, Scalar], ...] = (("status", "paid"),),
+    exprs: tuple[str, ...] = (),
+    tx: str = "",
+    start_ms: int = 1000,
+    end_ms: int = 1010,
+    lock: LockMode = LockMode.NONE,
+    error: bool = False,
+    span_id: str = "",
+) -> Access:
+    return Access(
+        entity=entity,
+        table=entity.split(":")[0],
+        operation=op,
+        lock=lock,
+        trace_id=trace,
+        span_id=span_id or f"{next(_span_ids):016x}",
+        service="checkout",
+        version="1",
+        start_ns=start_ms * MS,
+        end_ns=end_ms * MS,
+        statement="UPDATE orders SET status = ? WHERE id = ?",
+        set_values=sets,
+        set_exprs=exprs,
+        tx_id=tx,
+        error=error,
+    )
+
+
+def change(
+    *,
+    op: CdcOp = CdcOp.UPDATE,
+    table: str = "public.orders",
+    key: tuple[tuple[str, Any], ...] = (("id", 8812),),
+    after: dict[str, Any] | None = None,
+    before: dict[str, Any] | None = None,
+    commit_ms: int = 1008,
+    tx: str = "",
+) -> RowChange:
+    if after is None and op is not CdcOp.DELETE:
+        after = {"id": 8812, "status": "paid"}
+    return RowChange(
+        table=table,
+        op=op,
+        key=key,
+        before=before,
+        after=after,
+        commit_ts_ms=commit_ms,
+        ts_ms=commit_ms + 30,
+        lsn=1,
+        tx_id=tx,
+    )
+
+
+def test_trace_column_is_strongest() -> None:
+    rc = RowCorrelator()
+    a1, a2 = write(T1, tx="9"), write(T2, tx="9")
+    rc.add_access(a1)
+    rc.add_access(a2)
+    got = rc.correlate(change(after={"id": 8812, "status": "paid", "trace_id": T2.upper()}, tx="9"))
+    assert got is not None
+    assert (got.access, got.strength, got.skew_ms) == (a2, "trace_column", 0.0)
+    assert rc.counters["matched_trace_column"] == 1
+
+
+def test_trace_column_for_delete_reads_before_image() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, op=DbOperation.DELETE, sets=()))
+    d = rc.correlate(change(op=CdcOp.DELETE, before={"id": 8812, "trace_id": T1}, commit_ms=99_999))
+    assert d is not None and d.strength == "trace_column"
+
+
+def test_unchanged_trace_column_is_not_evidence() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, tx="5"))
+    rc.add_access(write(T2, tx="6"))
+    stale = {"id": 8812, "status": "paid", "trace_id": T1}
+    got = rc.correlate(change(after=stale, before={**stale, "status": "new"}, tx="6"))
+    assert got is not None and (got.access.trace_id, got.strength) == (T2, "tx_id")
+    assert rc.counters["trace_column_unchanged"] == 1
+
+
+def test_tx_id_match() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, tx="771"))
+    rc.add_access(write(T2, tx="772"))
+    got = rc.correlate(change(tx="772", commit_ms=50_000))  # far outside any time window
+    assert got is not None and (got.access.trace_id, got.strength, got.skew_ms) == (T2, "tx_id", 0.0)
+
+
+def test_tx_id_tie_narrowed_by_values_else_ambiguous() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, tx="7", sets=(("status", "paid"),)))
+    rc.add_access(write(T1, tx="7", sets=(("status", "shipped"),)))
+    got = rc.correlate(change(tx="7", after={"id": 8812, "status": "shipped"}))
+    assert got is not None and got.access.set_values == (("status", "shipped"),)
+    assert rc.counters["narrowed_by_values"] == 1
+    rc.add_access(write(T2, tx="7", sets=(("status", "shipped"),)))
+    assert rc.correlate(change(tx="7", after={"id": 8812, "status": "shipped"})) is None
+    assert rc.last_reason == "ambiguous_tx_id"
+
+
+def test_values_and_time_match_with_debezium_schema_and_types() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, sets=(("status", "paid"), ("amount", "12.50"), ("flag", True))))
+    rc.add_access(write(T2, sets=(("status", "cancelled"), ("amount", "12.50"), ("flag", True))))
+    after = {"id": 8812, "status": "paid", "amount": Decimal("12.5"), "flag": True}
+    got = rc.correlate(change(after=after, commit_ms=1012))
+    assert got is not None
+    assert (got.access.trace_id, got.strength, got.skew_ms) == (T1, "values_time", 0.0)
+
+
+def test_expression_set_values_are_not_compared() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, sets=(("stock", "stock - 1"),), exprs=("stock",), entity="inventory:SKU-9"))
+    got = rc.correlate(change(table="public.inventory", key=(("sku", "SKU-9"),), after={"stock": 4}))
+    assert got is not None and got.strength == "values_time"
+    assert "time only" in got.detail
+
+
+@pytest.mark.parametrize(
+    ("commit_ms", "skew"),
+    [
+        (1005, 4.000001),  # ms-truncated commit can be up to 0.999999 ms later than it says
+        (1004, None),  # 5.000001 ms before the statement ended
+        (1104, 4.0),  # after the request ended, within tolerance
+        (1106, None),
+        (1050, 0.0),
+    ],
+)
+def test_skew_tolerance_against_request_interval(commit_ms: int, skew: float | None) -> None:
+    rc = RowCorrelator(skew_ms=5.0)
+    rc.add_access(write(T1))
+    got = rc.correlate(change(commit_ms=commit_ms), {T1: (990 * MS, 1100 * MS)})
+    if skew is None:
+        assert got is None and rc.last_reason == "unmatched"
+    else:
+        assert got is not None and got.skew_ms == pytest.approx(skew)
+
+
+def test_without_interval_uses_max_commit_delay() -> None:
+    rc = RowCorrelator(max_commit_delay_ms=100.0)
+    rc.add_access(write(T1))
+    assert rc.correlate(change(commit_ms=1110), {T2: (0, 1)}) is not None  # T1 missing: fallback window
+    assert rc.correlate(change(commit_ms=1116)) is None
+
+
+def test_values_time_ambiguity_returns_none() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1))
+    rc.add_access(write(T2, start_ms=1002, end_ms=1011))
+    assert rc.correlate(change(commit_ms=1012)) is None
+    assert rc.counters["ambiguous_values_time"] == 1
+
+
+def test_operation_must_fit_change() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1))
+    assert rc.correlate(change(op=CdcOp.DELETE, before={"id": 8812})) is None
+    assert rc.last_reason == "no_candidates"
+    rc.add_access(write(T2, op=DbOperation.INSERT, lock=LockMode.UPSERT))
+    got = rc.correlate(change(tx="", commit_ms=1009))  # ON CONFLICT DO UPDATE shows up as an update
+    assert got is None and rc.last_reason == "ambiguous_values_time"
+    assert rc.correlate(change(op=CdcOp.READ)) is None
+    assert rc.last_reason == "unsupported_op"
+
+
+def test_reads_and_failed_statements_are_not_remembered() -> None:
+    rc = RowCorrelator()
+    rc.add_access(write(T1, op=DbOperation.READ))
+    rc.add_access(write(T1, error=True))
+    assert len(rc) == 0
+    assert (rc.counters["ignored_reads"], rc.counters["ignored_errors"]) == (1, 1)
+
+
+def test_redelivered_access_is_not_a_second_candidate() -> None:
+    rc = RowCorrelator()
+    a = write(T1)
+    rc.add_access(a)
+    rc.add_access(a)
+    got = rc.correlate(change())
+    assert got is not None and got.access == a
+    assert rc.counters["duplicate_accesses"] == 1
+
+
+def test_bounded_histories_evict_and_count() -> None:
+    rc = RowCorrelator(history_per_entity=2, max_entities=2)
+    for tx in ("1", "2", "3"):
+        rc.add_access(write(T1, tx=tx))
+    assert rc.counters["history_evictions"] == 1
+    assert rc.correlate(change(tx="1", commit_ms=50_000)) is None  # the oldest was dropped
+    rc.add_access(write(T1, entity="orders:2"))
+    rc.add_access(write(T1, entity="orders:3"))
+    assert (len(rc), rc.counters["entity_evictions"]) == (2, 1)
+    assert rc.correlate(change(tx="3")) is None and rc.last_reason == "no_candidates"
+
+
+def test_extracted_insert_by_identity_correlates_with_serial_key() -> None:
+    ex = SqlAccessExtractor(insert_identity={"charges": ["order_id"]})
+    span = Span(
+        trace_id=T1,
+        span_id="00f067aa0ba902b7",
+        parent_id="53995c3f42cd8ad8",
+        name="INSERT shop.charges",
+        kind=SpanKind.CLIENT,
+        start_ns=1000 * MS,
+        end_ns=1010 * MS,
+        status=StatusCode.UNSET,
+        resource=Resource(service="checkout"),
+        db=DbCall("postgresql", "INSERT INTO charges (order_id, amount) VALUES (%s, %s)", params=("8812", 12.5)),
+    )
+    rc = RowCorrelator()
+    for a in ex.accesses(span):
+        rc.add_access(a)
+    row = change(
+        op=CdcOp.CREATE,
+        table="public.charges",
+        key=(("id", 501),),
+        after={"id": 501, "order_id": 8812, "amount": "12.50"},
+    )
+    got = rc.correlate(row)
+    assert got is not None and (got.access.entity, got.strength) == ("charges:order_id=8812", "values_time")
+    assert rc.correlate(change(op=CdcOp.CREATE, table="public.charges", after={"order_id": 1})) is None
+
+
+def test_entity_key_normalisation_str_param_vs_int_key() -> None:
+    ex = SqlAccessExtractor()
+    span = Span(
+        trace_id=T1,
+        span_id="00f067aa0ba902b7",
+        parent_id="",
+        name="UPDATE",
+        kind=SpanKind.CLIENT,
+        start_ns=1000 * MS,
+        end_ns=1010 * MS,
+        status=StatusCode.UNSET,
+        resource=Resource(service="checkout"),
+        db=DbCall("postgresql", "UPDATE orders SET status = $1 WHERE id = $2", params=("paid", "8812"), tx_id="44"),
+    )
+    rc = RowCorrelator()
+    for a in ex.accesses(span):
+        rc.add_access(a)
+    got = rc.correlate(change(key=(("id", Decimal("8812")),), tx="44"))
+    assert got is not None and got.strength == "tx_id"
+
+
+@pytest.mark.parametrize(
+    ("bound", "stored", "expected"),
+    [
+        (3, "3", True),
+        ("12.50", Decimal("12.5"), True),
+        (12.5, 12.5, True),
+        (True, "t", True),
+        (1, True, True),
+        (False, True, False),
+        ("paid", "pending", False),
+        (None, None, True),
+        (None, "x", False),
+        ("2024-01-01T00:00:00Z", 1704067200000000, None),
+        ("x", "__debezium_unavailable_value", None),
+    ],
+)
+def test_same_value_normalisation(bound: Any, stored: Any, expected: bool | None) -> None:
+    assert same_value(bound, stored) is expected
