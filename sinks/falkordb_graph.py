@@ -26,6 +26,11 @@ from processors.graph_rows import GraphBatch, Row
 
 log = structlog.get_logger("trace_repro.graph")
 
+
+class WriteAborted(RuntimeError):
+    """The daemon is stopping while FalkorDB is unreachable: give up; the input is replayed after restart."""
+
+
 INDEXES: tuple[tuple[str, str], ...] = (
     ("Service", "name"),
     ("Operation", "key"),
@@ -126,6 +131,7 @@ class GraphWriter:
         on_retry: Callable[[str], None] | None = None,
         on_rejected: Callable[[str, int], None] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         parsed = urlparse(url)
         self.host = parsed.hostname or "127.0.0.1"
@@ -136,6 +142,7 @@ class GraphWriter:
         self._on_retry = on_retry or (lambda _op: None)
         self._on_rejected = on_rejected or (lambda _op, _n: None)
         self._sleep = sleep
+        self._stopping = stopping
         self._db: Any = None
         self._graph: Any = None
         self.ready = False
@@ -159,6 +166,8 @@ class GraphWriter:
             except RETRYABLE as exc:
                 self.connected = False
                 self._graph = None
+                if self._stopping is not None and self._stopping.is_set():
+                    raise WriteAborted(f"{what}: FalkorDB unreachable while stopping") from exc
                 self._on_retry(what)
                 log.warning("graph.retry", op=what, error=str(exc)[:200], backoff_s=round(delay, 2))
                 await self._sleep(delay * random.uniform(0.5, 1.5))

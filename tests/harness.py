@@ -65,7 +65,7 @@ class Harness:
             await asyncio.wait_for(self.task, 60)
             self.daemon = None
 
-    async def produce(self, topic: str, values: list[bytes | None], key: bytes | None = None) -> None:
+    async def produce(self, topic: str, values: list[bytes | None], key: bytes | None = b"k") -> None:
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, max_request_size=16 * 1024 * 1024)
         await producer.start()
         try:
@@ -87,6 +87,37 @@ class Harness:
         finally:
             await consumer.stop()
         return out
+
+    def drained(self) -> bool:
+        """Every stage has committed up to the end of what it consumed, and holds no open state."""
+        if self.daemon is None or not self.daemon.runners:
+            return False
+        for runner in self.daemon.runners:
+            consumer = runner.consumer
+            if consumer is None:
+                return False
+            for tp in consumer.assignment():
+                end = consumer.highwater(tp)
+                if end is None:
+                    return False
+                if end and (runner._positions.get(tp) != end or runner._committed.get(tp) != end):
+                    return False  # (an empty partition has nothing to drain)
+        return True
+
+    def metric_total(self, sample: str) -> float:
+        """The sum of a metric's samples over all label values."""
+        assert self.daemon is not None
+        return sum(
+            s.value for family in self.daemon.metrics.registry.collect() for s in family.samples if s.name == sample
+        )
+
+    def snapshot(self) -> list[tuple[Any, ...]]:
+        """Every node and edge with its properties, sorted: two equal snapshots mean two identical graphs."""
+        nodes = self.graph_rows("MATCH (n) RETURN labels(n)[0], properties(n)")
+        edges = self.graph_rows(
+            "MATCH (a)-[r]->(b) RETURN type(r), properties(r), labels(a)[0], properties(a), labels(b)[0], properties(b)"
+        )
+        return sorted(repr(row) for row in nodes + edges)  # type: ignore[return-value]
 
     async def wait_for(self, predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s

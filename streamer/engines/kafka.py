@@ -10,6 +10,7 @@ import base64
 import logging
 import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient
@@ -106,7 +107,9 @@ def bootstrap(state: EngineState) -> str:
 
 
 def healthy(state: EngineState) -> bool:
-    return asyncio.run(_metadata_ok(bootstrap(state)))
+    # A thread of its own, so that the probe also works when called from inside a running event loop.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _metadata_ok(bootstrap(state))).result()
 
 
 async def _metadata_ok(servers: str) -> bool:

@@ -55,8 +55,8 @@ class LocalEngines:
             raise EngineError(f"unknown engine(s) {sorted(unknown)}; choose from {list(ALL)}")
         if {"kafka", "connect"} & set(names):
             jars.require_java()
-        running = {n: s for n, s in self.engines.items() if alive(s.pid) and _HEALTH[n](s)}
         wanted = [n for n in ALL if n in names or (n == "kafka" and "connect" in names)]
+        running = {n: s for n, s in self.engines.items() if alive(s.pid) and (n not in wanted or _HEALTH[n](s))}
         for name in wanted:
             if name in running:
                 continue

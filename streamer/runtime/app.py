@@ -60,6 +60,7 @@ class Daemon:
             timeout_ms=settings.falkordb.query_timeout_ms,
             on_retry=lambda op: self.metrics.graph_retries.labels(op).inc(),
             on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
+            stopping=self.stop,
         )
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._ready)
         self.runners: list[StageRunner] = []

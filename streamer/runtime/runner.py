@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from processors.pins import Source
-from sinks.falkordb_graph import GraphWriter
+from sinks.falkordb_graph import GraphWriter, WriteAborted
 from streamer.config import Settings
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.records import Outbound, Record, StageOutput
@@ -114,6 +114,8 @@ class StageRunner:
                 )
                 async with self._lock:
                     await self._handle(batch)
+        except WriteAborted as exc:
+            log.warning("stage.aborted", stage=self.name, reason=str(exc))
         finally:
             async with self._lock:
                 await self._commit()
@@ -123,21 +125,23 @@ class StageRunner:
     async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
         begin = time.perf_counter()
         records = []
+        positions = {}
         for tp, messages in batch.items():
             for m in messages:
                 records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp))
             if messages:
-                self._positions[tp] = messages[-1].offset + 1
+                positions[tp] = messages[-1].offset + 1
                 assert self.consumer is not None
                 highwater = self.consumer.highwater(tp)
                 if highwater is not None:
-                    self.metrics.lag.labels(tp.topic, str(tp.partition)).set(highwater - self._positions[tp])
+                    self.metrics.lag.labels(tp.topic, str(tp.partition)).set(highwater - positions[tp])
         out = self.stage.process(records)
-        await self.perform(out)
+        # Positions advance only once the batch is durable: a batch that fails half-way is never committed.
+        await self.perform(out, positions)
         self.batches += 1
         self.metrics.batch_seconds.labels(self.name).observe(time.perf_counter() - begin)
 
-    async def perform(self, out: StageOutput) -> None:
+    async def perform(self, out: StageOutput, positions: dict[TopicPartition, int] | None = None) -> None:
         """Steps 3-5 of the commit order for one processed batch."""
         if len(out.graph):
             started = time.perf_counter()
@@ -150,6 +154,7 @@ class StageRunner:
         if self.after_batch is not None:
             await self.after_batch(out)
         self.stage.release(out.release)
+        self._positions.update(positions or {})
         await self._commit()
 
     async def produce(self, messages: list[Outbound]) -> None:
