@@ -80,7 +80,9 @@ class TraceAssembler:
             if trace is None:
                 if len(self._open) >= self.max_open:
                     forced.append(self._force_oldest())
-                trace = self._open[span.trace_id] = _OpenTrace()
+                # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
+                trace = self._open[span.trace_id] = _OpenTrace(last_ns=span.end_ns)
+                heapq.heappush(self._deadlines, (span.end_ns + self.gap_ns, span.trace_id))
                 if span.trace_id in self._closed_recently:
                     trace.late = True
                     self.counters["late_spans"] += 1

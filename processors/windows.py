@@ -57,7 +57,8 @@ class CallWindows:
 
         Returns None (and counts a late trace) when the window has already closed.
         """
-        start = trace.start_ns - trace.start_ns % self.size_ns
+        root_start = trace.root.start_ns  # the root's window, even when a child's clock runs early
+        start = root_start - root_start % self.size_ns
         if start < self._closed_before:
             self.counters["late_traces"] += 1
             return None

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
@@ -96,6 +96,18 @@ class CorrelationConfig(_Section):
     max_pending_changes: int = Field(100_000, ge=1)
 
 
+class CollisionConfig(_Section):
+    """The collision detector (stage 2)."""
+
+    window_s: float = Field(2.0, gt=0, description="causal window: how far apart two traces' statements may be")
+    settle_s: float = Field(1.0, ge=0, description="extra event time to wait for row changes before judging")
+    invariants: dict[str, list[str]] = Field(
+        default_factory=dict, description='table -> SQL predicates on after-images, e.g. {inventory = ["stock >= 0"]}'
+    )
+    history_per_entity: int = Field(256, ge=2)
+    max_entities: int = Field(100_000, ge=1)
+
+
 class GraphPolicyConfig(_Section):
     """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
 
@@ -121,9 +133,20 @@ class Settings(BaseSettings):
     decode: DecodeConfig = DecodeConfig()
     sql: SqlConfig = SqlConfig()
     correlation: CorrelationConfig = CorrelationConfig()
+    collisions: CollisionConfig = CollisionConfig()
     http: HttpConfig = HttpConfig()
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _invariants_parse(self) -> Settings:
+        from processors.invariants import InvariantError, compile_invariants
+
+        try:
+            compile_invariants(self.collisions.invariants)
+        except InvariantError as exc:
+            raise ValueError(f"collisions.invariants: {exc}") from exc
+        return self
 
     @property
     def graph_name(self) -> str:

@@ -195,6 +195,13 @@ class Access:
     links: tuple[str, ...] = field(default=())
     # Columns of set_values whose value is SQL expression text (e.g. "stock - 1"), not a bound value.
     set_exprs: tuple[str, ...] = ()
+    # The request (root span) the access belongs to, filled in by stage 1 when the trace closes.
+    route: str = ""  # http.route or name of the root span
+    request_start_ns: int = 0
+    request_end_ns: int = 0
+    trace_error: bool = False  # some span of the trace failed
+    trace_exception: str = ""  # the first exception type recorded in the trace
+    trace_status: int = 0  # http.response.status_code of the root span
 
 
 def entity_key(table: str, key_values: tuple[Scalar, ...]) -> str:

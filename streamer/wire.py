@@ -38,18 +38,24 @@ def _tuples(value: Any) -> Any:
     return value
 
 
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is not a JSON object")
+    return value
+
+
 def decode(data: bytes) -> Access | RowChange:
     """Back to events; raises ``ValueError`` (or ``KeyError``/``TypeError``) on anything malformed."""
-    msg = json.loads(data)
+    msg = _object(json.loads(data), "internal event")
     if msg.get("v") != SCHEMA_VERSION:
         raise ValueError(f"unsupported internal schema version {msg.get('v')!r}")
     if msg["kind"] == "access":
-        raw = {k: _tuples(v) for k, v in msg["access"].items()}
+        raw = {k: _tuples(v) for k, v in _object(msg["access"], "access").items()}
         raw["operation"] = DbOperation(raw["operation"])
         raw["lock"] = LockMode(raw["lock"])
         return Access(**raw)
     if msg["kind"] == "row_change":
-        raw = dict(msg["change"])
+        raw = dict(_object(msg["change"], "change"))
         raw["op"] = CdcOp(raw["op"])
         raw["key"] = tuple((k, v) for k, v in raw["key"])
         return RowChange(**raw)

@@ -17,10 +17,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from sinks.falkordb_graph import GraphWriter
+from sinks.incidents import IncidentSink
 from streamer import logs
 from streamer.config import Settings
 from streamer.runtime.http import HttpServer
 from streamer.runtime.metrics import Metrics
+from streamer.runtime.records import StageOutput
 from streamer.runtime.runner import StageRunner
 from streamer.runtime.stage1 import IngestStage
 from streamer.runtime.stage2 import EntityStage
@@ -81,9 +83,21 @@ class Daemon:
         await producer.start()
         clock = time.time_ns
 
+        async def publish(topic: str, key: bytes, value: bytes) -> None:
+            await producer.send_and_wait(topic, value, key=key)
+            self.metrics.published.labels(topic).inc()
+
+        self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
+
+        async def after_entities(out: StageOutput) -> None:
+            new = await self.incidents.handle(out.incidents)
+            if new:
+                self.metrics.incidents.inc(new)
+
         def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
+            after = after_entities if name == "entities" else None
             return StageRunner(name, stage, settings=s, group_id=group, writer=self.writer, producer=producer,
-                               metrics=self.metrics)  # fmt: skip
+                               metrics=self.metrics, after_batch=after)  # fmt: skip
 
         if "ingest" in self.stages:
             self.runners.append(runner("ingest", IngestStage(s, self.metrics, clock), s.kafka.group_id))

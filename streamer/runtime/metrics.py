@@ -24,6 +24,7 @@ class Metrics:
         "graph_retries",
         "graph_rows",
         "graph_write_seconds",
+        "incidents",
         "lag",
         "late",
         "open_traces",
@@ -76,6 +77,7 @@ class Metrics:
             ["strength"],
             registry=r,
         )
+        self.incidents = Counter("trace_repro_incidents", "New incident occurrences published", registry=r)
         self.graph_rows = Counter("trace_repro_graph_rows_written", "Rows written to the graph", registry=r)
         self.graph_retries = Counter("trace_repro_graph_write_retries", "Retried graph operations", ["op"], registry=r)
         self.graph_rejected = Counter(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from processors.graph_rows import GraphBatch
 from processors.pins import Source
+from streamer.schemas import IncidentEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class StageOutput:
     produce: list[Outbound] = field(default_factory=list)
     release: list[Source] = field(default_factory=list)
     expire_before_ms: float | None = None  # retention: raw spans older than this (event time) may go
+    incidents: list[IncidentEvent] = field(default_factory=list)
 
 
 def dead_letter(record: Record, dlq_topic: str, reason: str, message: str) -> Outbound:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
 
 from processors.graph_rows import trace_rows, window_rows
 from processors.pins import OffsetPins, Source
@@ -45,6 +46,26 @@ def _function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
         node = by_id.get(node.parent_id)
         seen += 1
     return "", ""
+
+
+def _with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
+    """Stamp each access with its request: route, interval and outcome (what the collision detector judges)."""
+    root = trace.root
+    exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
+    links = tuple(sorted({t for s in trace.spans for t in s.links}))
+    return [
+        replace(
+            a,
+            route=root.route or root.name,
+            request_start_ns=root.start_ns,
+            request_end_ns=max(root.end_ns, trace.end_ns),
+            trace_error=any(s.is_error for s in trace.spans),
+            trace_exception=exception,
+            trace_status=root.http_status,
+            links=links,
+        )
+        for a in accesses
+    ]
 
 
 class IngestStage:
@@ -168,6 +189,8 @@ class IngestStage:
             if span.db is not None:
                 function, file = _function_of(span, by_id)
                 accesses.extend(self.extractor.accesses(span, function=function, file=file))
+        if accesses:
+            accesses = _with_request(trace, accesses)
         trace_rows(trace, accesses, self.settings.graph_policy.detail, out.graph)
         topic = self.settings.kafka.accesses_topic
         out.produce.extend(Outbound(topic, a.entity.encode(), wire.encode_access(a)) for a in accesses)

@@ -1,6 +1,7 @@
 """Stage 2: per-entity processing on the internal topic (co-partitioned by entity key).
 
-Correlates each committed row change with the span access that made it and writes the commit facts to the graph.
+Correlates each committed row change with the span access that made it and writes the commit facts to the graph;
+feeds accesses and commits to the collision detector and turns its findings into incidents.
 A row change often arrives before its trace has closed in stage 1, so it waits (bounded, pinned) until an access
 for the same entity arrives or the stage's watermark passes ``commit time + correlation.wait_s``; then it is
 written uncorrelated and counted. Never guessed.
@@ -11,8 +12,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 
-from processors.correlation import RowCorrelator
+from processors.collisions import CollisionDetector, Commit
+from processors.correlation import Correlation, RowCorrelator
 from processors.graph_rows import change_row
+from processors.incidents import incident_event
+from processors.invariants import compile_invariants
 from processors.pins import OffsetPins, Source
 from processors.watermarks import Watermarks
 from streamer import wire
@@ -39,10 +43,17 @@ class EntityStage:
             history_per_entity=c.history_per_entity,
             max_entities=c.max_entities,
         )
+        k = settings.collisions
+        self.detector = CollisionDetector(
+            window_ns=int(k.window_s * NS),
+            settle_ns=int(k.settle_s * NS),
+            invariants=compile_invariants(k.invariants),
+            history_per_entity=k.history_per_entity,
+            max_entities=k.max_entities,
+        )
         # entity key -> [(change, source)], oldest entity first; bounded by max_pending_changes in total
         self._pending: OrderedDict[str, list[tuple[RowChange, Source]]] = OrderedDict()
         self._pending_count = 0
-        self.accesses: list[Access] = []  # handed to the collision detector by the runtime, then cleared
 
     @property
     def topics_pattern(self) -> str:
@@ -63,12 +74,17 @@ class EntityStage:
             if isinstance(event, Access):
                 self.watermarks.observe(tp, event.end_ns)
                 self.correlator.add_access(event)
-                self.accesses.append(event)
+                self.pins.pin([record.source])
+                self.detector.on_access(event, record.source)
                 self._retry(entity, out)
             else:
                 self.watermarks.observe(tp, event.commit_ts_ms * 1_000_000)
                 self._change(entity, event, record.source, out)
         self._expire(out)
+        watermark = self.watermarks.current()
+        judgement = self.detector.close_until(watermark)
+        out.release.extend(judgement.released)  # type: ignore[arg-type]
+        out.incidents.extend(incident_event(c, watermark) for c in judgement.collisions)
         self.metrics.watermark.labels("entities").set(self.watermarks.current() / NS)
         self.metrics.pinned_offsets.labels("entities").set(self._pending_count)
         return out
@@ -76,20 +92,38 @@ class EntityStage:
     def _change(self, entity: str, change: RowChange, source: Source, out: StageOutput) -> None:
         correlation = self.correlator.correlate(change)
         if correlation is not None:
-            self.metrics.correlated.labels(correlation.strength).inc()
-            out.graph.changes.append(change_row(change, entity, correlation))
+            self._resolved(entity, change, source, correlation, out)
             return
         if self._pending_count >= self.settings.correlation.max_pending_changes:
             old_entity, oldest = self._pending.popitem(last=False)
             self._pending_count -= len(oldest)
             for old, old_source in oldest:
                 self.metrics.dropped.labels("correlation", "pending_bound").inc()
-                self.metrics.correlated.labels("none").inc()
-                out.graph.changes.append(change_row(old, old_entity, None))
+                self._resolved(old_entity, old, old_source, None, out)
                 out.release.append(old_source)
         self._pending.setdefault(entity, []).append((change, source))
         self._pending_count += 1
         self.pins.pin([source])
+
+    def _resolved(
+        self, entity: str, change: RowChange, source: Source, correlation: Correlation | None, out: StageOutput
+    ) -> None:
+        """A change whose writer is known (or will never be): graph row, metric, and evidence for the detector."""
+        self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
+        out.graph.changes.append(change_row(change, entity, correlation))
+        commit = (
+            Commit(
+                change,
+                correlation.access.trace_id,
+                correlation.access.span_id,
+                correlation.strength,
+                correlation.skew_ms,
+            )
+            if correlation
+            else Commit(change)
+        )
+        self.pins.pin([source])
+        self.detector.on_commit(entity, commit, source)
 
     def _retry(self, entity: str, out: StageOutput) -> None:
         waiting = self._pending.get(entity)
@@ -101,9 +135,8 @@ class EntityStage:
             if correlation is None:
                 still.append((change, source))
                 continue
-            self.metrics.correlated.labels(correlation.strength).inc()
-            out.graph.changes.append(change_row(change, entity, correlation))
-            out.release.append(source)
+            self._resolved(entity, change, source, correlation, out)
+            out.release.append(source)  # the pending pin; the detector holds its own until judged
         self._pending_count -= len(waiting) - len(still)
         if still:
             self._pending[entity] = still

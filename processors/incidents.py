@@ -1,0 +1,105 @@
+"""From a :class:`Collision` to the published :class:`IncidentEvent` and its graph rows."""
+
+from __future__ import annotations
+
+from processors.collisions import Collision, Commit
+from processors.graph_rows import Row, clean
+from streamer.events import Access
+from streamer.schemas import AccessInfo, CommitInfo, IncidentEvent
+
+_NAMES = {
+    "lost_update": "Lost update",
+    "invariant_violation": "Invariant violation",
+    "duplicate_apply": "Duplicate apply",
+    "write_skew": "Write skew",
+}
+
+
+def _access(a: Access, origin_ns: int) -> AccessInfo:
+    return AccessInfo(
+        trace_id=a.trace_id,
+        span_id=a.span_id,
+        service=a.service,
+        version=a.version,
+        function=a.function,
+        file=a.file,
+        route=a.route,
+        operation=a.operation.value,
+        lock=a.lock.value,
+        statement=a.statement,
+        params=[clean(p) for p in a.params],
+        set_values={k: clean(v) for k, v in a.set_values},
+        start_unix_ms=a.start_ns / 1e6,
+        offset_ms=round((a.start_ns - origin_ns) / 1e6, 3),
+        error=a.error or a.trace_error,
+        exception=a.trace_exception,
+        http_status=a.trace_status,
+    )
+
+
+def _commit(c: Commit, origin_ns: int) -> CommitInfo:
+    ch = c.change
+    return CommitInfo(
+        lsn=ch.lsn,
+        tx_id=ch.tx_id,
+        commit_unix_ms=ch.commit_ts_ms,
+        offset_ms=round(ch.commit_ts_ms - origin_ns / 1e6, 3),
+        op=ch.op.value,
+        before=ch.before,
+        after=ch.after,
+        trace_id=c.trace_id,
+        span_id=c.span_id,
+        correlation=c.strength,
+        skew_ms=c.skew_ms,
+    )
+
+
+def summary(c: Collision) -> str:
+    who = f"{c.culprit.function or c.culprit.service} ({c.culprit.route})"
+    victim = f"{c.victim.function or c.victim.service} ({c.victim.route})"
+    gap = (c.victim.start_ns - c.culprit.start_ns) / 1e6
+    state = "manifest" if c.manifest else "latent"
+    return f"{_NAMES.get(c.anomaly, c.anomaly)} on {c.entity}: {who} wrote {gap:.1f} ms before {victim} ({state})"
+
+
+def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
+    origin = c.culprit.start_ns
+    return IncidentEvent(
+        fingerprint=c.fingerprint,
+        occurrence=c.occurrence,
+        anomaly=c.anomaly,
+        severity="high" if c.manifest else "low",
+        manifest=c.manifest,
+        entity=c.entity,
+        table=c.table,
+        window_ms=round(c.window_ms, 3),
+        summary=summary(c),
+        damage=c.damage,
+        confidence=c.confidence,
+        culprit=_access(c.culprit, origin),
+        victim=_access(c.victim, origin),
+        writers=[_access(a, origin) for a in c.writers],
+        accesses=[_access(a, origin) for a in c.accesses],
+        commits=[_commit(x, origin) for x in c.commits],
+        evidence=list(c.evidence),
+        detected_at_unix_ms=watermark_ns / 1e6,
+    )
+
+
+def incident_row(e: IncidentEvent) -> Row:
+    """Parameters of the incident upsert (see ``sinks.incidents.UPSERT``)."""
+    return {
+        "fingerprint": e.fingerprint,
+        "occurrence": e.occurrence,
+        "anomaly": e.anomaly,
+        "severity": e.severity,
+        "manifest": e.manifest,
+        "table": e.table,
+        "entity": e.entity,
+        "window_ms": e.window_ms,
+        "at": e.culprit.start_unix_ms,
+        "culprit": e.culprit.span_id,
+        "victim": e.victim.span_id,
+        "summary": e.summary,
+        "writers": [f"{w.function or w.service}:{w.lock}" for w in e.writers],
+    }
