@@ -77,6 +77,7 @@ class _Entity:
     accesses: deque[Access]
     commits: deque[Commit]
     last_ns: int = 0
+    scheduled: bool = False  # a judgement deadline is queued
     sources: list[Hashable] = field(default_factory=list)  # input positions to release once judged
 
 
@@ -190,9 +191,11 @@ class CollisionDetector:
         self._touch(entity, state, commit.change.commit_ts_ms * 1_000_000)
 
     def _touch(self, key: str, state: _Entity, event_ns: int) -> None:
-        if event_ns > state.last_ns:
-            state.last_ns = event_ns
-            heapq.heappush(self._deadlines, (event_ns + self.window_ns + self.settle_ns, key))
+        """Queue a judgement after the newest event; also after an old one, if the entity was judged already."""
+        if event_ns > state.last_ns or not state.scheduled:
+            state.last_ns = max(state.last_ns, event_ns)
+            state.scheduled = True
+            heapq.heappush(self._deadlines, (state.last_ns + self.window_ns + self.settle_ns, key))
 
     def close_until(self, watermark_ns: int) -> Judgement:
         """Judge every entity whose deadline the watermark has passed; prune what can no longer collide."""
@@ -204,6 +207,7 @@ class CollisionDetector:
             if state is None or state.last_ns + self.window_ns + self.settle_ns != deadline:
                 continue
             self.counters["judged"] += 1
+            state.scheduled = False
             found += self._judge(key, state)
             released += state.sources
             state.sources = []

@@ -19,8 +19,10 @@ from streamer.events import Span
 @dataclass(slots=True)
 class _OpenTrace:
     spans: list[Span] = field(default_factory=list)
+    span_ids: set[str] = field(default_factory=set)  # a redelivered message must not double the trace
     sources: set[tuple[Hashable, int]] = field(default_factory=set)
     last_ns: int = 0
+    first_ns: int = 0
     late: bool = False
 
 
@@ -52,7 +54,17 @@ class ClosedTrace:
 
 
 class TraceAssembler:
-    __slots__ = ("_closed_recently", "_deadlines", "_open", "_remember", "counters", "gap_ns", "max_open", "max_spans")
+    __slots__ = (
+        "_closed_recently",
+        "_deadlines",
+        "_open",
+        "_remember",
+        "_starts",
+        "counters",
+        "gap_ns",
+        "max_open",
+        "max_spans",
+    )
 
     def __init__(self, gap_ns: int, max_open: int, max_spans: int, remember_closed: int = 100_000) -> None:
         self.gap_ns = gap_ns
@@ -60,9 +72,17 @@ class TraceAssembler:
         self.max_spans = max_spans
         self._open: dict[str, _OpenTrace] = {}
         self._deadlines: list[tuple[int, str]] = []  # (last_ns + gap, trace_id), lazily invalidated
+        self._starts: list[tuple[int, str]] = []  # (first span start, trace_id), lazily invalidated
         self._closed_recently: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_closed
-        self.counters = {"spans": 0, "late_spans": 0, "dropped_spans": 0, "forced_closes": 0, "closed": 0}
+        self.counters = {
+            "spans": 0,
+            "late_spans": 0,
+            "dropped_spans": 0,
+            "duplicate_spans": 0,
+            "forced_closes": 0,
+            "closed": 0,
+        }
 
     def __len__(self) -> int:
         return len(self._open)
@@ -81,15 +101,26 @@ class TraceAssembler:
                 if len(self._open) >= self.max_open:
                     forced.append(self._force_oldest())
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
-                trace = self._open[span.trace_id] = _OpenTrace(last_ns=span.end_ns)
+                trace = self._open[span.trace_id] = _OpenTrace(last_ns=span.end_ns, first_ns=span.start_ns)
                 heapq.heappush(self._deadlines, (span.end_ns + self.gap_ns, span.trace_id))
+                heapq.heappush(self._starts, (span.start_ns, span.trace_id))
                 if span.trace_id in self._closed_recently:
                     trace.late = True
                     self.counters["late_spans"] += 1
+            if span.span_id in trace.span_ids:
+                self.counters["duplicate_spans"] += 1
+                if source not in trace.sources:  # a replayed message still feeds this open trace: pin it too
+                    trace.sources.add(source)
+                    new_refs += 1
+                continue
             if len(trace.spans) >= self.max_spans:
                 self.counters["dropped_spans"] += 1
                 continue
             trace.spans.append(span)
+            trace.span_ids.add(span.span_id)
+            if span.start_ns < trace.first_ns:
+                trace.first_ns = span.start_ns
+                heapq.heappush(self._starts, (span.start_ns, span.trace_id))
             if source not in trace.sources:
                 trace.sources.add(source)
                 new_refs += 1
@@ -109,6 +140,21 @@ class TraceAssembler:
                 continue  # closed already, or extended by a later span (a newer deadline is queued)
             closed.append(self._close(trace_id, forced=False))
         return closed
+
+    def oldest_start(self) -> int | None:
+        """The earliest span start of any open trace (windows must not close before it), or None."""
+        while self._starts:
+            start, trace_id = self._starts[0]
+            trace = self._open.get(trace_id)
+            if trace is not None and trace.first_ns == start:
+                return start
+            heapq.heappop(self._starts)
+        return None
+
+    def forget_source(self, tp: Hashable) -> None:
+        """Drop a revoked partition's positions from open traces, so that a replay of it pins them again."""
+        for trace in self._open.values():
+            trace.sources = {s for s in trace.sources if s[0] != tp}
 
     def close_all(self) -> list[ClosedTrace]:
         return [self._close(tid, forced=False) for tid in list(self._open)]

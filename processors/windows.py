@@ -86,12 +86,21 @@ class CallWindows:
         stats.errors += error
         stats.latency.add(ms)
 
-    def close_until(self, watermark_ns: int) -> list[ClosedWindow]:
-        ready = sorted(s for s in self._windows if s + self.size_ns + self.grace_ns <= watermark_ns)
+    def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[ClosedWindow]:
+        """Close windows past ``end + grace``, but none that a still-open trace (started at ``open_since_ns``)
+        may yet contribute to."""
+        limit = watermark_ns - self.size_ns - self.grace_ns
+        if open_since_ns is not None:
+            limit = min(limit, open_since_ns - self.size_ns)
+        ready = sorted(s for s in self._windows if s <= limit)
         out = [self._emit(s) for s in ready]
         if ready:
             self._closed_before = max(self._closed_before, ready[-1] + self.size_ns)
         return out
+
+    def forget_source(self, tp: Hashable) -> None:
+        for window in self._windows.values():
+            window.sources = {s for s in window.sources if s[0] != tp}
 
     def _emit(self, start: int) -> ClosedWindow:
         w = self._windows.pop(start)

@@ -115,15 +115,36 @@ def capture(
     database: str = "postgres",
     timeout_s: float = 90,
 ) -> None:
-    """Register (or reconfigure) the Debezium connector for ``tables`` and wait until it streams."""
+    """Register (or reconfigure) the Debezium connector for ``tables`` and wait until it streams.
+
+    Reconfiguring first stops the connector and deletes its stored offsets (KIP-875): an offset saved under an
+    earlier configuration can point at WAL the replication slot has already released, which Debezium refuses.
+    Streaming then starts where the slot stands; with ``snapshot.mode=no_data`` nothing old is replayed.
+    """
     config = connector_config(pg_port, tables, topic_prefix, database)
-    _request(f"{rest_url(state)}/connectors/{CONNECTOR}/config", "PUT", config)
+    base = f"{rest_url(state)}/connectors/{CONNECTOR}"
+    if CONNECTOR in _request(f"{rest_url(state)}/connectors"):
+        _request(f"{base}/stop", "PUT")
+        _wait(lambda: _status(state).get("connector", {}).get("state") == "STOPPED", "connector stop", timeout_s)
+        _request(f"{base}/offsets", "DELETE")
+        _request(f"{base}/config", "PUT", config)
+        _request(f"{base}/resume", "PUT")
+    else:
+        _request(f"{base}/config", "PUT", config)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if _running(state) and _slot_active(pg_dsn):
             return
         time.sleep(0.25)
     raise EngineError(f"Debezium connector not streaming after {timeout_s:.0f}s: {_status(state)}")
+
+
+def _wait(probe: Any, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise EngineError(f"{what} did not happen within {timeout_s:.0f}s")
+        time.sleep(0.1)
 
 
 def _status(state: EngineState) -> Any:

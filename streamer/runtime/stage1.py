@@ -127,7 +127,7 @@ class IngestStage:
         watermark = self.watermarks.current()
         for trace in forced + self.traces.close_until(watermark):
             self._closed_trace(trace, out)
-        for window in self.windows.close_until(watermark):
+        for window in self.windows.close_until(watermark, self.traces.oldest_start()):
             window_rows(window, out.graph)
             out.release.extend(window.sources)
         self._retention(watermark, out)
@@ -233,3 +233,5 @@ class IngestStage:
     def forget(self, tp: Hashable) -> None:
         self.pins.forget(tp)
         self.watermarks.forget(tp)
+        self.traces.forget_source(tp)
+        self.windows.forget_source(tp)

@@ -70,7 +70,7 @@ class EntityStage:
                 out.produce.append(dead_letter(record, self.settings.kafka.dlq_topic, "internal_invalid", str(exc)))
                 continue
             tp = (record.topic, record.partition)
-            entity = (record.key or b"").decode()
+            entity = (record.key or b"").decode("utf-8", "replace")
             if isinstance(event, Access):
                 self.watermarks.observe(tp, event.end_ns)
                 self.correlator.add_access(event)
@@ -150,8 +150,7 @@ class EntityStage:
             keep = [(c, s) for c, s in waiting if c.commit_ts_ms >= horizon_ms]
             for change, source in waiting:
                 if change.commit_ts_ms < horizon_ms:
-                    self.metrics.dropped.labels("correlation", "uncorrelated").inc()
-                    out.graph.changes.append(change_row(change, entity, None))
+                    self._resolved(entity, change, source, None, out)
                     out.release.append(source)
             self._pending_count -= len(waiting) - len(keep)
             if keep:

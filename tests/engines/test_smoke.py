@@ -52,11 +52,13 @@ async def test_debezium_streams_update(engines: LocalEngines, postgres_dsn: str,
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS public.smoke_orders (id int PRIMARY KEY, status text)")
         conn.execute("ALTER TABLE public.smoke_orders REPLICA IDENTITY FULL")
-        conn.execute("INSERT INTO public.smoke_orders VALUES (8812, 'pending') ON CONFLICT (id) DO NOTHING")
-    engines.capture(["public.smoke_orders"], topic_prefix="smoke")
+        conn.execute("DELETE FROM public.smoke_orders WHERE id = 8812")
+        conn.execute("INSERT INTO public.smoke_orders VALUES (8812, 'pending')")
+    prefix = f"smoke{uuid.uuid4().hex[:6]}"
+    engines.capture(["public.smoke_orders"], topic_prefix=prefix)
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute("UPDATE public.smoke_orders SET status = 'paid' WHERE id = 8812")
-    topic = "smoke.public.smoke_orders"
+    topic = f"{prefix}.public.smoke_orders"
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
                                 group_id=f"g-{uuid.uuid4().hex[:8]}")  # fmt: skip
     await consumer.start()

@@ -1,0 +1,134 @@
+"""Concurrent traffic against the shop: each round is one independent collision opportunity on a fresh row.
+
+The contending requests of a round run in their own threads and are released together by a
+``threading.Barrier`` at their race point (``bench.shop.race``), right before the conflicting step. No sleep
+orders anything: which request wins is decided by PostgreSQL's row locks and the scheduler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable
+from functools import partial
+
+from bench.shop import db, evidence, handlers, jobs
+from bench.shop.evidence import ScenarioResult, Summary
+from bench.shop.race import racing
+from bench.shop.service import Outcome, Shop
+from bench.shop.telemetry import Telemetry, start_telemetry
+
+KINDS = ("lost_update", "oversell", "double_charge")
+SCENARIOS = (*KINDS, "control", "all")
+AMOUNT = 4200
+BARRIER_TIMEOUT_S = 10.0  # a safety net for a contender that never reaches its race point, not a pacing device
+
+
+def race(*calls: Callable[[], Outcome]) -> list[Outcome]:
+    """Run ``calls`` in parallel threads, released together at their race points."""
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[Outcome | None] = [None] * len(calls)
+
+    def contender(i: int) -> None:
+        waited = False
+
+        def at_race_point() -> None:
+            nonlocal waited
+            if not waited:
+                waited = True
+                with contextlib.suppress(threading.BrokenBarrierError):  # a contender ended before its race point
+                    barrier.wait(BARRIER_TIMEOUT_S)
+
+        with racing(at_race_point):
+            try:
+                outcomes[i] = calls[i]()
+            finally:
+                if not waited:
+                    barrier.abort()
+
+    threads = [threading.Thread(target=contender, args=(i,), name=f"shop-contender-{i}") for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [o for o in outcomes if o is not None]
+
+
+def lost_update(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """capture_payment vs the expire_cart job on a fresh 'pending' order."""
+    ids = db.seed_orders(dsn, rounds, amount=AMOUNT)
+    outcomes: list[Outcome] = []
+    for o in ids:
+        capture = partial(shop.request, "POST", "/orders/{order_id}/capture", f"/orders/{o}/capture",
+                          handlers.capture_payment, o, f"cap-{o}", idempotency_key=f"cap-{o}")  # fmt: skip
+        outcomes += race(capture, partial(shop.job, jobs.expire_cart, o))
+    return ScenarioResult("lost_update", shop.clean, rounds, evidence.lost_updates(dsn, ids), outcomes, ids)
+
+
+def oversell(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """Two checkouts of the last unit of a fresh sku."""
+    tag = uuid.uuid4().hex[:8]
+    skus = db.seed_skus(dsn, [f"sku-{tag}-{i}" for i in range(rounds)], stock=1)
+    order_ids = db.new_order_ids(dsn, 2 * rounds)
+    outcomes: list[Outcome] = []
+    for i, sku in enumerate(skus):
+        buyers = order_ids[2 * i : 2 * i + 2]
+        outcomes += race(*(partial(shop.request, "POST", "/checkout", "/checkout", handlers.checkout, sku, o, AMOUNT)
+                           for o in buyers))  # fmt: skip
+    return ScenarioResult("oversell", shop.clean, rounds, evidence.oversold(dsn, skus), outcomes, skus)
+
+
+def double_charge(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """A client retry racing the original charge request, same idempotency key, fresh order."""
+    ids = db.seed_orders(dsn, rounds, amount=AMOUNT)
+    outcomes: list[Outcome] = []
+    for o in ids:
+        key = f"pay-{o}-{uuid.uuid4().hex[:6]}"
+        attempt = partial(shop.request, "POST", "/orders/{order_id}/charges", f"/orders/{o}/charges", handlers.charge,
+                          o, AMOUNT, key, idempotency_key=key)  # fmt: skip
+        outcomes += race(attempt, attempt)
+    return ScenarioResult("double_charge", shop.clean, rounds, evidence.double_charges(dsn, ids), outcomes, ids)
+
+
+ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
+    "lost_update": lost_update,
+    "oversell": oversell,
+    "double_charge": double_charge,
+}
+
+
+def run_traffic(
+    dsn: str,
+    kafka_bootstrap: str,
+    *,
+    scenario: str,
+    rounds: int,
+    version: str = "1.0.0",
+    clean: bool = False,
+    topic: str = "otlp_spans",
+    environment: str = "bench",
+    revision: str = "local",
+    telemetry: Telemetry | None = None,
+) -> Summary:
+    """Apply the schema, run ``rounds`` rounds of ``scenario`` and flush the spans to ``topic``.
+
+    ``control`` is ``all`` on the clean variants. Spans go to a fresh exporter unless ``telemetry`` is given
+    (then it is flushed, not shut down).
+    """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
+    kinds = KINDS if scenario in ("all", "control") else (scenario,)
+    clean = clean or scenario == "control"
+    db.apply_schema(dsn)
+    tel = telemetry or start_telemetry(kafka_bootstrap, topic=topic, version=version, environment=environment,
+                                       revision=revision)  # fmt: skip
+    try:
+        shop = Shop(dsn, tel.tracer, clean=clean)
+        results = [ROUNDS[kind](shop, dsn, rounds) for kind in kinds]
+    finally:
+        if telemetry is None:
+            tel.shutdown()
+        else:
+            tel.flush()
+    return Summary(version, topic if telemetry is None else telemetry.exporter.topic, results)

@@ -1,0 +1,206 @@
+"""graph_rows: the detail policy and clean(), which keeps FalkorDB parameter values plain data."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.graph_rows import GraphBatch, access_rows, change_row, clean, detailed, trace_rows
+from processors.traces import ClosedTrace
+from streamer.events import (
+    Access,
+    CdcOp,
+    DbCall,
+    DbOperation,
+    LockMode,
+    Resource,
+    RowChange,
+    Span,
+    SpanKind,
+    StatusCode,
+)
+
+MS = 1_000_000
+T = "ab" * 16
+TP = ("otlp_spans", 0)
+
+
+def span(sid: int, *, parent: int = 0, error: bool = False, db: DbCall | None = None) -> Span:
+    return Span(
+        trace_id=T,
+        span_id=f"{sid:016x}",
+        parent_id=f"{parent:016x}" if parent else "",
+        name="POST /orders" if not parent else f"child{sid}",
+        kind=SpanKind.SERVER if not parent else (SpanKind.CLIENT if db else SpanKind.INTERNAL),
+        start_ns=1_000 * MS + sid * MS,
+        end_ns=1_100 * MS,
+        status=StatusCode.ERROR if error else StatusCode.UNSET,
+        resource=Resource("checkout", "1.2.3"),
+        route="/orders" if not parent else "",
+        db=db,
+    )
+
+
+def trace(*, error: bool = False) -> ClosedTrace:
+    db = DbCall("postgresql", "UPDATE orders SET status = %s WHERE id = %s")
+    spans = (span(1, error=error), span(2, parent=1), span(3, parent=2, db=db))
+    return ClosedTrace(T, spans, frozenset({(TP, 0)}))
+
+
+def access(entity: str = "orders:8812", op: DbOperation = DbOperation.WRITE) -> Access:
+    return Access(
+        entity=entity,
+        table=entity.split(":")[0],
+        operation=op,
+        lock=LockMode.NONE,
+        trace_id=T,
+        span_id=f"{3:016x}",
+        service="checkout",
+        version="1.2.3",
+        start_ns=1_003 * MS,
+        end_ns=1_100 * MS,
+        statement="UPDATE orders SET status = %s WHERE id = %s",
+        params=("paid", 8812),
+    )
+
+
+def rows(t: ClosedTrace, accesses: list[Access], policy: str) -> GraphBatch:
+    batch = GraphBatch()
+    trace_rows(t, accesses, policy, batch)
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("policy", "error", "with_access", "want"),
+    [
+        ("all", False, False, True),
+        ("all", True, True, True),
+        ("none", True, True, False),
+        ("none", False, False, False),
+        ("entities_or_errors", False, False, False),
+        ("entities_or_errors", True, False, True),
+        ("entities_or_errors", False, True, True),
+    ],
+)
+def test_detail_policy(policy: str, error: bool, with_access: bool, want: bool) -> None:
+    """all details every trace, none no trace, entities_or_errors those that touch a row or fail."""
+    t = trace(error=error)
+    accesses = [access()] if with_access else []
+    assert detailed(t, accesses, policy) is want
+    batch = rows(t, accesses, policy)
+    assert batch.services == [{"name": "checkout"}]  # aggregates are fed either way
+    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders"}]
+    assert len(batch.traces) == (1 if want else 0)
+    assert len(batch.spans) == (3 if want else 0)
+    assert len(batch.child_of) == (2 if want else 0)
+    assert len(batch.writes) == (1 if want and with_access else 0)
+
+
+def test_detailed_trace_rows() -> None:
+    """A detailed trace becomes one Trace row, a Span row per span, CHILD_OF per known parent, and its accesses."""
+    batch = rows(trace(error=True), [access(), access("orders:9", DbOperation.READ)], "entities_or_errors")
+    assert batch.traces == [
+        {
+            "id": T,
+            "root": "/orders",
+            "service": "checkout",
+            "start": 1_001.0,
+            "duration_ms": 99.0,
+            "status": "error",
+            "version": "1.2.3",
+        }
+    ]
+    assert {r["id"] for r in batch.spans} == {f"{i:016x}" for i in (1, 2, 3)}
+    assert sorted((r["id"], r["parent"]) for r in batch.child_of) == [
+        (f"{2:016x}", f"{1:016x}"),
+        (f"{3:016x}", f"{2:016x}"),
+    ]
+    [db_span] = [r for r in batch.spans if r["id"] == f"{3:016x}"]
+    assert db_span["props"]["kind"] == "client"
+    assert db_span["props"]["statement"].startswith("UPDATE orders")
+    assert batch.entities == [{"key": "orders:8812", "table": "orders"}, {"key": "orders:9", "table": "orders"}]
+    assert [r["entity"] for r in batch.writes] == ["orders:8812"]
+    assert [r["entity"] for r in batch.reads] == ["orders:9"]
+    assert batch.writes[0]["params"] == ["paid", 8812]
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, None),
+        (True, True),
+        (False, False),
+        ("x", "x"),
+        (0, 0),
+        (2**63 - 1, 2**63 - 1),
+        (-(2**63 - 1), -(2**63 - 1)),
+        (2**63, str(2**63)),
+        (-(2**70), str(-(2**70))),
+        (10**40, "1" + "0" * 40),
+        (1.5, 1.5),
+        (float("nan"), None),
+        (float("inf"), None),
+        (float("-inf"), None),
+        (b"\x00\xffA", "00ff41"),
+        (bytearray(b"\x01"), "01"),
+        (Decimal("1.10"), "1.10"),
+    ],
+)
+def test_clean_scalars(value: Any, want: Any) -> None:
+    """NaN/inf become null, bytes hex, integers beyond 64 bits text; plain scalars pass unchanged."""
+    got = clean(value)
+    assert got == want
+    assert type(got) is type(want)
+
+
+def test_clean_lists_recursively() -> None:
+    """Lists and tuples become lists whose items are cleaned."""
+    assert clean((1, float("nan"), b"\x01", [2**64, "s"], (True,))) == [1, None, "01", [str(2**64), "s"], [True]]
+
+
+def test_clean_nested_dicts_become_json_text() -> None:
+    """A (nested) dict becomes one JSON string with sorted keys; odd values inside are stringified, not lost."""
+    got = clean({"b": {"y": [1, 2], "x": None}, "a": b"\x01", "c": 2**70})
+    assert isinstance(got, str)
+    assert json.loads(got) == {"a": "b'\\x01'", "b": {"x": None, "y": [1, 2]}, "c": 2**70}
+    assert got.index('"a"') < got.index('"b"') < got.index('"c"')
+    assert clean([{"k": 1}]) == ['{"k": 1}']
+
+
+@given(st.text())
+def test_clean_returns_any_string_unchanged(s: str) -> None:
+    """Strings (quotes, backslashes, newlines, unicode) pass unchanged: they are Cypher parameters, never query text."""
+    assert clean(s) is s
+    assert clean([s, (s,)]) == [s, [s]]
+    batch = GraphBatch()
+    access_rows([access(entity=s)], batch)
+    assert batch.entities[0]["key"] == s
+    assert batch.writes[0]["entity"] == s
+
+
+@pytest.mark.parametrize(
+    "s", ["it's", 'say "hi"', "back\\slash", "line\nbreak\r\n", "}) DETACH DELETE n //", "ключ 🔑"]
+)
+def test_clean_keeps_hostile_strings_in_row_changes(s: str) -> None:
+    """A change row carries hostile strings intact: as the entity and inside its JSON row images."""
+    change = RowChange(
+        table="public.orders",
+        op=CdcOp.UPDATE,
+        key=(("id", s),),
+        before=None,
+        after={"id": s, "note": s},
+        commit_ts_ms=1_000,
+        ts_ms=1_001,
+        lsn=7,
+        tx_id="42",
+    )
+    row = change_row(change, f"orders:{s}", None)
+    assert row["entity"] == f"orders:{s}"
+    assert json.loads(row["after"]) == {"id": s, "note": s}
+    assert row["before"] is None
+    assert (row["span"], row["strength"], row["skew_ms"]) == (None, "none", None)

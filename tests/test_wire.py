@@ -1,0 +1,148 @@
+"""streamer.wire: Access and RowChange through the internal topic's JSON, exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamer import wire
+from streamer.events import Access, CdcOp, DbOperation, LockMode, RowChange
+
+text = st.text(max_size=40)
+ints = st.integers(min_value=-(2**70), max_value=2**70)
+# NaN is left out only because NaN != NaN would fail the equality, not the round trip.
+scalars = st.none() | st.booleans() | ints | st.floats(allow_nan=False) | text
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4), max_leaves=12
+)
+images = st.none() | st.dictionaries(text, json_values, max_size=6)
+
+accesses = st.builds(
+    Access,
+    entity=text,
+    table=text,
+    operation=st.sampled_from(DbOperation),
+    lock=st.sampled_from(LockMode),
+    trace_id=text,
+    span_id=text,
+    service=text,
+    version=text,
+    start_ns=ints,
+    end_ns=ints,
+    statement=text,
+    params=st.lists(scalars, max_size=5).map(tuple),
+    set_values=st.lists(st.tuples(text, scalars), max_size=4).map(tuple),
+    predicates=st.lists(st.tuples(text, text, scalars), max_size=4).map(tuple),
+    read_version=text,
+    tx_id=text,
+    error=st.booleans(),
+    function=text,
+    file=text,
+    idempotency_key=text,
+    links=st.lists(text, max_size=3).map(tuple),
+    set_exprs=st.lists(text, max_size=3).map(tuple),
+)
+changes = st.builds(
+    RowChange,
+    table=text,
+    op=st.sampled_from(CdcOp),
+    key=st.lists(st.tuples(text, scalars), min_size=1, max_size=3).map(tuple),
+    before=images,
+    after=images,
+    commit_ts_ms=ints,
+    ts_ms=ints,
+    lsn=ints,
+    tx_id=text,
+    topic=text,
+    partition=st.integers(min_value=0, max_value=1_000),
+    offset=st.integers(min_value=0, max_value=2**63 - 1),
+)
+
+
+@given(accesses)
+def test_access_round_trips_exactly(a: Access) -> None:
+    """An Access decodes to an equal Access, with enums and tuples restored."""
+    back = wire.decode(wire.encode_access(a))
+    assert back == a
+    assert isinstance(back, Access)
+    assert type(back.operation) is DbOperation
+    assert type(back.lock) is LockMode
+    assert all(type(x) is tuple for x in (back.params, back.set_values, back.predicates, back.links, back.set_exprs))
+
+
+@given(changes)
+def test_row_change_round_trips_exactly(c: RowChange) -> None:
+    """A RowChange decodes to an equal RowChange, key as a tuple of pairs and images as dicts."""
+    back = wire.decode(wire.encode_row_change(c))
+    assert back == c
+    assert isinstance(back, RowChange)
+    assert type(back.op) is CdcOp
+    assert type(back.key) is tuple
+    assert all(type(pair) is tuple for pair in back.key)
+
+
+def test_encoding_is_versioned_json() -> None:
+    """The internal format is a JSON object with the schema version and the event kind."""
+    c = RowChange("public.orders", CdcOp.UPDATE, (("id", 1),), None, {"id": 1}, 5, 6, 7, "9")
+    doc = json.loads(wire.encode_row_change(c))
+    assert (doc["v"], doc["kind"]) == (wire.SCHEMA_VERSION, "row_change")
+    assert doc["change"]["op"] == "u"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"{not json",
+        b"\xff\xfe",
+        b"null",
+        b"[1]",
+        b'"access"',
+        b"42",
+        b'{"v": 2, "kind": "access", "access": {}}',
+        b'{"v": 1}',
+        b'{"v": 1, "kind": "span", "span": {}}',
+        b'{"v": 1, "kind": "access", "access": [1]}',
+        b'{"v": 1, "kind": "access", "access": null}',
+        b'{"v": 1, "kind": "access", "access": {"entity": "x"}}',
+        b'{"v": 1, "kind": "row_change", "change": {"op": "u"}}',
+        b'{"v": 1, "kind": "row_change", "change": "x"}',
+        b'{"v": 1, "kind": "row_change", "change": {"key": 5, "op": "u"}}',
+    ],
+)
+def test_malformed_raises_the_documented_errors(data: bytes) -> None:
+    """Anything malformed raises ValueError, KeyError or TypeError (what stage 2 catches), never anything else."""
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        wire.decode(data)
+
+
+def test_unknown_field_is_rejected() -> None:
+    """A field the event does not have is an error, not silently dropped."""
+    c = RowChange("public.orders", CdcOp.UPDATE, (("id", 1),), None, {"id": 1}, 5, 6, 7, "9")
+    doc: dict[str, Any] = json.loads(wire.encode_row_change(c))
+    doc["change"]["surprise"] = 1
+    with pytest.raises(TypeError):
+        wire.decode(json.dumps(doc).encode())
+
+
+access_fields = st.sampled_from([*wire._ACCESS_FIELDS, "x"])
+change_fields = st.sampled_from([*wire._CHANGE_FIELDS, "x"])
+bodies = st.one_of(
+    st.tuples(st.just("access"), st.dictionaries(access_fields, json_values)),
+    st.tuples(st.just("row_change"), st.dictionaries(change_fields, json_values)),
+    st.tuples(st.sampled_from(["access", "row_change", "other"]), json_values),
+)
+
+
+@given(bodies)
+def test_arbitrary_json_fails_only_with_the_documented_errors(body: tuple[str, Any]) -> None:
+    """Arbitrary JSON in a versioned envelope either decodes or raises ValueError, KeyError or TypeError."""
+    kind, content = body
+    data = json.dumps({"v": 1, "kind": kind, "access" if kind == "access" else "change": content}).encode()
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        wire.decode(data)
