@@ -78,3 +78,86 @@ class IncidentEvent(_Event):
     commits: list[CommitInfo]
     evidence: list[str]
     detected_at_unix_ms: float  # event time (the watermark) when it was judged
+
+
+class RepairInfo(_Event):
+    """One planned code repair of one writer."""
+
+    strategy: str  # row_lock | atomic_update | optimistic_version | stricter_isolation | idempotency_guard
+    file: str
+    function: str
+    statement_before: str
+    statement_after: str
+    lock_before: str
+    lock_after: str
+
+
+class RunInfo(_Event):
+    """One run of the generated test."""
+
+    status: str  # failed (RED) | passed (GREEN) | error (the test itself broke)
+    failure: str  # the assertion or exception that made it fail, as pytest reported it
+    duration_ms: float
+
+
+class DivergenceInfo(_Event):
+    """The first mismatch between the statements production ran and the statements the repro ran."""
+
+    faithful: bool
+    index: int | None
+    expected: str | None
+    actual: str | None
+    mismatch: str | None  # ordering | missing | extra | different_rows | different_outcome
+
+
+class ReproEvent(_Event):
+    """A deterministic reproduction of one incident, and the proof that its repair works."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["repro"] = "repro"
+    fingerprint: str
+    occurrence: str
+    anomaly: str
+    level: str  # sql | app
+    test_path: str
+    test_source: str
+    red: RunInfo
+    green: RunInfo | None
+    patch: str  # unified diff of the planned repairs
+    repairs: list[RepairInfo]
+    sql_rewrites: list[dict[str, str]]
+    divergence: DivergenceInfo
+    proven: bool  # faithful, RED before the repair and GREEN after it
+
+
+class Receipt(_Event):
+    """The numbers behind a verdict, so that anyone can check it."""
+
+    before_errors: int
+    before_requests: int
+    after_errors: int
+    after_requests: int
+    test: str  # e.g. "one-sided conditional binomial (exact)"
+    p_value: float | None
+    interval: list[float] | None
+    must_start_seen: int
+    still_happens_at: list[str]
+    requests_needed: int
+    window_start_unix_ms: float
+    window_end_unix_ms: float
+
+
+class VerdictEvent(_Event):
+    """Whether a deployed build fixed the defect its proof contract names, judged on that build's telemetry."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["verdict"] = "verdict"
+    fingerprint: str
+    contract: str  # the signature that must stop
+    service: str
+    version: str
+    commit: str
+    outcome: str  # FIXED | NOT_FIXED | WORSE | INSUFFICIENT
+    rollback: bool
+    reason: str
+    receipt: Receipt
