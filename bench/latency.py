@@ -1,0 +1,171 @@
+"""Detection latency: from the last event of a collision produced to Kafka until its incident is published.
+
+For each incident, the collision's last input event is the latest Kafka record (by the broker's CreateTime) among
+the span messages of its culprit and victim traces (the shop's exporter keys messages by trace id) and the row
+changes Debezium produced for its entity. Latency = the incident record's CreateTime minus that. Both timestamps
+come from the same broker clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench.shop import db
+from bench.shop.traffic import run_traffic
+from streamer import config
+from streamer.engines import LocalEngines
+from streamer.runtime.app import Daemon
+
+SHOP = {
+    "TRACE_REPRO_SQL__KEY_COLUMNS": json.dumps({"inventory": ["sku"]}),
+    "TRACE_REPRO_SQL__INSERT_IDENTITY": json.dumps({"charges": ["order_id"]}),
+    "TRACE_REPRO_COLLISIONS__INVARIANTS": json.dumps({"inventory": ["stock >= 0"]}),
+}
+
+
+TABLES = ("orders", "inventory", "charges")
+
+
+async def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+        if new:
+            await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+async def _records(bootstrap: str, topics: list[str], stop_after_idle_s: float = 3.0) -> list[Any]:
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                group_id=f"lat-{uuid.uuid4().hex[:8]}", enable_auto_commit=False)  # fmt: skip
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        idle_since = time.monotonic()
+        while time.monotonic() - idle_since < stop_after_idle_s:
+            batch = await consumer.getmany(timeout_ms=300)
+            got = [r for rs in batch.values() for r in rs]
+            if got:
+                idle_since = time.monotonic()
+            out += got
+    finally:
+        await consumer.stop()
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def measure(engines: LocalEngines, *, rounds: int = 10, trace_gap_s: float = 1.0, window_s: float = 1.0,
+                  settle_s: float = 0.5) -> dict[str, Any]:  # fmt: skip
+    """Run the buggy shop for ``rounds`` rounds of each defect under the daemon; latency figures per incident."""
+    tag = uuid.uuid4().hex[:8]
+    prefix = f"lat{tag}"
+    bootstrap = engines.address("kafka")
+    dsn = engines.address("postgres")
+    env = {
+        **SHOP,
+        "TRACE_REPRO_KAFKA_BOOTSTRAP": bootstrap,
+        "TRACE_REPRO_FALKORDB_URL": engines.address("falkordb"),
+        "TRACE_REPRO_ENVIRONMENT": f"latency_{tag}",
+        "TRACE_REPRO_KAFKA__GROUP_ID": f"latency-{tag}",
+        "TRACE_REPRO_KAFKA__SPANS_TOPIC": f"spans-{tag}",
+        "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
+        "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": f"accesses-{tag}",
+        "TRACE_REPRO_KAFKA__INCIDENTS_TOPIC": f"incidents-{tag}",
+        "TRACE_REPRO_KAFKA__DLQ_TOPIC": f"dlq-{tag}",
+        "TRACE_REPRO_KAFKA__POLL_TIMEOUT_MS": "50",
+        "TRACE_REPRO_WINDOWS__TRACE_GAP_S": str(trace_gap_s),
+        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
+        "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
+        "TRACE_REPRO_COLLISIONS__WINDOW_S": str(window_s),
+        "TRACE_REPRO_COLLISIONS__SETTLE_S": str(settle_s),
+        "TRACE_REPRO_HTTP__PORT": "0",
+    }
+    settings = config.load(None, env=env)
+    await asyncio.to_thread(db.apply_schema, dsn)
+    await asyncio.to_thread(engines.capture, ["public.orders", "public.inventory", "public.charges"],
+                            topic_prefix=prefix)  # fmt: skip
+    # Steady state: the topics exist before traffic starts (in production they do). A topic created later
+    # is found by the pattern subscription within metadata_max_age_ms and costs a rebalance.
+    await create_topics(bootstrap, [settings.kafka.spans_topic, *(f"{prefix}.public.{t}" for t in TABLES)])
+    daemon = Daemon(settings)
+    task = asyncio.create_task(daemon.run())
+    try:
+        while not daemon._ready():  # noqa: ASYNC110 - polling another component's state
+            await asyncio.sleep(0.05)
+        summary = await asyncio.to_thread(run_traffic, dsn, bootstrap, scenario="all", rounds=rounds,
+                                          topic=settings.kafka.spans_topic)  # fmt: skip
+        want = sum(r.manifested for r in summary.results)
+        deadline = time.monotonic() + 120
+        while daemon.metrics.incidents._value.get() < want and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
+    finally:
+        daemon.stop.set()
+        await asyncio.wait_for(task, 60)
+    topics = [settings.kafka.spans_topic, settings.kafka.incidents_topic, settings.kafka.accesses_topic,
+              *(f"{prefix}.public.{t}" for t in TABLES)]  # fmt: skip
+    records = await _records(bootstrap, topics)
+    last_by_trace: dict[str, int] = {}
+    last_by_row: dict[str, int] = {}
+    incidents = []
+    last_access: dict[str, int] = {}
+    for r in records:
+        if r.topic == settings.kafka.spans_topic and r.key:
+            trace = r.key.decode()
+            last_by_trace[trace] = max(last_by_trace.get(trace, 0), r.timestamp)
+        elif r.topic == settings.kafka.incidents_topic:
+            incidents.append((r.timestamp, json.loads(r.value)))
+        elif r.topic == settings.kafka.accesses_topic:
+            entity = r.key.decode()
+            if json.loads(r.value)["kind"] == "access":
+                last_access[entity] = max(last_access.get(entity, 0), r.timestamp)
+        elif r.value:
+            table = r.topic.rsplit(".", 1)[-1]
+            key = json.loads(r.key) if r.key else {}
+            value = json.loads(r.value)
+            image = value.get("after") or value.get("before") or {}
+            row = (
+                f"{table}:order_id={image.get('order_id')}"
+                if table == "charges"
+                else f"{table}:{next(iter(key.values()), '')}"
+            )
+            last_by_row[row] = max(last_by_row.get(row, 0), r.timestamp)
+    latencies, ingest, judge = [], [], []
+    for published_ms, event in incidents:
+        inputs = [last_by_trace.get(event["culprit"]["trace_id"], 0), last_by_trace.get(event["victim"]["trace_id"], 0),
+                  last_by_row.get(event["entity"], 0)]  # fmt: skip
+        latencies.append((published_ms - max(inputs)) / 1000)
+        handed = last_access.get(event["entity"], 0)
+        ingest.append((handed - max(inputs)) / 1000)
+        judge.append((published_ms - handed) / 1000)
+    return {
+        "rounds": rounds,
+        "defects_manifested": want,
+        "incidents": len(incidents),
+        "latency_p50_s": round(percentile(latencies, 0.5), 3) if latencies else None,
+        "latency_p99_s": round(percentile(latencies, 0.99), 3) if latencies else None,
+        "latency_max_s": round(max(latencies), 3) if latencies else None,
+        "stage1_p50_s": round(percentile(ingest, 0.5), 3) if ingest else None,
+        "stage2_p50_s": round(percentile(judge, 0.5), 3) if judge else None,
+        "settings": {"trace_gap_s": trace_gap_s, "causal_window_s": window_s, "settle_s": settle_s, "idle_s": 0.5},
+        "floor_s": trace_gap_s + window_s + settle_s,
+    }
+
+
+if __name__ == "__main__":
+    engines = LocalEngines()
+    engines.up()
+    print(json.dumps(asyncio.run(measure(engines)), indent=2))
