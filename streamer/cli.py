@@ -65,7 +65,8 @@ def _exports(local: LocalEngines) -> str:
 def _run(args: argparse.Namespace) -> int:
     from streamer.daemon import run
 
-    return run(args.config)
+    stages = ("ingest", "entities") if args.stage == "all" else (args.stage,)
+    return run(args.config, stages)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
+    run.add_argument(
+        "--stage",
+        choices=["all", "ingest", "entities"],
+        default="all",
+        help="run both stages (default) or one, to scale them as separate consumer groups",
+    )
     return p
 
 

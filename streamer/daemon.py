@@ -8,7 +8,7 @@ from pathlib import Path
 from streamer import config
 
 
-def run(config_path: Path | None) -> int:
+def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities")) -> int:
     try:
         settings = config.load(config_path)
     except config.ConfigError as exc:
@@ -16,4 +16,4 @@ def run(config_path: Path | None) -> int:
         return 2
     from streamer.runtime.app import serve
 
-    return serve(settings)
+    return serve(settings, stages)

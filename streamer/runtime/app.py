@@ -120,8 +120,8 @@ class Daemon:
         return 0
 
 
-async def _main(settings: Settings) -> int:
-    daemon = Daemon(settings)
+async def _main(settings: Settings, stages: tuple[str, ...]) -> int:
+    daemon = Daemon(settings, stages=stages)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.stop.set)
@@ -132,6 +132,6 @@ async def _main(settings: Settings) -> int:
         return 1
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, stages: tuple[str, ...] = ("ingest", "entities")) -> int:
     logs.configure()
-    return asyncio.run(_main(settings))
+    return asyncio.run(_main(settings, stages))
