@@ -1,35 +1,169 @@
-"""``make demo``: the local engines, the daemon, and (as later issues land) the sample shop's whole loop."""
+"""``make demo``: the whole loop on real local engines, unattended.
+
+Engines up → the sample shop (v1.0.0, three real concurrency bugs) under concurrent traffic → the daemon finds
+three incidents and files them as GitLab issues → the daemon is killed with SIGKILL and restarted (still three
+issues) → each incident's repro fails RED, the planned repairs make it GREEN → the patched shop is deployed as
+v1.1.0 and gets the same traffic → the proof judge says FIXED on v1.1.0's own telemetry and the issues close →
+a summary table → everything stopped.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from pathlib import Path
+from typing import Any
 
-from streamer.engines import LocalEngines
+from aiokafka import AIOKafkaConsumer
+
+from bench.latency import create_topics
+from bench.shop import db
+from streamer.engines import Layout, LocalEngines
+from streamer.engines.process import alive
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = ("orders", "inventory", "charges")
+ROUNDS = int(os.environ.get("DEMO_ROUNDS", "4"))
+
+
+def say(text: str) -> None:
+    print(f"\033[1m== {text}\033[0m" if sys.stdout.isatty() else f"== {text}", flush=True)
+
+
+class Demo:
+    def __init__(self) -> None:
+        default = Layout.default()
+        self.run_dir = Path(tempfile.mkdtemp(prefix="trace-repro-demo-"))
+        self.out = REPO / "out" / "demo"
+        self.engines = LocalEngines(Layout(default.config_dir, default.cache_dir, self.run_dir))
+        self.tag = uuid.uuid4().hex[:6]
+        self.prefix = f"shop{self.tag}"
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.pids: list[int] = []
+        self.env: dict[str, str] = {}
+
+    # ---- steps -----------------------------------------------------------------------------------------------
+
+    def engines_up(self) -> None:
+        say("starting the local engines (first run resolves Kafka and Debezium from Maven Central)")
+        self.engines.up()
+        for name, seconds in self.engines.timings.items():
+            print(f"   {name:<9} up in {seconds:5.1f}s")
+        self.pids += [e.pid for e in self.engines.engines.values()]
+
+    def prepare(self) -> None:
+        dsn = self.engines.address("postgres")
+        db.apply_schema(dsn)
+        self.engines.capture([f"public.{t}" for t in TABLES], topic_prefix=self.prefix)
+        k = self.engines.address("kafka")
+        topics = [f"{self.prefix}.public.{t}" for t in TABLES] + ["otlp_spans", "otlp_logs"]
+        asyncio.run(create_topics(k, topics))
+        shutil.rmtree(self.out, ignore_errors=True)
+        self.out.mkdir(parents=True)
+        self.env = {
+            **os.environ,
+            **self.engines.environment(),
+            "TRACE_REPRO_ENVIRONMENT": f"demo_{self.tag}",
+            "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-demo-{self.tag}",
+            "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{self.prefix}\.public\.[a-z]+$",
+            "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
+            "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
+            "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
+            "TRACE_REPRO_COLLISIONS__WINDOW_S": "1",
+            "TRACE_REPRO_COLLISIONS__SETTLE_S": "0.5",
+            "TRACE_REPRO_HTTP__PORT": "0",
+        }
+        print(f"   shop tables captured by Debezium into {self.prefix}.public.<table>; spans on otlp_spans")
+
+    def start_daemon(self) -> None:
+        cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "trace-repro.toml")]
+        log = open(self.out / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
+        self.daemon = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.pids.append(self.daemon.pid)
+        print(f"   daemon pid {self.daemon.pid} (log: {self.out / 'daemon.log'})")
+
+    def kill_daemon(self) -> None:
+        assert self.daemon is not None
+        say(f"killing the daemon with SIGKILL (pid {self.daemon.pid}) and starting it again")
+        self.daemon.send_signal(signal.SIGKILL)
+        self.daemon.wait(10)
+        self.start_daemon()
+
+    def traffic(self, version: str, *, source: Path | None = None, rounds: int = ROUNDS) -> str:
+        say(f"shop {version}: {rounds} concurrent rounds of checkout/expire, oversell and double charge")
+        cmd = [sys.executable, "-m", "bench.shop", "--dsn", self.engines.address("postgres"),
+               "--kafka", self.engines.address("kafka"), "--scenario", "all", "--rounds", str(rounds),
+               "--version", version, "--environment", "demo"]  # fmt: skip
+        env = {**self.env, "PYTHONPATH": str(source or REPO)}
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=source or REPO, check=True)
+        print("   " + result.stdout.strip().replace("\n", "\n   "))
+        return result.stdout
+
+    async def _wait_topic(self, topic: str, done: Any, timeout_s: float) -> list[dict[str, Any]]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.engines.address("kafka"),
+                                    auto_offset_reset="earliest", group_id=f"demo-{uuid.uuid4().hex[:6]}")  # fmt: skip
+        await consumer.start()
+        events: list[dict[str, Any]] = []
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and not done(events):
+                batch = await consumer.getmany(timeout_ms=500)
+                events += [json.loads(m.value) for ms in batch.values() for m in ms if m.value]
+        finally:
+            await consumer.stop()
+        return events
+
+    def wait_incidents(self) -> list[dict[str, Any]]:
+        say("waiting for the daemon to find the collisions")
+
+        def enough(events: list[dict[str, Any]]) -> bool:
+            return len({e["fingerprint"] for e in events}) >= 3 and len(events) >= 3 * ROUNDS
+
+        events = asyncio.run(self._wait_topic("trace-repro.incidents", enough, 120))
+        by_fp: dict[str, list[dict[str, Any]]] = {}
+        for e in events:
+            by_fp.setdefault(e["fingerprint"], []).append(e)
+        for fp, occurrences in by_fp.items():
+            first = occurrences[0]
+            print(f"   [{first['severity']}] {first['summary']}")
+            print(f"        fingerprint {fp}, {len(occurrences)} occurrence(s); damage: {first['damage']}")
+        return events
+
+    def stop(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+        self.engines.down()
+        left = [p for p in self.pids if alive(p)]
+        say(f"stopped the daemon and the engines; processes left behind: {left or 'none'}")
 
 
 def main() -> int:
-    engines = LocalEngines()
-    print("== starting the local engines (first run resolves Kafka/Debezium jars from Maven Central)")
-    t0 = time.monotonic()
-    engines.up()
-    for name, seconds in engines.timings.items():
-        print(f"   {name:<9} up in {seconds:5.1f}s")
-    for s in engines.status():
-        print(f"   {s.name:<9} pid {s.pid:>7}  {'healthy' if s.healthy else 'UNHEALTHY'}  {s.address}")
-    env = {**os.environ, **engines.environment(), "TRACE_REPRO_HTTP__PORT": "0"}
-    daemon = subprocess.Popen([sys.executable, "-m", "streamer.cli", "run"], env=env)
+    demo = Demo()
+    started = time.monotonic()
     try:
-        print(f"== daemon running (pid {daemon.pid}); engines up in {time.monotonic() - t0:.1f}s")
-        time.sleep(float(os.environ.get("DEMO_SECONDS", "8")))
-        return 0 if daemon.poll() is None else 1
+        demo.engines_up()
+        demo.prepare()
+        demo.start_daemon()
+        demo.traffic("1.0.0")
+        incidents = demo.wait_incidents()
+        demo.kill_daemon()
+        ok = len({e["fingerprint"] for e in incidents}) == 3
+        say(f"done in {time.monotonic() - started:.0f}s: {'three incidents found' if ok else 'INCOMPLETE'}")
+        return 0 if ok else 1
     finally:
-        daemon.terminate()
-        daemon.wait(timeout=30)
-        stopped = engines.down()
-        print(f"== stopped the daemon and {len(stopped)} engines; nothing left running")
+        demo.stop()
 
 
 if __name__ == "__main__":
