@@ -1,0 +1,779 @@
+"""``make bench``: throughput ceilings of each part of the pipeline, and the real daemon end to end, in one run.
+
+    .venv/bin/python -m bench.run [--spans N] [--quick] [--set section__key=value ...]
+    .venv/bin/python -m bench.run --profile            # only the stage-only path, under cProfile
+    .venv/bin/python -m bench.run --profile-daemon     # the end-to-end daemon under cProfile (out/daemon.prof)
+
+Phases, over the same generated OTLP messages (``bench.otlp_gen``), all in spans per second:
+
+1. decode-only ceiling: ``decode_traces_proto`` over every message, in process;
+2. stage-only ceiling: ``IngestStage.process`` over ``Record`` s in batches of ``kafka.max_poll_records`` (decode,
+   trace assembly, SQL analysis, windows, graph rows, access encoding), with an injected clock that is moved
+   on at the end so that every trace and window closes (that final flush is timed too);
+3. FalkorDB-write ceiling: the graph batches of phase 2, written with ``GraphWriter.write`` into a fresh graph
+   (only the writes are timed; the bench's own CPU time during the writes is the client-side share);
+4. Kafka: every message produced to a fresh topic (timed: produce MB/s), then read back by a plain consumer
+   (``getmany``, ``max_records=500``), spans counted from the known per-message counts, nothing decoded;
+5. end to end: the real daemon (``python -m streamer.cli run``, both stages) in a subprocess, on that topic,
+   with a unique group, graph and internal topics, ``trace_gap_s = idle_s = window_s = 1``, no lateness. Timed
+   from the moment its ingest consumer got the spans partition (stamped in the daemon's log) until it has
+   committed the end of the topic AND the graph holds every Trace that phase 2 produced. That includes closing
+   the last traces and windows (gap + idle); nothing is subtracted. The time until /metrics showed every
+   message consumed is reported too, with the daemon's own counters (busy time, graph-write time), the CPU
+   each process used (engines only when the bench started them) and the daemon's peak RSS (``VmHWM``).
+
+Engines: the running ones named by ``TRACE_REPRO_KAFKA_BOOTSTRAP`` and ``TRACE_REPRO_FALKORDB_URL`` when both
+are set (the bench's topics and graphs are deleted afterwards unless ``--keep``), otherwise a private Kafka and
+FalkorDB in a temporary run directory, stopped at the end. Results go to ``out/bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import os
+import platform
+import pstats
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import falkordb
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench.otlp_gen import Generated, generate_run
+from processors.graph_rows import GraphBatch
+from sinks.falkordb_graph import GraphWriter
+from streamer import config
+from streamer.config import Settings
+from streamer.decode import decode_traces_proto
+from streamer.engines import Layout, LocalEngines
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.records import Record
+from streamer.runtime.stage1 import IngestStage
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "out"
+MB = 1024 * 1024
+TARGET_SPANS_PER_S = 50_000
+TARGET_RATIO = 0.5
+
+
+# ---- engines and settings ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Engines:
+    kafka: str
+    falkordb: str
+    pids: dict[str, int] = field(default_factory=dict)  # known only for the private engines
+    private: bool = True
+
+
+@contextlib.contextmanager
+def engines() -> Iterator[Engines]:
+    kafka, graph = os.environ.get("TRACE_REPRO_KAFKA_BOOTSTRAP"), os.environ.get("TRACE_REPRO_FALKORDB_URL")
+    if kafka and graph:
+        yield Engines(kafka, graph, private=False)
+        return
+    default = Layout.default()
+    run_dir = Path(tempfile.mkdtemp(prefix="trace-repro-bench-"))
+    local = LocalEngines(Layout(config_dir=default.config_dir, cache_dir=default.cache_dir, run_dir=run_dir))
+    try:
+        begin = time.monotonic()
+        states = local.up(["kafka", "falkordb"])
+        print(f"   private Kafka + FalkorDB up in {time.monotonic() - begin:.1f}s ({run_dir})")
+        yield Engines(local.address("kafka"), local.address("falkordb"), {n: s.pid for n, s in states.items()})
+    finally:
+        local.down()
+
+
+def settings_env(
+    kafka: str, graph_url: str, tag: str, spans_topic: str, http_port: int = 0, overrides: Sequence[str] = ()
+) -> dict[str, str]:
+    """``TRACE_REPRO_*`` for a daemon with its own group, graph and topics (like ``tests/harness.py``).
+
+    ``overrides`` are ``SECTION__KEY=VALUE`` settings (``--set``) applied to the stage and the daemon alike.
+    """
+    env = {
+        "TRACE_REPRO_KAFKA_BOOTSTRAP": kafka,
+        "TRACE_REPRO_FALKORDB_URL": graph_url,
+        "TRACE_REPRO_ENVIRONMENT": f"bench_{tag}",
+        "TRACE_REPRO_KAFKA__GROUP_ID": f"bench-{tag}",
+        "TRACE_REPRO_KAFKA__SPANS_TOPIC": spans_topic,
+        "TRACE_REPRO_KAFKA__LOGS_TOPIC": f"bench-logs-{tag}",
+        "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^benchcdc{tag}\.[^.]+\.[^.]+$",
+        "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": f"bench-accesses-{tag}",
+        "TRACE_REPRO_KAFKA__ACCESSES_PARTITIONS": "2",
+        "TRACE_REPRO_KAFKA__DLQ_TOPIC": f"bench-dlq-{tag}",
+        "TRACE_REPRO_KAFKA__INCIDENTS_TOPIC": f"bench-incidents-{tag}",
+        "TRACE_REPRO_KAFKA__REPROS_TOPIC": f"bench-repros-{tag}",
+        "TRACE_REPRO_KAFKA__VERDICTS_TOPIC": f"bench-verdicts-{tag}",
+        "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
+        "TRACE_REPRO_WINDOWS__IDLE_S": "1",
+        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
+        "TRACE_REPRO_WINDOWS__WINDOW_S": "1",
+        "TRACE_REPRO_HTTP__PORT": str(http_port),
+    }
+    for item in overrides:
+        key, _, value = item.partition("=")
+        env[f"TRACE_REPRO_{key.upper()}"] = value
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _proc_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process (None when unknown or gone)."""
+    if not pid:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_status_mb(pid: int, key: str) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_deltas(before: dict[str, float | None], after: dict[str, float | None], seconds: float) -> dict[str, float]:
+    """CPU used per process over an interval, as a share of one core."""
+    return {
+        name: round(((after[name] or 0.0) - b) / seconds, 2)
+        for name, b in before.items()
+        if b is not None and after.get(name) is not None and seconds > 0
+    }
+
+
+def _rate(n: float, seconds: float) -> float:
+    return n / seconds if seconds > 0 else 0.0
+
+
+# ---- in-process ceilings -------------------------------------------------------------------------------------
+
+
+def bench_decode(gen: Generated) -> dict[str, Any]:
+    decode = decode_traces_proto
+    begin = time.perf_counter()
+    n = 0
+    for m in gen.messages:
+        n += len(decode(m))
+    seconds = time.perf_counter() - begin
+    assert n == gen.spans, (n, gen.spans)
+    return {"spans": n, "seconds": seconds, "spans_per_s": _rate(n, seconds)}
+
+
+class _Clock:
+    """The stage's wall clock, frozen while it works (nothing is idle) and moved on to close everything."""
+
+    def __init__(self) -> None:
+        self.now = time.time_ns()
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _records(gen: Generated, topic: str) -> list[Record]:
+    ts = gen.start_ns // 1_000_000
+    return [Record(topic, 0, i, None, m, ts) for i, m in enumerate(gen.messages)]
+
+
+def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[GraphBatch], dict[str, Any]]:
+    """Every message through a fresh ``IngestStage``; returns the graph batches (if ``keep``) and the figures."""
+    clock = _Clock()
+    stage = IngestStage(settings, Metrics(), clock)
+    records = _records(gen, settings.kafka.spans_topic)
+    step = settings.kafka.max_poll_records
+    batches: list[GraphBatch] = []
+    produced = 0
+    begin = time.perf_counter()
+    for i in range(0, len(records), step):
+        out = stage.process(records[i : i + step])
+        produced += len(out.produce)
+        if keep:
+            batches.append(out.graph)
+    clock.now += 3600 * 1_000_000_000  # every partition idle: event time follows the clock, all state closes
+    out = stage.process([])
+    seconds = time.perf_counter() - begin
+    produced += len(out.produce)
+    if keep:
+        batches.append(out.graph)
+    assert len(stage.traces) == 0 and len(stage.windows) == 0, "stage kept open state"
+    figures = {
+        "spans": gen.spans,
+        "seconds": seconds,
+        "spans_per_s": _rate(gen.spans, seconds),
+        "batch_messages": step,
+        "accesses_produced": produced,
+        "sql": dict(stage.extractor.counters),
+    }
+    return batches, figures
+
+
+def bench_stage(gen: Generated, settings: Settings) -> tuple[list[GraphBatch], dict[str, Any]]:
+    batches, figures = run_stage(gen, settings, keep=True)
+    rows = {name: sum(len(getattr(b, name)) for b in batches) for name in GraphBatch.__slots__}
+    figures["graph_rows"] = {k: v for k, v in rows.items() if v}
+    figures["detailed_traces"] = len({r["id"] for b in batches for r in b.traces})
+    return batches, figures
+
+
+def profile_stage(gen: Generated, settings: Settings, top: int) -> None:
+    OUT.mkdir(exist_ok=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    _, figures = run_stage(gen, settings, keep=False)
+    prof.disable()
+    path = OUT / "stage.prof"
+    prof.dump_stats(path)
+    print(f"stage-only under cProfile: {figures['spans_per_s']:,.0f} spans/s (profiler overhead included); {path}")
+    stats = pstats.Stats(prof)
+    stats.strip_dirs()
+    for order in ("cumulative", "tottime"):
+        print(f"\n---- top {top} by {order} ----")
+        stats.sort_stats(order).print_stats(top)
+
+
+# ---- FalkorDB ------------------------------------------------------------------------------------------------
+
+
+def _graph(url: str, name: str) -> Any:
+    host, port = url.removeprefix("redis://").rsplit(":", 1)
+    return falkordb.FalkorDB(host=host, port=int(port)).select_graph(name)
+
+
+def _count(url: str, graph: str, label: str) -> int:
+    rows = _graph(url, graph).query(f"MATCH (n:{label}) RETURN count(n)").result_set
+    return int(rows[0][0]) if rows else 0
+
+
+def _delete_graph(url: str, name: str) -> None:
+    with contextlib.suppress(Exception):
+        _graph(url, name).delete()
+
+
+async def bench_write(
+    eng: Engines, graph: str, batches: list[GraphBatch], spans: int, settings: Settings, expected: int
+) -> dict[str, Any]:
+    writer = GraphWriter(
+        eng.falkordb, graph, batch_rows=settings.falkordb.batch_rows, timeout_ms=settings.falkordb.query_timeout_ms
+    )
+    await writer.bootstrap()
+    rows = 0
+    cpu_before = {"falkordb": _proc_cpu_s(eng.pids.get("falkordb"))}
+    client_cpu = time.process_time()
+    begin = time.perf_counter()
+    for batch in batches:
+        rows += await writer.write(batch)
+    seconds = time.perf_counter() - begin
+    client_cpu = time.process_time() - client_cpu
+    cpu = _cpu_deltas(cpu_before, {"falkordb": _proc_cpu_s(eng.pids.get("falkordb"))}, seconds)
+    await writer.close()
+    traces = _count(eng.falkordb, graph, "Trace")
+    assert traces == expected, f"graph holds {traces} traces, expected {expected}"
+    return {
+        "spans": spans,
+        "rows": rows,
+        "statements": len(batches),
+        "seconds": seconds,
+        "spans_per_s": _rate(spans, seconds),
+        "rows_per_s": _rate(rows, seconds),
+        "client_cpu_share": client_cpu / seconds if seconds else 0.0,
+        "cpu_cores": cpu,
+    }
+
+
+# ---- Kafka ---------------------------------------------------------------------------------------------------
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, prefix_tag: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith("bench-") and prefix_tag in t]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+async def bench_produce(eng: Engines, topic: str, gen: Generated) -> dict[str, Any]:
+    await create_topic(eng.kafka, topic)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=eng.kafka, max_request_size=16 * MB, linger_ms=5, max_batch_size=1 * MB
+    )
+    await producer.start()
+    try:
+        before = {"kafka": _proc_cpu_s(eng.pids.get("kafka"))}
+        begin = time.perf_counter()
+        futures = [await producer.send(topic, m) for m in gen.messages]
+        last = (await asyncio.gather(*futures))[-1]
+        seconds = time.perf_counter() - begin
+        cpu = _cpu_deltas(before, {"kafka": _proc_cpu_s(eng.pids.get("kafka"))}, seconds)
+    finally:
+        await producer.stop()
+    assert last.offset == len(gen.messages) - 1, (last.offset, len(gen.messages))
+    return {
+        "messages": len(gen.messages),
+        "bytes": gen.bytes,
+        "seconds": seconds,
+        "mb_per_s": _rate(gen.bytes / MB, seconds),
+        "messages_per_s": _rate(len(gen.messages), seconds),
+        "spans_per_s": _rate(gen.spans, seconds),
+        "cpu_cores": cpu,
+    }
+
+
+async def bench_consume(eng: Engines, topic: str, gen: Generated, settings: Settings) -> dict[str, Any]:
+    k = settings.kafka
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=eng.kafka,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=min(k.fetch_max_bytes, 16 * MB),
+        fetch_max_bytes=k.fetch_max_bytes,
+    )
+    await consumer.start()
+    counts = gen.span_counts
+    messages = spans = size = 0
+    try:
+        begin = time.perf_counter()
+        deadline = time.monotonic() + 120
+        while messages < len(counts):
+            assert time.monotonic() < deadline, f"consumed {messages} of {len(counts)} messages"
+            batch = await consumer.getmany(timeout_ms=500, max_records=500)
+            for records in batch.values():
+                for r in records:
+                    messages += 1
+                    spans += counts[r.offset]
+                    size += len(r.value)
+        seconds = time.perf_counter() - begin
+    finally:
+        await consumer.stop()
+    return {
+        "messages": messages,
+        "spans": spans,
+        "seconds": seconds,
+        "spans_per_s": _rate(spans, seconds),
+        "mb_per_s": _rate(size / MB, seconds),
+    }
+
+
+# ---- end to end ----------------------------------------------------------------------------------------------
+
+
+def _daemon_metrics(port: int) -> dict[str, float]:
+    """Where the daemon's time went, from its own counters: batches, graph writes, messages produced."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return {}
+    wanted = {
+        "ingest_batches": r'trace_repro_batch_seconds_count\{stage="ingest"\}',
+        "ingest_batch_s": r'trace_repro_batch_seconds_sum\{stage="ingest"\}',
+        "entities_batch_s": r'trace_repro_batch_seconds_sum\{stage="entities"\}',
+        "graph_writes": r"trace_repro_graph_write_seconds_count",
+        "graph_write_s": r"trace_repro_graph_write_seconds_sum",
+        "graph_rows": r"trace_repro_graph_rows_written_total",
+    }
+    out: dict[str, float] = {}
+    for name, pattern in wanted.items():
+        m = re.search(rf"^{pattern} (\S+)$", text, re.M)
+        if m:
+            out[name] = float(m.group(1))
+    out["published"] = sum(
+        float(v) for v in re.findall(r"^trace_repro_published_messages_total\{[^}]*\} (\S+)$", text, re.M)
+    )
+    return out
+
+
+def _scrape(port: int, spans_topic: str) -> tuple[int, bool]:
+    """(messages consumed from the spans topic, reachable) from the daemon's /metrics."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return 0, False
+    m = re.search(rf'^trace_repro_consumed_messages_total\{{topic="{re.escape(spans_topic)}"\}} (\S+)$', text, re.M)
+    return (int(float(m.group(1))) if m else 0), True
+
+
+def _assigned_at(log: Path, spans_topic: str) -> float | None:
+    """Unix time at which the ingest stage got the spans partition, from the daemon's JSON log."""
+    with contextlib.suppress(OSError):
+        for line in log.read_text(errors="replace").splitlines():
+            if '"partitions.assigned"' not in line or spans_topic not in line:
+                continue
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                event = json.loads(line)
+                return datetime.fromisoformat(event["timestamp"]).timestamp()
+    return None
+
+
+async def _committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
+    offsets = await admin.list_consumer_group_offsets(group)
+    return sum(max(o.offset, 0) for tp, o in offsets.items() if tp.topic == topic)
+
+
+async def bench_end_to_end(
+    eng: Engines,
+    env: dict[str, str],
+    settings: Settings,
+    gen: Generated,
+    expected_traces: int,
+    log: Path,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    """The daemon on the pre-filled spans topic; times are Unix seconds (the daemon's log stamps assignment).
+
+    With ``profile``, the daemon runs under cProfile and dumps its profile there when it stops.
+    """
+    spans_topic, group, graph = settings.kafka.spans_topic, settings.kafka.group_id, settings.graph_name
+    port = int(env["TRACE_REPRO_HTTP__PORT"])
+    end_offset = len(gen.messages)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACE_REPRO_")} | env
+    admin = AIOKafkaAdminClient(bootstrap_servers=eng.kafka)
+    await admin.start()
+    t: dict[str, float] = {}
+    cpu_at_start: dict[str, float | None] = {}
+    with log.open("wb") as log_file:
+        launch = time.time()
+        profiler = ["-m", "cProfile", "-o", str(profile)] if profile else []
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *profiler,
+            "-m",
+            "streamer.cli",
+            "run",
+            env=child_env,
+            cwd=REPO,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        pids = {"daemon": proc.pid, **eng.pids}
+        try:
+            deadline = launch + 90 + gen.spans / 2_000
+            consumed = committed = traces = 0
+            while True:
+                if proc.returncode is not None:
+                    raise RuntimeError(f"daemon exited with {proc.returncode}; see {log}")
+                if time.time() > deadline:
+                    raise TimeoutError(
+                        f"daemon: consumed {consumed}/{end_offset} messages, committed {committed}, "
+                        f"{traces}/{expected_traces} traces; see {log}"
+                    )
+                if "assigned" not in t:
+                    assigned = _assigned_at(log, spans_topic)
+                    if assigned is not None:
+                        t["assigned"] = assigned
+                        cpu_at_start = {n: _proc_cpu_s(p) for n, p in pids.items()}
+                        t["cpu_from"] = time.time()
+                consumed, _ = _scrape(port, spans_topic)
+                if consumed and "first" not in t:
+                    t["first"] = time.time()
+                if consumed >= end_offset and "assigned" in t:
+                    t.setdefault("consumed", time.time())
+                    if "committed" not in t:
+                        committed = await _committed(admin, group, spans_topic)
+                        if committed >= end_offset:
+                            t["committed"] = time.time()
+                    if "graph" not in t:
+                        traces = _count(eng.falkordb, graph, "Trace")
+                        if traces >= expected_traces:
+                            t["graph"] = time.time()
+                    if "committed" in t and "graph" in t:
+                        break
+                await asyncio.sleep(0.05 if "assigned" not in t else 0.2)
+            done = max(t["committed"], t["graph"])
+            cpu = _cpu_deltas(cpu_at_start, {n: _proc_cpu_s(p) for n, p in pids.items()}, done - t["cpu_from"])
+            hwm, rss = _proc_status_mb(proc.pid, "VmHWM"), _proc_status_mb(proc.pid, "VmRSS")
+            inside = _daemon_metrics(port)
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+            await admin.close()
+    traces = _count(eng.falkordb, graph, "Trace")
+    start = t["assigned"]
+    seconds = done - start
+    return {
+        "spans": gen.spans,
+        "seconds": seconds,
+        "spans_per_s": _rate(gen.spans, seconds),
+        "startup_s": start - launch,
+        "consumed_s": t["consumed"] - start,
+        "consumed_spans_per_s": _rate(gen.spans, t["consumed"] - start),
+        "committed_s": t["committed"] - start,
+        "graph_s": t["graph"] - start,
+        "traces": traces,
+        "expected_traces": expected_traces,
+        "daemon_peak_rss_mb": hwm,
+        "daemon_rss_mb": rss,
+        "daemon_metrics": inside,
+        "cpu_cores": cpu,
+        "log": str(log),
+    }
+
+
+# ---- report --------------------------------------------------------------------------------------------------
+
+
+def _fmt(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def report(results: dict[str, Any]) -> str:
+    p = results["phases"]
+    c = results["config"]
+    lines = [
+        "",
+        f"trace-repro bench: {c['spans']:,} spans, {c['traces']:,} traces ({c['db_spans'] / c['spans']:.1%} DB spans, "
+        f"{c['error_traces'] / c['traces']:.1%} error traces), {c['messages']:,} messages of {c['spans_per_message']} "
+        f"spans ({c['bytes'] / MB:.1f} MB), {c['cpus']} CPUs",
+        "",
+        f"{'phase':<26}{'spans/s':>12}{'seconds':>10}   notes",
+        "-" * 100,
+    ]
+
+    def row(name: str, spans_per_s: float, seconds: float, note: str = "") -> None:
+        lines.append(f"{name:<26}{_fmt(spans_per_s):>12}{seconds:>10.2f}   {note}")
+
+    g = p["generate"]
+    row("generate (not a ceiling)", g["spans_per_s"], g["seconds"], "OTLP protobuf, encoded once")
+    d = p["decode"]
+    row("decode-only ceiling", d["spans_per_s"], d["seconds"], "decode_traces_proto")
+    s = p["stage"]
+    note = f"IngestStage.process; {s['detailed_traces']:,} detailed traces, {s['accesses_produced']:,} accesses"
+    row("stage-only ceiling", s["spans_per_s"], s["seconds"], note)
+    if "falkordb_write" in p:
+        w = p["falkordb_write"]
+        cores = w["cpu_cores"].get("falkordb")
+        server = f", server {cores:.2f} core" if cores is not None else ""
+        note = f"{_fmt(w['rows_per_s'])} rows/s ({w['rows']:,} rows); client {w['client_cpu_share']:.2f} core{server}"
+        row("FalkorDB-write ceiling", w["spans_per_s"], w["seconds"], note)
+    if "kafka_produce" in p:
+        k = p["kafka_produce"]
+        row(
+            "Kafka produce",
+            k["spans_per_s"],
+            k["seconds"],
+            f"{k['mb_per_s']:.1f} MB/s, {_fmt(k['messages_per_s'])} msg/s (setup, not a ceiling)",
+        )
+        k = p["kafka_consume"]
+        row("Kafka-consume ceiling", k["spans_per_s"], k["seconds"], f"{k['mb_per_s']:.1f} MB/s, getmany(500)")
+    if "end_to_end" in p:
+        e = p["end_to_end"]
+        cores = ", ".join(f"{n} {v:.2f}" for n, v in e["cpu_cores"].items())
+        row(
+            "end to end",
+            e["spans_per_s"],
+            e["seconds"],
+            f"partition assigned -> committed + {e['traces']:,} traces in the graph",
+        )
+        row(
+            "  until all consumed",
+            e["consumed_spans_per_s"],
+            e["consumed_s"],
+            f"(polled every 0.2s); daemon startup {e['startup_s']:.1f}s before; cores: {cores}",
+        )
+        m = e.get("daemon_metrics") or {}
+        if "ingest_batch_s" in m:
+            busy, write = m["ingest_batch_s"], m.get("graph_write_s", 0.0)
+            lines.append(
+                f"{'':<48}daemon: {m.get('ingest_batches', 0):.0f} ingest batches, "
+                f"busy {busy:.1f}s of {e['seconds']:.1f}s "
+                f"(graph writes {write:.1f}s, process+produce+commit {busy - write:.1f}s); "
+                f"entities stage {m.get('entities_batch_s', 0.0):.1f}s; {m.get('published', 0):,.0f} messages produced"
+            )
+        lines.append("-" * 100)
+        r = results["ratio"]
+        lines.append(
+            f"end to end / slowest ceiling ({r['slowest']}, {_fmt(r['slowest_spans_per_s'])} spans/s) = "
+            f"{r['end_to_end_over_slowest']:.2f}   (target: {_fmt(TARGET_SPANS_PER_S)} spans/s at >= {TARGET_RATIO})"
+        )
+    lines.append(
+        f"peak RSS: bench process {results['rss']['bench_peak_mb']:.0f} MB"
+        + (
+            f", daemon {results['rss']['daemon_peak_mb']:.0f} MB (VmHWM)"
+            if results["rss"].get("daemon_peak_mb")
+            else ""
+        )
+    )
+    return "\n".join(lines)
+
+
+# ---- main ----------------------------------------------------------------------------------------------------
+
+
+async def _with_engines(
+    args: argparse.Namespace, gen: Generated, batches: list[GraphBatch], results: dict[str, Any], tag: str
+) -> None:
+    p = results["phases"]
+    with engines() as eng:
+        spans_topic = f"bench-spans-{tag}"
+        env = settings_env(eng.kafka, eng.falkordb, tag, spans_topic, _free_port(), args.set)
+        settings = config.load(None, env=env)
+        write_graph = f"bench_write_{tag}"
+        try:
+            print("== FalkorDB-write ceiling")
+            p["falkordb_write"] = await bench_write(
+                eng, write_graph, batches, gen.spans, settings, p["stage"]["detailed_traces"]
+            )
+            batches.clear()
+            _delete_graph(eng.falkordb, write_graph)
+            print("== Kafka produce, then the Kafka-consume ceiling")
+            p["kafka_produce"] = await bench_produce(eng, spans_topic, gen)
+            p["kafka_consume"] = await bench_consume(eng, spans_topic, gen, settings)
+            if not args.no_daemon:
+                print("== end to end: the daemon in a subprocess")
+                OUT.mkdir(exist_ok=True)
+                profile = OUT / "daemon.prof" if args.profile_daemon else None
+                e2e = await bench_end_to_end(
+                    eng, env, settings, gen, p["stage"]["detailed_traces"], OUT / "bench-daemon.log", profile
+                )
+                if profile is not None:
+                    print(f"daemon profile (cProfile overhead included in its figures): {profile}")
+                    stats = pstats.Stats(str(profile))
+                    stats.strip_dirs()
+                    stats.sort_stats("tottime").print_stats(args.top)
+                p["end_to_end"] = e2e
+                results["rss"]["daemon_peak_mb"] = e2e["daemon_peak_rss_mb"]
+        finally:
+            if not eng.private and not args.keep:
+                _delete_graph(eng.falkordb, write_graph)
+                _delete_graph(eng.falkordb, settings.graph_name)
+                await delete_topics(eng.kafka, tag)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--spans", type=int, default=None, help="spans to generate (default 300000; --quick 40000)")
+    ap.add_argument("--quick", action="store_true", help="a smaller run (under a minute)")
+    ap.add_argument("--spans-per-message", type=int, default=300, help="spans per OTLP message (default 300)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-engines", action="store_true", help="only the in-process ceilings")
+    ap.add_argument("--no-daemon", action="store_true", help="skip the end-to-end phase")
+    ap.add_argument("--keep", action="store_true", help="keep the bench topics and graphs on reused engines")
+    ap.add_argument("--profile", action="store_true", help="only profile the stage-only path (cProfile)")
+    ap.add_argument("--profile-daemon", action="store_true", help="run the end-to-end daemon under cProfile")
+    ap.add_argument("--top", type=int, default=30, help="rows of the profile to print")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION__KEY=VALUE",
+        help="a setting for the stage and the daemon, e.g. kafka__max_poll_records=20 (repeatable)",
+    )
+    ap.add_argument("--json", type=Path, default=OUT / "bench.json", help="where to write the results")
+    args = ap.parse_args(argv)
+    spans = args.spans or (40_000 if args.quick else 300_000)
+    tag = uuid.uuid4().hex[:8]
+
+    print(f"== generating {spans:,} spans ({args.spans_per_message}/message, seed {args.seed})")
+    begin = time.perf_counter()
+    gen = generate_run(spans, args.spans_per_message, args.seed)
+    gen_s = time.perf_counter() - begin
+    local_settings = config.load(
+        None, env=settings_env("127.0.0.1:9", "redis://127.0.0.1:9", tag, f"bench-spans-{tag}", 0, args.set)
+    )
+    if args.profile:
+        profile_stage(gen, local_settings, args.top)
+        return 0
+
+    results: dict[str, Any] = {
+        "config": {
+            "spans": gen.spans,
+            "traces": gen.traces,
+            "db_spans": gen.db_spans,
+            "error_traces": gen.error_traces,
+            "messages": len(gen.messages),
+            "spans_per_message": args.spans_per_message,
+            "bytes": gen.bytes,
+            "event_time_s": (gen.end_ns - gen.start_ns) / 1e9,
+            "seed": args.seed,
+            "quick": args.quick,
+            "profiled_daemon": args.profile_daemon,
+            "overrides": args.set,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "windows": local_settings.windows.model_dump(),
+            "detail_policy": local_settings.graph_policy.detail,
+        },
+        "phases": {"generate": {"spans": gen.spans, "seconds": gen_s, "spans_per_s": _rate(gen.spans, gen_s)}},
+        "rss": {},
+    }
+    p = results["phases"]
+    print("== decode-only ceiling")
+    p["decode"] = bench_decode(gen)
+    print("== stage-only ceiling")
+    batches, p["stage"] = bench_stage(gen, local_settings)
+    if not args.no_engines:
+        asyncio.run(_with_engines(args, gen, batches, results, tag))
+    names = ("decode", "stage", "falkordb_write", "kafka_consume")
+    ceilings = {name: p[name]["spans_per_s"] for name in names if name in p}
+    slowest = min(ceilings, key=lambda n: ceilings[n])
+    e2e = "end_to_end" in p
+    results["ratio"] = {
+        "slowest": slowest,
+        "slowest_spans_per_s": ceilings[slowest],
+        "end_to_end_over_slowest": _rate(p["end_to_end"]["spans_per_s"], ceilings[slowest]) if e2e else None,
+        "target_spans_per_s": TARGET_SPANS_PER_S,
+        "target_ratio": TARGET_RATIO,
+    }
+    results["rss"]["bench_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(report(results))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The benchmark's OTLP generator: deterministic, realistic proportions, and decodable by the daemon's decoder."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from bench.otlp_gen import generate, generate_run
+from streamer.decode import decode_traces_proto
+from streamer.events import SpanKind, StatusCode
+
+START_NS = 1_750_000_000_000_000_000
+
+
+@pytest.fixture(scope="module")
+def run() -> object:
+    return generate_run(30_000, 250, seed=7, start_ns=START_NS)
+
+
+def test_deterministic_for_a_seed() -> None:
+    a = generate(3_000, 300, seed=3, start_ns=START_NS)
+    assert a == generate(3_000, 300, seed=3, start_ns=START_NS)
+    assert a != generate(3_000, 300, seed=4, start_ns=START_NS)
+
+
+def test_decodes_into_the_expected_spans(run) -> None:
+    spans = [s for m in run.messages for s in decode_traces_proto(m)]
+    assert len(spans) == run.spans == sum(run.span_counts)
+    assert 30_000 <= run.spans < 30_000 + 100  # whole traces only
+    assert run.span_counts[:-1] == [250] * (len(run.span_counts) - 1)
+    assert [len(decode_traces_proto(m)) for m in run.messages[:5]] == run.span_counts[:5]
+    assert len({s.span_id for s in spans}) == len(spans)
+    assert len({s.trace_id for s in spans}) == run.traces
+    assert 8 <= run.spans / run.traces <= 12
+    assert {s.resource.service for s in spans} == {"frontend", "checkout", "inventory", "payments", "shipping"}
+    assert all(s.resource.version and s.resource.environment == "bench" for s in spans)
+    assert all(START_NS <= s.start_ns <= s.end_ns <= run.end_ns for s in spans)
+    ends = [[s.end_ns for s in decode_traces_proto(m)] for m in run.messages]
+    assert all(max(a) <= min(b) for a, b in itertools.pairwise(ends))  # batched in the order spans end
+    servers = [s for s in spans if s.kind == SpanKind.SERVER]
+    assert servers and all(s.route and s.http_status in (200, 500) for s in servers)
+    assert sum(1 for s in spans if not s.parent_id) == run.traces
+    assert Counter(s.kind for s in spans)[SpanKind.INTERNAL] == len(servers)
+    assert all(s.code_function and s.code_file for s in spans if s.kind == SpanKind.INTERNAL)
+
+
+def test_about_ten_percent_db_spans(run) -> None:
+    spans = [s for m in run.messages for s in decode_traces_proto(m)]
+    db = [s for s in spans if s.db is not None]
+    assert len(db) == run.db_spans
+    assert 0.08 <= len(db) / len(spans) <= 0.12
+    assert {s.db.system for s in db} == {"postgresql"}
+    assert "UPDATE orders SET status = %s WHERE id = %s" in {s.db.statement for s in db}
+    assert all(s.db.params and s.kind == SpanKind.CLIENT for s in db)
+
+
+def test_about_one_percent_error_traces(run) -> None:
+    spans = [s for m in run.messages for s in decode_traces_proto(m)]
+    failed = {s.trace_id for s in spans if s.status == StatusCode.ERROR}
+    assert len(failed) == run.error_traces
+    assert 0.005 <= len(failed) / run.traces <= 0.02
+    with_exception = {s.trace_id for s in spans if s.exception_type}
+    assert with_exception == failed
+    roots = [s for s in spans if not s.parent_id and s.trace_id in failed]
+    assert all(r.status == StatusCode.ERROR and r.http_status == 500 for r in roots)
+
+
+def test_messages_are_grouped_by_resource(run) -> None:
+    msg = TracesData()
+    msg.ParseFromString(run.messages[0])
+    keys = [
+        tuple((kv.key, kv.value.string_value) for kv in rs.resource.attributes if kv.key.startswith("service."))
+        for rs in msg.resource_spans
+    ]
+    assert len(keys) == len(set(keys)) > 1
