@@ -22,7 +22,7 @@ import redis.exceptions
 import structlog
 from falkordb.asyncio import FalkorDB
 
-from processors.graph_rows import GraphBatch, Row
+from processors.graph_rows import SPAN_COLUMNS, GraphBatch, Row
 
 log = structlog.get_logger("trace_repro.graph")
 
@@ -67,12 +67,11 @@ STATEMENTS: dict[str, str] = {
         "t.start = r.start, t.duration_ms = r.duration_ms, t.status = r.status, t.version = r.version"
     ),
     "spans": (
-        "UNWIND $rows AS r MERGE (s:Span {id: r.id}) SET s += r.props "
-        "WITH s, r MATCH (t:Trace {id: r.trace}) MERGE (s)-[:OF]->(t)"
+        "UNWIND $rows AS r MERGE (s:Span {id: r[0]}) SET "
+        + ", ".join(f"s.{c} = r[{i}]" for i, c in enumerate(SPAN_COLUMNS) if c != "id")
+        + " WITH s, r MATCH (t:Trace {id: r[1]}) MERGE (s)-[:OF]->(t)"
     ),
-    "child_of": (
-        "UNWIND $rows AS r MATCH (c:Span {id: r.id}) MATCH (p:Span {id: r.parent}) MERGE (c)-[:CHILD_OF]->(p)"
-    ),
+    "child_of": ("UNWIND $rows AS r MATCH (c:Span {id: r[0]}) MATCH (p:Span {id: r[1]}) MERGE (c)-[:CHILD_OF]->(p)"),
     "entities": "UNWIND $rows AS r MERGE (e:Entity {key: r.entity_key}) SET e.table = r.table",
     "reads": (
         "UNWIND $rows AS r MATCH (s:Span {id: r.span}) MATCH (e:Entity {key: r.entity}) "
@@ -108,8 +107,12 @@ RETRYABLE = (
 )
 
 
-def _rows_for(batch: GraphBatch, name: str) -> list[Row]:
+def _rows_for(batch: GraphBatch, name: str) -> list[Any]:
     rows: list[Row] = getattr(batch, name)
+    if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
+        return [[r[c] for c in SPAN_COLUMNS] for r in rows]
+    if name == "child_of":
+        return [[r["id"], r["parent"]] for r in rows]
     if name == "entities":  # the statement names the key r.entity_key (``key`` is a Cypher keyword in maps)
         return [{"entity_key": r["key"], "table": r["table"]} for r in rows]
     if name in ("services", "operations", "entities"):
@@ -227,7 +230,7 @@ class GraphWriter:
                 written += await self._write_rows(name, statement, rows[start : start + self.batch_rows])
         return written
 
-    async def _write_rows(self, name: str, statement: str, rows: Sequence[Row]) -> int:
+    async def _write_rows(self, name: str, statement: str, rows: Sequence[Any]) -> int:
         if not rows:
             return 0
         try:

@@ -111,7 +111,12 @@ class CollisionConfig(_Section):
 class GraphPolicyConfig(_Section):
     """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
 
-    detail: str = Field("entities_or_errors", pattern="^(all|entities_or_errors|none)$")
+    detail: str = Field(
+        "entities_or_errors",
+        pattern="^(all|entities_or_errors|paths|none)$",
+        description="all spans; every span of traces that touch rows or fail; only their DB/error spans and "
+        "ancestors (paths); or none",
+    )
     span_retention_s: float = Field(24 * 3600.0, gt=0, description="raw Span/Trace nodes older than this expire")
 
 

@@ -10,11 +10,16 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
 
 A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing.
 Partition revocation takes the same lock, so it happens between batches, and commits what is safe first.
+
+Batches are pipelined one deep: while batch N is written (steps 3-4, mostly FalkorDB's own CPU), batch N+1 is
+processed in a worker thread. N is settled (its pins released, offsets committed) before N+1 is written, so the
+commit order above holds for every batch; only the stage's CPU work overlaps the previous batch's I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Protocol
@@ -86,6 +91,7 @@ class StageRunner:
         self._lock = asyncio.Lock()
         self._positions: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
+        self._inflight: tuple[asyncio.Task[None], StageOutput, dict[TopicPartition, int]] | None = None
         self.batches = 0
 
     def _consumer(self) -> AIOKafkaConsumer:
@@ -118,6 +124,8 @@ class StageRunner:
             log.warning("stage.aborted", stage=self.name, reason=str(exc))
         finally:
             async with self._lock:
+                with contextlib.suppress(WriteAborted):  # the batch was not written: it is replayed later
+                    await self._settle()
                 await self._commit()
             await consumer.stop()
             log.info("stage.stopped", stage=self.name, batches=self.batches)
@@ -135,14 +143,31 @@ class StageRunner:
                 highwater = self.consumer.highwater(tp)
                 if highwater is not None:
                     self.metrics.lag.labels(tp.topic, str(tp.partition)).set(highwater - positions[tp])
-        out = self.stage.process(records)
+        if self._inflight is not None and self._inflight[0].done():
+            await self._settle()
+        if self._inflight is None:
+            out = self.stage.process(records)
+        else:  # overlap this batch's CPU work with the previous batch's writes
+            out = await asyncio.to_thread(self.stage.process, records)
+            await self._settle()
         # Positions advance only once the batch is durable: a batch that fails half-way is never committed.
-        await self.perform(out, positions)
+        self._inflight = (asyncio.create_task(self._durable(out)), out, positions)
         self.batches += 1
         self.metrics.batch_seconds.labels(self.name).observe(time.perf_counter() - begin)
 
-    async def perform(self, out: StageOutput, positions: dict[TopicPartition, int] | None = None) -> None:
-        """Steps 3-5 of the commit order for one processed batch."""
+    async def _settle(self) -> None:
+        """Wait for the in-flight batch to be durable, then release its pins and commit (step 5)."""
+        if self._inflight is None:
+            return
+        task, out, positions = self._inflight
+        self._inflight = None
+        await task
+        self.stage.release(out.release)
+        self._positions.update(positions)
+        await self._commit()
+
+    async def _durable(self, out: StageOutput) -> None:
+        """Steps 3-4: the graph write, then every output message produced and acknowledged."""
         if len(out.graph):
             started = time.perf_counter()
             written = await self.writer.write(out.graph)
@@ -153,9 +178,6 @@ class StageRunner:
         await self.produce(out.produce)
         if self.after_batch is not None:
             await self.after_batch(out)
-        self.stage.release(out.release)
-        self._positions.update(positions or {})
-        await self._commit()
 
     async def produce(self, messages: list[Outbound]) -> None:
         if not messages:
@@ -190,6 +212,7 @@ class StageRunner:
 
     async def revoke(self, revoked: list[TopicPartition]) -> None:
         async with self._lock:
+            await self._settle()
             await self._commit(revoked)
             for tp in revoked:
                 self.stage.forget((tp.topic, tp.partition))

@@ -121,8 +121,8 @@ def test_detailed_trace_rows() -> None:
         (f"{3:016x}", f"{2:016x}"),
     ]
     [db_span] = [r for r in batch.spans if r["id"] == f"{3:016x}"]
-    assert db_span["props"]["kind"] == "client"
-    assert db_span["props"]["statement"].startswith("UPDATE orders")
+    assert db_span["kind"] == "client"
+    assert db_span["statement"].startswith("UPDATE orders")
     assert batch.entities == [{"key": "orders:8812", "table": "orders"}, {"key": "orders:9", "table": "orders"}]
     assert [r["entity"] for r in batch.writes] == ["orders:8812"]
     assert [r["entity"] for r in batch.reads] == ["orders:9"]
