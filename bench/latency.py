@@ -63,6 +63,10 @@ async def _records(bootstrap: str, topics: list[str], stop_after_idle_s: float =
     return out
 
 
+def _incidents(daemon: Daemon) -> float:
+    return sum(s.value for m in daemon.metrics.incidents.collect() for s in m.samples if s.name.endswith("_total"))
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -110,7 +114,7 @@ async def measure(engines: LocalEngines, *, rounds: int = 10, trace_gap_s: float
                                           topic=settings.kafka.spans_topic)  # fmt: skip
         want = sum(r.manifested for r in summary.results)
         deadline = time.monotonic() + 120
-        while daemon.metrics.incidents._value.get() < want and time.monotonic() < deadline:  # noqa: ASYNC110
+        while _incidents(daemon) < want and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.2)
     finally:
         daemon.stop.set()

@@ -52,10 +52,10 @@ class IncidentSink:
         self.topic = topic
         self.published = 0
 
-    async def handle(self, events: Sequence[IncidentEvent]) -> int:
-        """Publish and record the occurrences not seen before; returns how many were new."""
+    async def handle(self, events: Sequence[IncidentEvent]) -> list[IncidentEvent]:
+        """Publish and record the occurrences not seen before; returns those."""
         if not events:
-            return 0
+            return []
         known = {row[0] for row in await self.writer.query(KNOWN, {"ids": [e.occurrence for e in events]})}
         fresh = [e for e in events if e.occurrence not in known]
         for e in fresh:
@@ -65,4 +65,4 @@ class IncidentSink:
         if fresh:
             await self.writer.query(UPSERT, {"rows": [incident_row(e) for e in fresh]})
         self.published += len(fresh)
-        return len(fresh)
+        return fresh

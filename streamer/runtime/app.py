@@ -90,9 +90,8 @@ class Daemon:
         self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
 
         async def after_entities(out: StageOutput) -> None:
-            new = await self.incidents.handle(out.incidents)
-            if new:
-                self.metrics.incidents.inc(new)
+            for event in await self.incidents.handle(out.incidents):
+                self.metrics.incidents.labels(event.severity, event.anomaly).inc()
 
         def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
             after = after_entities if name == "entities" else None

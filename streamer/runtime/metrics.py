@@ -77,7 +77,12 @@ class Metrics:
             ["strength"],
             registry=r,
         )
-        self.incidents = Counter("trace_repro_incidents", "New incident occurrences published", registry=r)
+        self.incidents = Counter(
+            "trace_repro_incidents", "New incident occurrences published", ["severity", "anomaly"], registry=r
+        )
+        for severity in ("high", "low"):  # present from the start, so increase() sees the first incident
+            for anomaly in ("lost_update", "invariant_violation", "duplicate_apply", "write_skew"):
+                self.incidents.labels(severity, anomaly)
         self.graph_rows = Counter("trace_repro_graph_rows_written", "Rows written to the graph", registry=r)
         self.graph_retries = Counter("trace_repro_graph_write_retries", "Retried graph operations", ["op"], registry=r)
         self.graph_rejected = Counter(

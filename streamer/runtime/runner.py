@@ -216,6 +216,9 @@ class StageRunner:
             await self._commit(revoked)
             for tp in revoked:
                 self.stage.forget((tp.topic, tp.partition))
+                for gauge in (self.metrics.lag, self.metrics.committed_offset):  # no stale series after a rebalance
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(tp.topic, str(tp.partition))
                 self._positions.pop(tp, None)
                 self._committed.pop(tp, None)
         log.info("partitions.revoked", stage=self.name, partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked))
