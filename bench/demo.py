@@ -24,6 +24,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from bench.gitlab_server import FakeGitLab
 from bench.latency import create_topics
 from bench.shop import db
 from streamer.engines import Layout, LocalEngines
@@ -49,6 +50,8 @@ class Demo:
         self.daemon: subprocess.Popen[bytes] | None = None
         self.pids: list[int] = []
         self.env: dict[str, str] = {}
+        self.gitlab: FakeGitLab | None = None
+        self.gitlab_url = os.environ.get("TRACE_REPRO_GITLAB__URL", "")
 
     # ---- steps -----------------------------------------------------------------------------------------------
 
@@ -82,6 +85,32 @@ class Demo:
             "TRACE_REPRO_HTTP__PORT": "0",
         }
         print(f"   shop tables captured by Debezium into {self.prefix}.public.<table>; spans on otlp_spans")
+
+    def start_gitlab(self) -> None:
+        if self.gitlab_url:
+            print(f"   filing issues to {self.gitlab_url} (TRACE_REPRO_GITLAB__URL)")
+            return
+        self.gitlab = FakeGitLab("127.0.0.1", 0, project="trace-repro/shop", token="demo-token",
+                                 state_path=self.out / "gitlab.json").start()  # fmt: skip
+        self.gitlab_url = self.gitlab.url
+        self.env.update({"TRACE_REPRO_GITLAB__URL": self.gitlab.url, "TRACE_REPRO_GITLAB__PROJECT": "trace-repro/shop",
+                         "TRACE_REPRO_GITLAB_TOKEN": "demo-token"})  # fmt: skip
+        print(f"   no GitLab configured: a local GitLab-compatible server at {self.gitlab.url}")
+
+    def issues(self) -> list[dict[str, Any]]:
+        return self.gitlab.issues() if self.gitlab is not None else []
+
+    def show_issues(self, *, bodies: bool) -> None:
+        for issue in self.issues():
+            print(f"   #{issue['iid']} [{issue['state']}] {issue['title']}\n      {issue['web_url']}")
+            if bodies:
+                text = issue["description"].split("<!-- trace-repro:state")[0].rstrip()
+                print("      | " + text.replace("\n", "\n      | "))
+
+    def wait_issues(self, count: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.issues()) < count and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def start_daemon(self) -> None:
         cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "trace-repro.toml")]
@@ -138,6 +167,8 @@ class Demo:
         return events
 
     def stop(self) -> None:
+        if self.gitlab is not None:
+            self.gitlab.stop()
         if self.daemon is not None and self.daemon.poll() is None:
             self.daemon.send_signal(signal.SIGTERM)
             try:
@@ -155,11 +186,19 @@ def main() -> int:
     try:
         demo.engines_up()
         demo.prepare()
+        demo.start_gitlab()
         demo.start_daemon()
         demo.traffic("1.0.0")
         incidents = demo.wait_incidents()
+        demo.wait_issues(3)
+        say("GitLab issues filed")
+        demo.show_issues(bodies=True)
         demo.kill_daemon()
-        ok = len({e["fingerprint"] for e in incidents}) == 3
+        demo.traffic("1.0.0", rounds=2)  # more occurrences of the same defects after the restart
+        time.sleep(8)
+        say("after the restart: the same defects again, still one issue each")
+        demo.show_issues(bodies=False)
+        ok = len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
         say(f"done in {time.monotonic() - started:.0f}s: {'three incidents found' if ok else 'INCOMPLETE'}")
         return 0 if ok else 1
     finally:

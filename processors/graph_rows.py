@@ -56,9 +56,13 @@ class GraphBatch:
     windows: list[Row] = field(default_factory=list)
     calls: list[Row] = field(default_factory=list)
     changes: list[Row] = field(default_factory=list)
+    # Statements owned by other processors (stats, regressions, contracts, verdicts): (cypher, rows), written last.
+    extra: list[tuple[str, list[Row]]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return sum(len(getattr(self, name)) for name in self.__slots__)
+        return sum(len(getattr(self, name)) for name in self.__slots__ if name != "extra") + sum(
+            len(rows) for _, rows in self.extra
+        )
 
     def extend(self, other: GraphBatch) -> None:
         for name in self.__slots__:

@@ -224,8 +224,9 @@ class GraphWriter:
     async def write(self, batch: GraphBatch) -> int:
         """Write every statement's rows in chunks of ``batch_rows``; returns the rows written."""
         written = 0
-        for name, statement in STATEMENTS.items():
-            rows = _rows_for(batch, name)
+        statements = [(name, statement, _rows_for(batch, name)) for name, statement in STATEMENTS.items()]
+        statements += [("extra", statement, rows) for statement, rows in batch.extra]
+        for name, statement, rows in statements:
             for start in range(0, len(rows), self.batch_rows):
                 written += await self._write_rows(name, statement, rows[start : start + self.batch_rows])
         return written

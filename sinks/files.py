@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import structlog
 from pydantic import BaseModel
 
-from streamer.runtime.sink_runner import RetryableSinkError
+from sinks.errors import RetryableSinkError
 
 log = structlog.get_logger("trace_repro.sinks.files")
 
@@ -136,7 +136,7 @@ class FileSink:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
-    # ---- the sink interface (streamer.runtime.sink_runner.Sink) -------------------------------------------------
+    # ---- the sink interface (see streamer.runtime.sink_runner.Sink) -------------------------------------------------
 
     async def add(self, event: BaseModel) -> None:
         """Buffer one event unless an event with the same id was already written or buffered."""

@@ -5,7 +5,9 @@ trace-repro local status                                           PID, health a
 trace-repro local env                                              the TRACE_REPRO_* variables (eval-able)
 trace-repro local capture schema.table ...                         have Debezium capture tables
 trace-repro local down [--keep-data]                               stop them all
-trace-repro run [--config FILE]                                    the daemon
+trace-repro run [--config FILE] [--stage all|ingest|entities]      the daemon
+trace-repro contract add --fingerprint F --signature S [...]       add a proof contract
+trace-repro gate --diff F --description F --contract F.json        merge-request gate for a fix
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from streamer import contract_cli, gate
 from streamer.engines import ALL, EngineError, LocalEngines
 
 
@@ -90,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     down = actions.add_parser("down", help="stop every engine and remove its data")
     down.add_argument("--keep-data", action="store_true", help="keep data and logs for inspection")
 
+    contract_cli.add_parser(sub)  # trace-repro contract add ...
+    gate.add_parser(sub)  # trace-repro gate --diff F --description F --contract F.json
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
     run.add_argument(
@@ -106,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "local":
             return _local(args)
+        if args.command in ("contract", "gate"):
+            return int(args.handler(args))
         return _run(args)
     except EngineError as exc:
         print(f"trace-repro: {exc}", file=sys.stderr)

@@ -37,6 +37,7 @@ class KafkaConfig(_Section):
     incidents_topic: str = "trace-repro.incidents"
     repros_topic: str = "trace-repro.repros"
     verdicts_topic: str = "trace-repro.verdicts"
+    contracts_topic: str = Field("trace-repro.contracts", description="proof contracts added by CLI or other tools")
     dlq_topic: str = "trace-repro.dlq"
     max_poll_records: int = Field(500, ge=1, description="messages per getmany() per call")
     fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
@@ -108,6 +109,30 @@ class CollisionConfig(_Section):
     max_entities: int = Field(100_000, ge=1)
 
 
+class RegressionConfig(_Section):
+    """Windowed service statistics and the regression detector (stage 1)."""
+
+    reservoir_size: int = Field(256, ge=8, description="latency samples kept per (operation, version) per window")
+    slow_traces: int = Field(32, ge=1, description="slowest requests per key per window whose critical path is kept")
+    max_signatures: int = Field(64, ge=1, description="error signatures per key per window; the rest fold into (other)")
+    baseline_windows: int = Field(10, ge=1, description="rolling baseline: how many previous windows")
+    fdr: float = Field(0.05, gt=0, lt=1, description="Benjamini-Hochberg false discovery rate across operations")
+    min_requests: int = Field(30, ge=1, description="requests per side before a count test runs")
+    min_samples: int = Field(20, ge=3, description="latency samples per side before the rank test runs")
+    min_latency_ratio: float = Field(1.2, ge=1, description="p50 or p95 must grow this much to be a latency regression")
+    seed: int = 0
+
+
+class ProofConfig(_Section):
+    """Proof contracts and the proof judge (stage 1)."""
+
+    settle_s: float = Field(30.0, ge=0, description="event time to wait for collisions (stage 2) before judging")
+    slice_s: float = Field(1.0, gt=0, description="granularity of the judge's event-time slices")
+    max_builds: int = Field(16, ge=2, description="builds kept per service")
+    max_keys: int = Field(1024, ge=16, description="routes / error kinds / event names kept per build")
+    watch_s: float = Field(3600.0, gt=0, description="how long a new build is watched for a verdict")
+
+
 class GraphPolicyConfig(_Section):
     """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
 
@@ -118,6 +143,36 @@ class GraphPolicyConfig(_Section):
         "ancestors (paths); or none",
     )
     span_retention_s: float = Field(24 * 3600.0, gt=0, description="raw Span/Trace nodes older than this expire")
+
+
+class GitLabConfig(_Section):
+    """Where incidents are filed as GitLab issues (token: ``gitlab_token`` / TRACE_REPRO_GITLAB_TOKEN)."""
+
+    url: str = Field("", description="GitLab base URL; empty = sink off")
+    project: str = Field("", description='project path "group/name" or numeric id')
+    labels: list[str] = Field(default_factory=lambda: ["trace-repro"], description="labels on every issue")
+    timeout_s: float = Field(10.0, gt=0, description="per-request connect/read timeout")
+    max_attempts: int = Field(5, ge=1, description="attempts per step on 429/5xx/timeouts/connection errors")
+    backoff_s: float = Field(0.5, gt=0)
+    max_backoff_s: float = Field(30.0, gt=0)
+    max_retry_after_s: float = Field(
+        120.0, ge=0, description="a longer Retry-After fails the flush at once (retryable)"
+    )
+    occurrence_notes: int = Field(5, ge=0, description="repeat occurrences that get a note; later ones only count")
+    merge_requests: bool = Field(False, description="open a 'Proves #N' merge request for proven repros")
+    target_branch: str = Field("", description="MR target; default: the project's default branch")
+    ssl_verify: bool = True
+
+
+class FileSinkConfig(_Section):
+    """Output events appended to JSON-lines files, for users without a Kafka consumer downstream."""
+
+    enabled: bool = False
+    directory: str = "out/events"
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="rotate a file before it grows past this")
+    keep: int = Field(5, ge=0, description="rotated files kept per kind")
+    remember: int = Field(100_000, ge=1, description="event ids remembered per kind against replays")
+    tail_bytes: int = Field(16 * 1024 * 1024, ge=0, description="bytes of existing files read on start to load ids")
 
 
 class HttpConfig(_Section):
@@ -139,8 +194,12 @@ class Settings(BaseSettings):
     sql: SqlConfig = SqlConfig()
     correlation: CorrelationConfig = CorrelationConfig()
     collisions: CollisionConfig = CollisionConfig()
+    regressions: RegressionConfig = RegressionConfig()
+    proof: ProofConfig = ProofConfig()
     http: HttpConfig = HttpConfig()
     postgres_dsn: str = ""
+    gitlab: GitLabConfig = GitLabConfig()
+    file_sink: FileSinkConfig = FileSinkConfig()
     gitlab_token: SecretStr | None = None
 
     @model_validator(mode="after")

@@ -161,3 +161,6 @@ class VerdictEvent(_Event):
     rollback: bool
     reason: str
     receipt: Receipt
+
+
+OutputEvent = IncidentEvent | ReproEvent | VerdictEvent

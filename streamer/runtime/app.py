@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import signal
 import time
+from pathlib import Path
 
 import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from processors.contracts import ProofContract
 from sinks.falkordb_graph import GraphWriter
 from sinks.incidents import IncidentSink
 from streamer import logs
@@ -24,6 +26,7 @@ from streamer.runtime.http import HttpServer
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.records import StageOutput
 from streamer.runtime.runner import StageRunner
+from streamer.runtime.sink_runner import SinkRunner
 from streamer.runtime.stage1 import IngestStage
 from streamer.runtime.stage2 import EntityStage
 
@@ -71,6 +74,37 @@ class Daemon:
     def _ready(self) -> bool:
         return self._started and self.writer.ready
 
+    def _sink_runners(self) -> list[SinkRunner]:
+        """GitLab and file sinks, each its own consumer group on the output topics (enabled by config)."""
+        s = self.settings
+        topics = [s.kafka.incidents_topic, s.kafka.repros_topic, s.kafka.verdicts_topic]
+        runners = []
+        g = s.gitlab
+        if g.url and s.gitlab_token is not None:
+            from sinks.gitlab.sink import GitLabSink
+
+            gitlab = GitLabSink(g.url, g.project, s.gitlab_token, labels=tuple(g.labels), timeout_s=g.timeout_s,
+                                max_attempts=g.max_attempts, backoff_s=g.backoff_s, max_backoff_s=g.max_backoff_s,
+                                max_retry_after_s=g.max_retry_after_s, occurrence_notes=g.occurrence_notes,
+                                merge_requests=g.merge_requests, target_branch=g.target_branch or None,
+                                ssl_verify=g.ssl_verify)  # fmt: skip
+            runners.append(SinkRunner("gitlab", gitlab, settings=s, topics=topics, metrics=self.metrics))
+        elif g.url:
+            log.warning("gitlab.disabled", reason="TRACE_REPRO_GITLAB_TOKEN is not set")
+        f = s.file_sink
+        if f.enabled:
+            from sinks.files import FileSink
+
+            files = FileSink(Path(f.directory), max_bytes=f.max_bytes, keep=f.keep, remember=f.remember,
+                             tail_bytes=f.tail_bytes)  # fmt: skip
+            runners.append(SinkRunner("files", files, settings=s, topics=topics, metrics=self.metrics))
+        return runners
+
+    async def _stored_contracts(self) -> list[ProofContract]:
+        """Contracts already on the graph (automatic ones and CLI ones), so that a restart keeps watching them."""
+        rows = await self.writer.query("MATCH (c:Contract) RETURN c.json ORDER BY c.created")
+        return [ProofContract.model_validate_json(r[0]) for r in rows if r[0]]
+
     async def run(self) -> int:
         s = self.settings
         await self.http.start()
@@ -89,21 +123,29 @@ class Daemon:
 
         self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
 
+        ingest = IngestStage(s, self.metrics, clock) if "ingest" in self.stages else None
+        if ingest is not None:
+            for contract in await self._stored_contracts():
+                ingest.proofs.inbox.append(contract)
+
         async def after_entities(out: StageOutput) -> None:
             for event in await self.incidents.handle(out.incidents):
                 self.metrics.incidents.labels(event.severity, event.anomaly).inc()
+                if ingest is not None:  # the proof judge counts collisions per build and contracts each incident
+                    ingest.proofs.inbox.append(event)
 
         def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
             after = after_entities if name == "entities" else None
             return StageRunner(name, stage, settings=s, group_id=group, writer=self.writer, producer=producer,
                                metrics=self.metrics, after_batch=after)  # fmt: skip
 
-        if "ingest" in self.stages:
-            self.runners.append(runner("ingest", IngestStage(s, self.metrics, clock), s.kafka.group_id))
+        if ingest is not None:
+            self.runners.append(runner("ingest", ingest, s.kafka.group_id))
         if "entities" in self.stages:
             entities = EntityStage(s, self.metrics, clock)
             self.runners.append(runner("entities", entities, f"{s.kafka.group_id}.entities"))
         tasks = [asyncio.create_task(r.run(self.stop), name=r.name) for r in self.runners]
+        tasks += [asyncio.create_task(r.run(self.stop), name=f"sink-{r.name}") for r in self._sink_runners()]
         self._started = True
         log.info("daemon.started", http_port=self.http.port)
         try:

@@ -16,29 +16,26 @@ from typing import Protocol
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from sinks.errors import PermanentSinkError, RetryableSinkError
 from streamer.config import Settings
 from streamer.runtime.metrics import Metrics
-from streamer.schemas import IncidentEvent, ReproEvent, VerdictEvent
+from streamer.schemas import IncidentEvent, OutputEvent, ReproEvent, VerdictEvent
 
 log = structlog.get_logger("trace_repro.sinks")
 
-EVENT_TYPES: dict[str, type[BaseModel]] = {"incident": IncidentEvent, "repro": ReproEvent, "verdict": VerdictEvent}
+EVENT_TYPES: dict[str, type[OutputEvent]] = {"incident": IncidentEvent, "repro": ReproEvent, "verdict": VerdictEvent}
 
 
 class Sink(Protocol):
-    async def add(self, event: BaseModel) -> None: ...
+    async def add(self, event: OutputEvent) -> None: ...
     async def flush(self) -> None: ...
     async def healthcheck(self) -> bool: ...
     async def close(self) -> None: ...
 
 
-class RetryableSinkError(RuntimeError):
-    """The sink could not deliver now (service down, rate limited); retry the batch later."""
-
-
-def parse_event(value: bytes | None) -> BaseModel | None:
+def parse_event(value: bytes | None) -> OutputEvent | None:
     """An output event from its JSON, or None for kinds this runner does not know (newer producers)."""
     if not value:
         return None
@@ -104,4 +101,10 @@ class SinkRunner:
                 if event is not None:
                     await self.sink.add(event)
                     self.delivered += 1
-        await self.sink.flush()
+        while True:
+            try:
+                await self.sink.flush()
+                return
+            except PermanentSinkError as exc:  # that event is dropped by the sink; deliver the rest
+                self.metrics.dropped.labels(f"sink_{self.name}", "rejected").inc()
+                log.error("sink.rejected", sink=self.name, error=str(exc)[:300])

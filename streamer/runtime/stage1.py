@@ -11,6 +11,9 @@ import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 
+from pydantic import ValidationError
+
+from processors.contracts import ProofContract
 from processors.graph_rows import trace_rows, window_rows
 from processors.pins import OffsetPins, Source
 from processors.sql_access import SqlAccessExtractor, identity_entity_key
@@ -29,8 +32,9 @@ from streamer.decode import (
     decode_traces_json,
     decode_traces_proto,
 )
-from streamer.events import Access, LogRecord, RowChange, Span
+from streamer.events import Access, RowChange, Span
 from streamer.runtime.metrics import Metrics
+from streamer.runtime.proofs import ProofDesk
 from streamer.runtime.records import Outbound, Record, StageOutput, dead_letter
 
 NS = 1_000_000_000
@@ -97,13 +101,14 @@ class IngestStage:
         self._decode_spans = decode_traces_json if k.span_encoding == "otlp_json" else decode_traces_proto
         self._decode_logs = decode_logs_json if k.span_encoding == "otlp_json" else decode_logs_proto
         self._cdc = re.compile(k.cdc_pattern)
-        self.logs: list[LogRecord] = []  # handed to log consumers (proof judge) by the runtime, then cleared
+        self.proofs = ProofDesk(settings)
         self._last_retention_ns = 0
 
     @property
     def topics_pattern(self) -> str:
         k = self.settings.kafka
-        return f"^(?:{re.escape(k.spans_topic)}|{re.escape(k.logs_topic)})$|{k.cdc_pattern}"
+        own = "|".join(re.escape(t) for t in (k.spans_topic, k.logs_topic, k.contracts_topic))
+        return f"^(?:{own})$|{k.cdc_pattern}"
 
     # ---- per batch -------------------------------------------------------------------------------------------
 
@@ -111,6 +116,7 @@ class IngestStage:
         out = StageOutput()
         forced: list[ClosedTrace] = []
         k = self.settings.kafka
+        self.proofs.drain(out)
         for record in records:
             self.metrics.consumed.labels(record.topic).inc()
             try:
@@ -118,6 +124,8 @@ class IngestStage:
                     forced += self._spans(record)
                 elif record.topic == k.logs_topic:
                     self._logs(record)
+                elif record.topic == k.contracts_topic:
+                    self._contract(record)
                 elif self._cdc.search(record.topic):
                     self._row_change(record, out)
             except DecodeError as exc:
@@ -127,9 +135,11 @@ class IngestStage:
         watermark = self.watermarks.current()
         for trace in forced + self.traces.close_until(watermark):
             self._closed_trace(trace, out)
-        for window in self.windows.close_until(watermark, self.traces.oldest_start()):
+        open_since = self.traces.oldest_start()
+        for window in self.windows.close_until(watermark, open_since):
             window_rows(window, out.graph)
             out.release.extend(window.sources)
+        self.proofs.close_until(watermark, open_since, out)
         self._retention(watermark, out)
         self._gauges(watermark)
         return out
@@ -159,7 +169,15 @@ class IngestStage:
             raise DecodeError("empty_value", "log message has no value")
         logs = self._decode_logs(record.value, self.decode_options, None)
         self.metrics.decoded.labels("log").inc(len(logs))
-        self.logs.extend(logs)
+        for log_record in logs:
+            self.proofs.on_log(log_record)
+
+    def _contract(self, record: Record) -> None:
+        try:
+            contract = ProofContract.model_validate_json(record.value or b"")
+        except ValidationError as exc:
+            raise DecodeError("contract_invalid", str(exc)[:500]) from exc
+        self.proofs.inbox.append(contract)
 
     def _row_change(self, record: Record, out: StageOutput) -> None:
         change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
@@ -201,6 +219,11 @@ class IngestStage:
             self.metrics.dropped.labels("windows", "late_trace").inc()
         else:
             self.pins.pin(new_for_window)
+        new_for_stats = self.proofs.on_trace(trace)
+        if new_for_stats is None:
+            self.metrics.dropped.labels("stats", "late_trace").inc()
+        else:
+            self.pins.pin(new_for_stats)
         if trace.forced:
             self.metrics.dropped.labels("traces", "forced_close").inc()
         out.release.extend(trace.sources)

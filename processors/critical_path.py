@@ -1,0 +1,87 @@
+"""Critical-path ownership of a request (CRISP style): who the slow part of a trace was waiting on.
+
+Walking back from the end of a span, the child that finishes last (clipped to the part of the span not yet
+covered) is on the critical path and owns its interval, recursively; the gaps between such children are the
+span's self time. Children that run in parallel with a critical child own nothing. The owner of a span's time
+is its service, or, for a database client span, the database system (``postgresql``), as the CALLS edges name it.
+
+The walk is iterative (a trace may be thousands of spans deep) and skips spans reached twice (a malformed trace
+with a parent cycle). The owned intervals partition the start span's duration exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from streamer.events import Span, SpanKind
+
+
+def owner(span: Span) -> str:
+    """Who owns a span's self time: its service, or the database system for a DB client span."""
+    if span.db is not None and span.kind == SpanKind.CLIENT:
+        return span.db.system or "db"
+    return span.resource.service
+
+
+def critical_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
+    """Nanoseconds of ``start``'s duration owned by each owner along its critical path."""
+    children: dict[str, list[Span]] = {}
+    for s in spans:
+        if s.parent_id and s.span_id != start.span_id:
+            children.setdefault(s.parent_id, []).append(s)
+    for kids in children.values():
+        kids.sort(key=lambda s: s.end_ns, reverse=True)
+    owned: dict[str, int] = {}
+    seen: set[str] = set()
+    stack: list[tuple[Span, int, int]] = [(start, start.start_ns, start.end_ns)]
+    while stack:
+        span, lo, hi = stack.pop()
+        if span.span_id in seen or hi <= lo:
+            continue
+        seen.add(span.span_id)
+        cursor = hi
+        self_ns = 0
+        for kid in children.get(span.span_id, ()):
+            if cursor <= lo:
+                break
+            if kid.start_ns >= cursor or kid.span_id in seen:
+                continue  # after the part still to cover, or in parallel with a critical sibling
+            end = min(kid.end_ns, cursor)
+            if end <= lo:
+                break  # kids are sorted by end: every remaining one ended before this span's interval
+            begin = max(kid.start_ns, lo)
+            self_ns += cursor - end
+            stack.append((kid, begin, end))
+            cursor = begin
+        self_ns += cursor - lo
+        if self_ns:
+            key = owner(span)
+            owned[key] = owned.get(key, 0) + self_ns
+    return owned
+
+
+def shares(owned: Mapping[str, int]) -> dict[str, float]:
+    """Owned nanoseconds as shares of their total (empty when the total is 0)."""
+    total = sum(owned.values())
+    return {k: v / total for k, v in sorted(owned.items())} if total else {}
+
+
+@dataclass(frozen=True, slots=True)
+class PathShift:
+    """How one owner's share of the critical path moved between two builds or periods."""
+
+    owner: str
+    before: float
+    after: float
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+
+def shift(before: Mapping[str, int], after: Mapping[str, int]) -> list[PathShift]:
+    """Share of each owner before and after, the largest moves first."""
+    b, a = shares(before), shares(after)
+    moves = [PathShift(k, round(b.get(k, 0.0), 4), round(a.get(k, 0.0), 4)) for k in sorted(set(b) | set(a))]
+    return sorted(moves, key=lambda m: (-abs(m.delta), m.owner))

@@ -1,0 +1,177 @@
+"""Bounded, jittered exponential backoff for GitLab calls, honouring ``Retry-After``.
+
+python-gitlab's own retry loop sleeps with ``time.sleep`` and cannot be observed, so it is switched off: the
+transport (:class:`TransientHTTPError`, raised by the sink's requests backend) turns every 429 and 5xx into an
+exception that carries the ``Retry-After`` header, and :class:`Retrier` retries the whole *step* (an idempotent
+unit of one or more calls, see ``sinks.gitlab.sink``) with an injectable async ``sleep``.
+
+Classification: 429, 5xx, timeouts and connection errors are *transient*; they are retried at most
+``max_attempts`` times per step, waiting ``Retry-After`` when the server sent one (never less) and a jittered
+exponential delay otherwise. Exhaustion raises :class:`GitLabRetryableError`: the caller must not commit its
+input offsets and must try again later, so nothing is lost. Any other 4xx is *permanent*
+(:class:`GitLabPermanentError`): retrying the same request cannot succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import TypeVar
+
+import requests
+import structlog
+from gitlab.exceptions import GitlabError
+
+from sinks.errors import PermanentSinkError, RetryableSinkError
+
+log = structlog.get_logger("trace_repro.gitlab")
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+Redact = Callable[[str], str]
+
+
+class GitLabError(RuntimeError):
+    """Base class of the sink's errors."""
+
+
+class GitLabRetryableError(GitLabError, RetryableSinkError):
+    """GitLab stayed unavailable for every attempt: keep the input uncommitted and retry it later."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GitLabPermanentError(GitLabError, PermanentSinkError):
+    """GitLab rejected a request (a 4xx other than 429): retrying it unchanged cannot succeed."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.event: object | None = None  # the event the sink dropped, set by ``GitLabSink.flush``
+
+
+class TransientHTTPError(Exception):
+    """A 429 or 5xx response, raised by the transport before python-gitlab's own retry loop sees it."""
+
+    def __init__(self, status: int, retry_after: float | None, method: str) -> None:
+        super().__init__(f"HTTP {status} on {method.upper()}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), or None if absent/invalid."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+        return max(0.0, seconds) if seconds == seconds else None  # NaN
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    left: float = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, left)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard one step is retried before the sink gives up with :class:`GitLabRetryableError`."""
+
+    max_attempts: int = 5
+    base_s: float = 0.5
+    max_backoff_s: float = 30.0
+    max_retry_after_s: float = 120.0  # a longer Retry-After gives up at once (retryable) instead of blocking
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Equal-jitter exponential delay before retry number ``attempt`` (1-based)."""
+        ceiling: float = min(self.max_backoff_s, self.base_s * 2.0 ** (attempt - 1))
+        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+def classify(exc: BaseException) -> tuple[bool, float | None, str]:
+    """(transient?, Retry-After seconds, a short description without URLs, headers or bodies)."""
+    if isinstance(exc, TransientHTTPError):
+        return True, exc.retry_after, f"http {exc.status}"
+    if isinstance(exc, requests.Timeout):
+        return True, None, "timeout"
+    if isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
+        return True, None, "connection error"
+    if isinstance(exc, GitlabError):
+        code = exc.response_code
+        if code is not None and (code == 429 or code >= 500):
+            return True, None, f"http {code}"
+        return False, None, f"http {code}" if code is not None else type(exc).__name__
+    return False, None, type(exc).__name__
+
+
+class Retrier:
+    """Runs synchronous steps in a worker thread, retrying transient failures per :class:`RetryPolicy`."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+        redact: Redact = lambda s: s,
+    ) -> None:
+        self.policy = policy
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+        self.redact = redact
+        self.retries = 0
+
+    async def run(self, step: Callable[[], T], *, op: str) -> T:
+        """Run ``step`` until it succeeds, fails permanently, or ``max_attempts`` transient failures happened."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await asyncio.to_thread(step)
+            except Exception as exc:
+                transient, retry_after, what = classify(exc)
+                if not transient:
+                    message = self.redact(f"gitlab {op}: {what}: {_message(exc)}")
+                    log.error("gitlab.rejected", op=op, error=what)
+                    raise GitLabPermanentError(message, getattr(exc, "response_code", None)) from None
+                if retry_after is not None and retry_after > self.policy.max_retry_after_s:
+                    log.warning("gitlab.unavailable", op=op, error=what, retry_after_s=retry_after)
+                    raise GitLabRetryableError(
+                        f"gitlab {op}: {what}, retry after {retry_after:.0f} s", retry_after
+                    ) from None
+                if attempt >= self.policy.max_attempts:
+                    log.warning("gitlab.unavailable", op=op, error=what, attempts=attempt)
+                    raise GitLabRetryableError(f"gitlab {op}: {what} after {attempt} attempts", retry_after) from None
+                wait = self.policy.backoff(attempt, self.rng)
+                if retry_after is not None:
+                    wait = max(wait, retry_after)
+                self.retries += 1
+                log.warning("gitlab.retry", op=op, error=what, attempt=attempt, wait_s=round(wait, 3))
+            await self.sleep(wait)
+
+
+def _message(exc: BaseException) -> str:
+    text = getattr(exc, "error_message", None) or str(exc)
+    return str(text)[:300]
+
+
+__all__ = [
+    "GitLabError",
+    "GitLabPermanentError",
+    "GitLabRetryableError",
+    "Retrier",
+    "RetryPolicy",
+    "TransientHTTPError",
+    "classify",
+    "parse_retry_after",
+]

@@ -1,0 +1,93 @@
+"""Backoff, Retry-After and error classification of the GitLab sink's retry loop."""
+
+from __future__ import annotations
+
+import random
+from email.utils import formatdate
+
+import pytest
+import requests
+from gitlab.exceptions import GitlabGetError, GitlabHttpError
+
+from sinks.gitlab.retry import (
+    GitLabPermanentError,
+    GitLabRetryableError,
+    Retrier,
+    RetryPolicy,
+    TransientHTTPError,
+    classify,
+    parse_retry_after,
+)
+from tests.gitlab.helpers import RecordingSleep
+
+
+def test_parse_retry_after() -> None:
+    """Delta-seconds and HTTP dates parse; negatives clamp to zero; garbage and absence are None."""
+    assert parse_retry_after("7") == 7.0 and parse_retry_after(" 1.5 ") == 1.5 and parse_retry_after("-3") == 0.0
+    assert parse_retry_after(None) is None and parse_retry_after("") is None and parse_retry_after("soon") is None
+    assert parse_retry_after("nan") is None
+    now = 1_800_000_000.0
+    assert parse_retry_after(formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30.0)
+    assert parse_retry_after(formatdate(now - 30, usegmt=True), now=now) == 0.0
+
+
+def test_backoff_is_jittered_exponential_and_capped() -> None:
+    """Retry n waits between half and all of min(cap, base * 2^(n-1))."""
+    policy = RetryPolicy(base_s=0.5, max_backoff_s=4.0)
+    rng = random.Random(1)
+    for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)):
+        waits = [policy.backoff(attempt, rng) for _ in range(50)]
+        assert all(ceiling / 2 <= w <= ceiling for w in waits) and len(set(waits)) > 1
+
+
+def test_classify() -> None:
+    """429, 5xx, timeouts and connection errors are transient; other 4xx and anything else are permanent."""
+    assert classify(TransientHTTPError(429, 5.0, "get"))[:2] == (True, 5.0)
+    assert classify(requests.ReadTimeout())[0] and classify(requests.ConnectionError())[0]
+    assert classify(requests.exceptions.ChunkedEncodingError())[0]
+    assert classify(GitlabHttpError("x", 503))[0] and not classify(GitlabGetError("x", 404))[0]
+    assert not classify(ValueError("bug"))[0]
+
+
+class Flaky:
+    """A step that raises the given exceptions in turn, then returns "done"."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "done"
+
+
+async def test_retrier_honours_retry_after_and_recovers() -> None:
+    """Transient failures are retried; a Retry-After longer than the backoff is waited in full."""
+    sleep = RecordingSleep()
+    retrier = Retrier(RetryPolicy(max_attempts=4, base_s=0.1), sleep=sleep, rng=random.Random(3))
+    step = Flaky(TransientHTTPError(429, 9.0, "post"), requests.ConnectionError(), TransientHTTPError(502, None, "get"))
+    assert await retrier.run(step, op="test") == "done"
+    assert step.calls == 4 and len(sleep.waits) == 3 and sleep.waits[0] == 9.0 and sleep.waits[1] < 1
+    assert retrier.retries == 3
+
+
+async def test_retrier_gives_up_after_max_attempts() -> None:
+    """The last transient failure becomes GitLabRetryableError after exactly max_attempts calls."""
+    sleep = RecordingSleep()
+    step = Flaky(*(requests.ReadTimeout() for _ in range(10)))
+    with pytest.raises(GitLabRetryableError):
+        await Retrier(RetryPolicy(max_attempts=3), sleep=sleep).run(step, op="test")
+    assert step.calls == 3 and len(sleep.waits) == 2
+
+
+async def test_retrier_does_not_retry_permanent_errors_and_redacts() -> None:
+    """A 4xx fails at once as GitLabPermanentError, its message passed through the redactor."""
+    sleep = RecordingSleep()
+    step = Flaky(GitlabGetError("token sekrit rejected", 403))
+    retrier = Retrier(RetryPolicy(), sleep=sleep, redact=lambda s: s.replace("sekrit", "***"))
+    with pytest.raises(GitLabPermanentError) as info:
+        await retrier.run(step, op="test")
+    assert step.calls == 1 and sleep.waits == [] and info.value.status == 403
+    assert "sekrit" not in str(info.value) and "***" in str(info.value)
