@@ -83,6 +83,13 @@ class Demo:
             "TRACE_REPRO_COLLISIONS__WINDOW_S": "1",
             "TRACE_REPRO_COLLISIONS__SETTLE_S": "0.5",
             "TRACE_REPRO_HTTP__PORT": "0",
+            "TRACE_REPRO_PROOF__SETTLE_S": "3",
+            "TRACE_REPRO_REPRO__ENABLED": "true",
+            "TRACE_REPRO_REPRO__SOURCE_ROOT": str(REPO),
+            "TRACE_REPRO_REPRO__COPY_PATHS": '["bench"]',
+            "TRACE_REPRO_REPRO__CALL_SPECS": "bench.shop.repro_specs:CALL_SPECS",
+            "TRACE_REPRO_REPRO__SCHEMA_SQL": str(REPO / "bench" / "shop" / "schema.sql"),
+            "TRACE_REPRO_REPRO__OUTPUT_DIR": str(self.out / "repros"),
         }
         print(f"   shop tables captured by Debezium into {self.prefix}.public.<table>; spans on otlp_spans")
 
@@ -166,6 +173,79 @@ class Demo:
             print(f"        fingerprint {fp}, {len(occurrences)} occurrence(s); damage: {first['damage']}")
         return events
 
+    def wait_repros(self) -> list[dict[str, Any]]:
+        say("the repro worker compiles each incident into a plain pytest file, runs it RED, repairs, runs it GREEN")
+
+        def enough(events: list[dict[str, Any]]) -> bool:
+            return len({e["fingerprint"] for e in events}) >= 3
+
+        repros = asyncio.run(self._wait_topic("trace-repro.repros", enough, 300))
+        for r in repros:
+            green = r["green"]["status"] if r["green"] else "-"
+            d = r["divergence"]
+            faithful = "faithful" if d["faithful"] else f"DIVERGES at {d['index']} ({d['mismatch']})"
+            print(f"   {r['anomaly']:<20} {r['level']}-level test {Path(r['test_path']).name}: "
+                  f"RED {r['red']['status']} -> GREEN {green}; {faithful}; proven={r['proven']}")  # fmt: skip
+            failure = r["red"]["failure"].splitlines()[0][:110] if r["red"]["failure"] else "-"
+            print(f"      production failure reproduced: {failure}")
+            for rep in r["repairs"]:
+                lock = f"{rep['lock_before']} -> {rep['lock_after']}"
+                print(f"      repair {rep['strategy']:<18} {rep['function']:<32} lock {lock}")
+        return repros
+
+    def deploy_patched(self, incidents: list[dict[str, Any]]) -> Path:
+        """A copy of the shop with every planned repair applied (plans for one file compose in sequence)."""
+        from processors.repair import apply, plan_repairs
+        from streamer.schemas import IncidentEvent
+
+        say("deploying the repaired shop as v1.1.0")
+        copy = self.out / "shop-1.1.0"
+        shutil.copytree(REPO / "bench", copy / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+        firsts = {}
+        for e in incidents:
+            firsts.setdefault(e["fingerprint"], e)
+        for e in firsts.values():
+            plan = plan_repairs(IncidentEvent.model_validate(e), root=copy,
+                                invariants={"inventory": ["stock >= 0"]},
+                                source_map={str(REPO): copy})  # fmt: skip
+            apply(plan, copy)
+            print("      " + plan.diff.strip().replace("\n", "\n      "))
+        return copy
+
+    def wait_verdicts(self) -> list[dict[str, Any]]:
+        say("the proof judge watches v1.1.0's own telemetry")
+
+        def enough(events: list[dict[str, Any]]) -> bool:
+            return len({e["fingerprint"] for e in events if e["outcome"] == "FIXED"}) >= 3
+
+        verdicts = asyncio.run(self._wait_topic("trace-repro.verdicts", enough, 120))
+        for v in verdicts:
+            r = v["receipt"]
+            print(f"   {v['outcome']:<12} {v['contract'][:60]:<60} v{v['version']}: before {r['before_errors']}/"
+                  f"{r['before_requests']}, after {r['after_errors']}/{r['after_requests']} ({r['test']})")  # fmt: skip
+        return verdicts
+
+    def summary(self, incidents: list[dict[str, Any]], repros: list[dict[str, Any]],
+                verdicts: list[dict[str, Any]]) -> None:  # fmt: skip
+        say("summary")
+        issues = {}
+        for issue in self.issues():
+            for label in issue["labels"]:
+                if label.startswith("trace-repro::fp::"):
+                    issues[label.rsplit("::", 1)[1]] = issue
+        print(f"   {'defect':<20} {'fingerprint':<17} {'occ.':>4}  {'issue':<6} {'RED':<6} {'GREEN':<6} "
+              f"{'verdict':<10} issue state")  # fmt: skip
+        for fp in dict.fromkeys(e["fingerprint"] for e in incidents):
+            occ = sum(1 for e in incidents if e["fingerprint"] == fp)
+            anomaly = next(e["anomaly"] for e in incidents if e["fingerprint"] == fp)
+            r = next((x for x in repros if x["fingerprint"] == fp), None)
+            v = next((x["outcome"] for x in verdicts if x["fingerprint"] == fp and x["outcome"] == "FIXED"), "-")
+            i = issues.get(fp)
+            red = r["red"]["status"] if r else "-"
+            green = r["green"]["status"] if r and r["green"] else "-"
+            print(f"   {anomaly:<20} {fp:<17} {occ:>4}  {'#' + str(i['iid']) if i else '-':<6} {red:<6} {green:<6} "
+                  f"{v:<10} {i['state'] if i else '-'}")  # fmt: skip
+
     def stop(self) -> None:
         if self.gitlab is not None:
             self.gitlab.stop()
@@ -195,10 +275,20 @@ def main() -> int:
         demo.show_issues(bodies=True)
         demo.kill_daemon()
         demo.traffic("1.0.0", rounds=2)  # more occurrences of the same defects after the restart
-        time.sleep(8)
+        repros = demo.wait_repros()
         say("after the restart: the same defects again, still one issue each")
         demo.show_issues(bodies=False)
-        ok = len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
+        patched = demo.deploy_patched(incidents)
+        os.environ["SHOP_BARRIER_TIMEOUT_S"] = "0.5"  # repaired code locks before its race point
+        demo.env["SHOP_BARRIER_TIMEOUT_S"] = "0.5"
+        demo.traffic("1.1.0", source=patched, rounds=ROUNDS + 2)
+        verdicts = demo.wait_verdicts()
+        deadline = time.monotonic() + 60
+        while any(i["state"] != "closed" for i in demo.issues()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        demo.summary(incidents, repros, verdicts)
+        ok = (len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
+              and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues()))  # fmt: skip
         say(f"done in {time.monotonic() - started:.0f}s: {'three incidents found' if ok else 'INCOMPLETE'}")
         return 0 if ok else 1
     finally:

@@ -173,6 +173,8 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
             "version": clean(a.read_version),
             "op": a.operation.value,
             "params": clean(list(a.params)),
+            "function": a.function,  # the code site, so that repairs can find every writer of a table
+            "file": a.file,
         }
         (batch.reads if a.operation == DbOperation.READ else batch.writes).append(row)
 

@@ -75,11 +75,13 @@ STATEMENTS: dict[str, str] = {
     "entities": "UNWIND $rows AS r MERGE (e:Entity {key: r.entity_key}) SET e.table = r.table",
     "reads": (
         "UNWIND $rows AS r MATCH (s:Span {id: r.span}) MATCH (e:Entity {key: r.entity}) "
-        "MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, x.params = r.params"
+        "MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, x.params = r.params, "
+        "x.function = r.function, x.file = r.file"
     ),
     "writes": (
         "UNWIND $rows AS r MATCH (s:Span {id: r.span}) MATCH (e:Entity {key: r.entity}) "
-        "MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params"
+        "MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
+        "x.function = r.function, x.file = r.file"
     ),
     "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
     "calls": (

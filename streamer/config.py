@@ -133,6 +133,19 @@ class ProofConfig(_Section):
     watch_s: float = Field(3600.0, gt=0, description="how long a new build is watched for a verdict")
 
 
+class ReproConfig(_Section):
+    """The repro worker: deterministic repros (RED), repairs, and the GREEN proof."""
+
+    enabled: bool = Field(False, description="run the repro worker (a consumer group on the incidents topic)")
+    dsn: str = Field("", description="scratch PostgreSQL for repro runs (a database per run); default postgres_dsn")
+    source_root: str = Field("", description="checkout of the service's code; empty = SQL-level repros only")
+    copy_paths: list[str] = Field(default_factory=list, description="dirs under source_root copied for GREEN runs")
+    source_map: dict[str, str] = Field(default_factory=dict, description="recorded path prefix -> local dir")
+    call_specs: str = Field("", description='"module:NAME" of the CallSpecs for application-level repros')
+    schema_sql: str = Field("", description="the tables' DDL for scratch databases (default: inferred from rows)")
+    output_dir: str = Field("out/repros", description="where tests, JUnit XML and Code Quality reports go")
+
+
 class GraphPolicyConfig(_Section):
     """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
 
@@ -196,6 +209,7 @@ class Settings(BaseSettings):
     collisions: CollisionConfig = CollisionConfig()
     regressions: RegressionConfig = RegressionConfig()
     proof: ProofConfig = ProofConfig()
+    repro: ReproConfig = ReproConfig()
     http: HttpConfig = HttpConfig()
     postgres_dsn: str = ""
     gitlab: GitLabConfig = GitLabConfig()

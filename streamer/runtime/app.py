@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
@@ -69,6 +70,7 @@ class Daemon:
         )
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._ready)
         self.runners: list[StageRunner] = []
+        self._publish: Callable[[str, bytes, bytes], Awaitable[None]] | None = None
         self._started = False
 
     def _ready(self) -> bool:
@@ -91,6 +93,13 @@ class Daemon:
             runners.append(SinkRunner("gitlab", gitlab, settings=s, topics=topics, metrics=self.metrics))
         elif g.url:
             log.warning("gitlab.disabled", reason="TRACE_REPRO_GITLAB_TOKEN is not set")
+        if s.repro.enabled:
+            from streamer.runtime.repro_worker import ReproWorker
+
+            assert self._publish is not None
+            worker = ReproWorker(s, self.writer, self._publish)
+            runners.append(SinkRunner("repro", worker, settings=s, topics=[s.kafka.incidents_topic],
+                                      metrics=self.metrics))  # fmt: skip
         f = s.file_sink
         if f.enabled:
             from sinks.files import FileSink
@@ -120,6 +129,8 @@ class Daemon:
         async def publish(topic: str, key: bytes, value: bytes) -> None:
             await producer.send_and_wait(topic, value, key=key)
             self.metrics.published.labels(topic).inc()
+
+        self._publish = publish
 
         self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
 
