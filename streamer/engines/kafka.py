@@ -90,9 +90,11 @@ def start(layout: Layout, *, port: int | None = None, controller_port: int | Non
     log4j.write_text(LOG4J2.format(level="INFO"))
     log = layout.log_dir / "kafka.log"
     if not (data / "meta.properties").exists():
+        # A cluster id may start with "-": passed as --cluster-id=<id> so the CLI never takes it for an option.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        fmt = java_command(classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props),
-                           log4j=log4j, opts=["-Xmx256m", "-XX:+UseSerialGC"])  # fmt: skip
+        args = ("format", f"--cluster-id={cluster_id}", "-c", str(props))
+        opts = ["-Xmx256m", "-XX:+UseSerialGC"]
+        fmt = java_command(classpath, "kafka.tools.StorageTool", *args, log4j=log4j, opts=opts)
         result = subprocess.run(fmt, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise EngineError(f"formatting Kafka storage failed:\n{result.stdout}\n{result.stderr}")
