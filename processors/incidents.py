@@ -59,7 +59,7 @@ def summary(c: Collision) -> str:
     victim = f"{c.victim.function or c.victim.service} ({c.victim.route})"
     gap = (c.victim.start_ns - c.culprit.start_ns) / 1e6
     state = "manifest" if c.manifest else "latent"
-    return f"{_NAMES.get(c.anomaly, c.anomaly)} on {c.entity}: {who} wrote {gap:.1f} ms before {victim} ({state})"
+    return f"{_NAMES.get(c.anomaly, c.anomaly)} on {c.entity}: {who} wrote first, {victim} {gap:+.1f} ms ({state})"
 
 
 def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
