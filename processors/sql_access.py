@@ -226,7 +226,7 @@ def _ref(node: exp.Expression) -> _Ref:
     return _placeholder(node) or _literal(node) or _template(node)
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+def conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
     """The AND-ed terms of a WHERE clause, in text order (iterative: long AND chains are deep trees)."""
     out: list[exp.Expression] = []
     stack = [node]
@@ -430,7 +430,7 @@ class SqlAccessExtractor:
         key_cols = self._config(self._key_columns, table, schema) or ("id",)
         key_values: dict[str, list[_Ref]] = {}
         predicates: list[tuple[str, str, _Ref]] = []
-        for node in _conjuncts(tree.args.get("where")):
+        for node in conjuncts(tree.args.get("where")):
             cmp = _comparison(node)
             in_list = _in_list(node) if cmp is None else None
             if cmp is not None and cmp[1] == "=" and cmp[0] in key_cols and cmp[0] not in key_values:

@@ -31,6 +31,7 @@ from processors.critical_path import critical_path
 from processors.graph_rows import Row
 from processors.sketch import LatencySketch
 from processors.traces import ClosedTrace
+from processors.windows import forget_partition, ready_windows
 from streamer.events import Span, SpanKind
 
 NS_PER_MS = 1_000_000
@@ -337,18 +338,13 @@ class ServiceStats:
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[StatsWindow]:
         """Close windows past ``end + grace``, but none that a still-open trace (started at ``open_since_ns``)
         may yet contribute to."""
-        limit = watermark_ns - self.size_ns - self.grace_ns
-        if open_since_ns is not None:
-            limit = min(limit, open_since_ns - self.size_ns)
-        ready = sorted(s for s in self._windows if s <= limit)
-        out = [self._emit(s) for s in ready]
+        ready = ready_windows(self._windows, watermark_ns, self.size_ns, self.grace_ns, open_since_ns)
         if ready:
             self._closed_before = max(self._closed_before, ready[-1] + self.size_ns)
-        return out
+        return [self._emit(s) for s in ready]
 
     def forget_source(self, tp: Hashable) -> None:
-        for window in self._windows.values():
-            window.sources = {s for s in window.sources if s[0] != tp}
+        forget_partition(self._windows.values(), tp)
 
     def _emit(self, start: int) -> StatsWindow:
         w = self._windows.pop(start)

@@ -8,8 +8,9 @@ window already closed is counted as late and left out of the aggregate (never a 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from processors.sketch import LatencySketch
 from processors.traces import ClosedTrace
@@ -37,6 +38,26 @@ class ClosedWindow:
     end_ns: int
     calls: dict[tuple[str, str], CallStats]
     sources: frozenset[tuple[Hashable, int]]
+
+
+class _HasSources(Protocol):
+    sources: set[tuple[Hashable, int]]
+
+
+def ready_windows(starts: Iterable[int], watermark_ns: int, size_ns: int, grace_ns: int,
+                  open_since_ns: int | None) -> list[int]:  # fmt: skip
+    """Starts of the windows that may close, in order: past ``end + grace`` on the watermark, and not reachable by
+    a trace still open since ``open_since_ns``. Shared by every windowed aggregate of stage 1."""
+    limit = watermark_ns - size_ns - grace_ns
+    if open_since_ns is not None:
+        limit = min(limit, open_since_ns - size_ns)
+    return sorted(s for s in starts if s <= limit)
+
+
+def forget_partition(windows: Iterable[_HasSources], tp: Hashable) -> None:
+    """Drop a revoked partition's positions, so that its replay pins them again."""
+    for window in windows:
+        window.sources = {s for s in window.sources if s[0] != tp}
 
 
 class CallWindows:
@@ -89,18 +110,13 @@ class CallWindows:
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[ClosedWindow]:
         """Close windows past ``end + grace``, but none that a still-open trace (started at ``open_since_ns``)
         may yet contribute to."""
-        limit = watermark_ns - self.size_ns - self.grace_ns
-        if open_since_ns is not None:
-            limit = min(limit, open_since_ns - self.size_ns)
-        ready = sorted(s for s in self._windows if s <= limit)
-        out = [self._emit(s) for s in ready]
+        ready = ready_windows(self._windows, watermark_ns, self.size_ns, self.grace_ns, open_since_ns)
         if ready:
             self._closed_before = max(self._closed_before, ready[-1] + self.size_ns)
-        return out
+        return [self._emit(s) for s in ready]
 
     def forget_source(self, tp: Hashable) -> None:
-        for window in self._windows.values():
-            window.sources = {s for s in window.sources if s[0] != tp}
+        forget_partition(self._windows.values(), tp)
 
     def _emit(self, start: int) -> ClosedWindow:
         w = self._windows.pop(start)

@@ -16,6 +16,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from processors.sql_access import conjuncts
+
 _DIALECT = "postgres"
 _IDENT = re.compile(r"[A-Za-z0-9_$]")
 
@@ -210,20 +212,6 @@ def _plain_columns(nodes: list[exp.Expression]) -> list[str] | None:
     return names
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    out: list[exp.Expression] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, exp.Where | exp.Paren):
-            stack.append(n.this)
-        elif isinstance(n, exp.And):
-            stack += (n.expression, n.this)
-        elif isinstance(n, exp.Expression):
-            out.append(n)
-    return out
-
-
 def shape(statement: Placeholders, table: str) -> Shape:
     """The statement's shape; raises ReproError unless it is one plain DML statement on ``table``."""
     try:
@@ -244,7 +232,7 @@ def shape(statement: Placeholders, table: str) -> Shape:
     returning = tree.args.get("returning")
     returned = _plain_columns(list(returning.expressions)) if isinstance(returning, exp.Returning) else []
     equals: dict[str, Any] = {}
-    for term in _conjuncts(tree.args.get("where")):
+    for term in conjuncts(tree.args.get("where")):
         if isinstance(term, exp.EQ) and isinstance(term.this, exp.Column):
             ok, value = _bound(term.expression, params)
             if ok:
