@@ -262,10 +262,6 @@ class CollisionDetector:
     def _race(self, key: str, state: _Entity, a: list[Access], b: list[Access],
               ra: tuple[Access, Access], rb: tuple[Access, Access]) -> Collision:  # fmt: skip
         first, second = (ra, rb) if ra[1].start_ns <= rb[1].start_ns else (rb, ra)
-        committed = {c.trace_id: c.change.lsn for c in sorted(state.commits, key=lambda c: -c.change.lsn)}
-        la, lb = committed.get(ra[1].trace_id), committed.get(rb[1].trace_id)
-        if la is not None and lb is not None:  # the commit order beats statement start times a lock wait blurs
-            first, second = (ra, rb) if la <= lb else (rb, ra)
         culprit, victim = first[1], second[1]
         if culprit.trace_error and not victim.trace_error:
             culprit, victim = victim, culprit  # the request that failed is the victim, never the culprit

@@ -197,8 +197,8 @@ class Driver:
                 step = s.steps[s.consumed]
                 s.consumed += 1
                 need = s.consumed
-            else:  # not a recorded step: it runs within the session's current turn
-                need = max(s.consumed, 1)
+            else:  # not a recorded step: it runs within the session's current turn (freely before its first one,
+                need = s.consumed  # like the check-reads production ran before the interleaving began)
             deadline = time.monotonic() + STEP_TIMEOUT_S
             while s.granted < need:
                 s.state = "parked"
@@ -285,6 +285,9 @@ class Driver:
     def run(self, sessions: dict[int, Session], body: Callable[[Session], Any]) -> None:
         """Start one thread per session and hand out every step in the recorded order."""
         self.sessions = sessions
+        with self.cond:  # a session counts as running until it parks at its first recorded step
+            for s in sessions.values():
+                s.state = "running"
         threads = [threading.Thread(target=self._thread, args=(s, body), name=f"repro-session-{n}", daemon=True)
                    for n, s in sessions.items()]  # fmt: skip
         for t in threads:

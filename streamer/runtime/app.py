@@ -140,10 +140,8 @@ class Daemon:
                 ingest.proofs.inbox.append(contract)
 
         async def after_entities(out: StageOutput) -> None:
-            for event in await self.incidents.handle(out.incidents):
+            for event in await self.incidents.handle(out.incidents):  # stage 1's judge reads them from the topic
                 self.metrics.incidents.labels(event.severity, event.anomaly).inc()
-                if ingest is not None:  # the proof judge counts collisions per build and contracts each incident
-                    ingest.proofs.inbox.append(event)
 
         def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
             after = after_entities if name == "entities" else None

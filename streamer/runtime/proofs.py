@@ -1,12 +1,13 @@
 """Stage 1's proof desk: windowed service statistics, the regression detector, contracts and the proof judge.
 
-Fed from stage 1's closed traces and logs, and (through a thread-safe inbox) from the incidents stage 2 publishes
-and the contracts on ``trace-repro.contracts``. Every incident gets a proof contract (no must-start event unless
-one is added by CLI; the traffic floor from the defect's rate on its build by the zero-error rule), stored on the
-graph so that it survives restarts. Verdicts and regressions come out as events and graph rows.
+Fed from stage 1's closed traces and logs, and through its inbox from the incidents stage 2 publishes (stage 1
+consumes ``trace-repro.incidents`` too) and the contracts on ``trace-repro.contracts``. Every incident gets a proof
+contract (no must-start event unless one is added by CLI; the traffic floor from the defect's rate on its build by
+the zero-error rule), stored on the graph so that it survives restarts. Verdicts and regressions come out as events
+and graph rows.
 
-The judge sees the traffic of this stage-1 instance: run one ingest instance per service partitioning, or a single
-one, for verdicts over all of a service's traffic (see README, "Scaling out").
+The judge sees the traffic of this stage-1 instance: for verdicts over all of a service's traffic, run a single
+ingest instance or partition the spans topic by service (see README, "Scaling out").
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class ProofDesk:
         )
         self.judge = ProofJudge(settle_ns=int(p.settle_s * NS), slice_ns=int(p.slice_s * NS),
                                 max_builds=p.max_builds, max_keys=p.max_keys)  # fmt: skip
-        # Appended from the event loop while stage 1 processes in a worker thread: deque appends are atomic.
+        # Filled while stage 1 decodes a batch (and with the graph's contracts before it starts), drained per batch.
         self.inbox: deque[IncidentEvent | ProofContract] = deque()
         self._occurrences: dict[str, int] = {}
         self._cli_contracts: set[str] = set()
