@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from processors.contracts import ProofContract
 from sinks.falkordb_graph import GraphWriter
 from sinks.incidents import IncidentSink
+from sinks.kafka import KafkaSink
 from streamer import logs
 from streamer.config import Settings
 from streamer.runtime.http import HttpServer
@@ -121,16 +121,10 @@ class Daemon:
                  http_port=self.http.port, stages=list(self.stages))  # fmt: skip
         await self.writer.bootstrap()
         await ensure_topics(s)
-        producer = AIOKafkaProducer(bootstrap_servers=s.kafka.bootstrap, enable_idempotence=True, acks="all",
-                                    linger_ms=5, max_request_size=16 * 1024 * 1024)  # fmt: skip
+        producer = KafkaSink(s.kafka.bootstrap, self.metrics)
         await producer.start()
         clock = time.time_ns
-
-        async def publish(topic: str, key: bytes, value: bytes) -> None:
-            await producer.send_and_wait(topic, value, key=key)
-            self.metrics.published.labels(topic).inc()
-
-        self._publish = publish
+        publish = self._publish = producer.publish
 
         self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
 

@@ -25,11 +25,12 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Protocol
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from processors.pins import Source
 from sinks.falkordb_graph import GraphWriter, WriteAborted
+from sinks.kafka import KafkaSink
 from streamer.config import Settings
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.records import Outbound, Record, StageOutput
@@ -75,7 +76,7 @@ class StageRunner:
         settings: Settings,
         group_id: str,
         writer: GraphWriter,
-        producer: AIOKafkaProducer,
+        producer: KafkaSink,
         metrics: Metrics,
         after_batch: AfterBatch | None = None,
     ) -> None:
@@ -180,13 +181,7 @@ class StageRunner:
             await self.after_batch(out)
 
     async def produce(self, messages: list[Outbound]) -> None:
-        if not messages:
-            return
-        futures = []
-        for m in messages:
-            futures.append(await self.producer.send(m.topic, m.value, key=m.key, headers=list(m.headers) or None))
-            self.metrics.published.labels(m.topic).inc()
-        await asyncio.gather(*futures)
+        await self.producer.send(messages)
 
     async def _commit(self, only: Iterable[TopicPartition] | None = None) -> None:
         if self.consumer is None:
