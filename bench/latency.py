@@ -19,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.shop import db
 from bench.shop.traffic import run_traffic
-from streamer import config
+from streamer import config, logs
 from streamer.engines import LocalEngines
 from streamer.runtime.app import Daemon
 
@@ -75,6 +75,7 @@ def percentile(values: list[float], q: float) -> float:
 async def measure(engines: LocalEngines, *, rounds: int = 10, trace_gap_s: float = 1.0, window_s: float = 1.0,
                   settle_s: float = 0.5) -> dict[str, Any]:  # fmt: skip
     """Run the buggy shop for ``rounds`` rounds of each defect under the daemon; latency figures per incident."""
+    logs.configure("WARNING")  # the in-process daemon's per-incident lines would bury the figures
     tag = uuid.uuid4().hex[:8]
     prefix = f"lat{tag}"
     bootstrap = engines.address("kafka")
