@@ -57,13 +57,21 @@ class LocalEngines:
             jars.require_java()
         wanted = [n for n in ALL if n in names or (n == "kafka" and "connect" in names)]
         running = {n: s for n, s in self.engines.items() if alive(s.pid) and (n not in wanted or _HEALTH[n](s))}
-        for name in wanted:
-            if name in running:
-                continue
-            begin = time.monotonic()
-            running[name] = self._start(name, running)
-            self.timings[name] = time.monotonic() - begin
+        started: list[str] = []
+        try:
+            for name in wanted:
+                if name in running:
+                    continue
+                begin = time.monotonic()
+                running[name] = self._start(name, running)
+                started.append(name)
+                self.timings[name] = time.monotonic() - begin
+                state_file.save(self.layout.state_file, running)
+        except BaseException:
+            for name in reversed(started):  # a half-started set would leave processes nobody asked for
+                stop(running.pop(name).pid)
             state_file.save(self.layout.state_file, running)
+            raise
         return running
 
     def _start(self, name: str, running: dict[str, EngineState]) -> EngineState:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from streamer.engines import EngineError, Layout, LocalEngines, postgres
 from streamer.engines.process import alive
 
 pytestmark = pytest.mark.engines
@@ -25,11 +26,12 @@ def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
     """All four engines come up healthy, write their addresses, and ``down`` stops every PID it started."""
     env = {**os.environ, "TRACE_REPRO_RUN_DIR": str(tmp_path / "run")}
     env_file = tmp_path / "engines.env"
-    up = _cli("up", "--env-file", str(env_file), env=env)
-    assert up.returncode == 0, up.stderr
-    state = json.loads((tmp_path / "run" / "state.json").read_text())["engines"]
-    pids = {name: engine["pid"] for name, engine in state.items()}
+    pids: dict[str, int] = {}
     try:
+        up = _cli("up", "--env-file", str(env_file), env=env)
+        assert up.returncode == 0, up.stderr
+        state = json.loads((tmp_path / "run" / "state.json").read_text())["engines"]
+        pids = {name: engine["pid"] for name, engine in state.items()}
         assert set(pids) == {"kafka", "falkordb", "postgres", "connect"}
         assert all(alive(pid) for pid in pids.values())
         status = _cli("status", env=env)
@@ -53,3 +55,35 @@ def test_missing_java_fails_at_once(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "java not found" in result.stderr and "openjdk" in result.stderr
+
+
+def test_failed_up_stops_what_it_started(tmp_path: Path) -> None:
+    """When an engine fails to start, the ones this ``up`` had already started are stopped again."""
+    default = Layout.default()
+    layout = Layout(default.config_dir, default.cache_dir, tmp_path / "run")
+    data = postgres.base_dir(layout) / "data"
+    data.mkdir(parents=True)
+    (data / "PG_VERSION").write_text("not a data directory\n")  # PostgreSQL exits at once on this
+    local = LocalEngines(layout)
+    try:
+        with pytest.raises(EngineError):
+            local.up(["falkordb", "postgres"])
+        assert "falkordb" in local.timings  # it had started ...
+        assert local.engines == {}  # ... and is no longer recorded
+        assert not any(alive(p) for p in _falkordb_pids(layout))  # ... nor running
+    finally:
+        local.down()
+
+
+def _falkordb_pids(layout: Layout) -> list[int]:
+    """PIDs of redis-server processes whose working directory is this layout's FalkorDB data dir."""
+    wanted = str(layout.run_dir / "falkordb")
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.readlink(proc / "cwd").startswith(wanted):
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
