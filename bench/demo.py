@@ -25,10 +25,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from bench.gitlab_server import FakeGitLab
-from bench.latency import create_topics
 from bench.shop import db
 from streamer.engines import Layout, LocalEngines
 from streamer.engines.process import alive
+from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ("orders", "inventory", "charges")
@@ -68,7 +68,7 @@ class Demo:
         self.engines.capture([f"public.{t}" for t in TABLES], topic_prefix=self.prefix)
         k = self.engines.address("kafka")
         topics = [f"{self.prefix}.public.{t}" for t in TABLES] + ["otlp_spans", "otlp_logs"]
-        asyncio.run(create_topics(k, topics))
+        asyncio.run(create_topics(k, dict.fromkeys(topics, 1)))
         shutil.rmtree(self.out, ignore_errors=True)
         self.out.mkdir(parents=True)
         self.env = {

@@ -15,13 +15,13 @@ import uuid
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.shop import db
 from bench.shop.traffic import run_traffic
 from streamer import config, logs
 from streamer.engines import LocalEngines
 from streamer.runtime.app import Daemon
+from streamer.runtime.topics import create_topics
 
 SHOP = {
     "TRACE_REPRO_SQL__KEY_COLUMNS": json.dumps({"inventory": ["sku"]}),
@@ -31,18 +31,6 @@ SHOP = {
 
 
 TABLES = ("orders", "inventory", "charges")
-
-
-async def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
-        if new:
-            await admin.create_topics(new)
-    finally:
-        await admin.close()
 
 
 async def _records(bootstrap: str, topics: list[str], stop_after_idle_s: float = 3.0) -> list[Any]:
@@ -105,7 +93,9 @@ async def measure(engines: LocalEngines, *, rounds: int = 10, trace_gap_s: float
                             topic_prefix=prefix)  # fmt: skip
     # Steady state: the topics exist before traffic starts (in production they do). A topic created later
     # is found by the pattern subscription within metadata_max_age_ms and costs a rebalance.
-    await create_topics(bootstrap, [settings.kafka.spans_topic, *(f"{prefix}.public.{t}" for t in TABLES)])
+    await create_topics(
+        bootstrap, dict.fromkeys([settings.kafka.spans_topic, *(f"{prefix}.public.{t}" for t in TABLES)], 1)
+    )
     daemon = Daemon(settings)
     task = asyncio.create_task(daemon.run())
     try:

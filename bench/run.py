@@ -56,7 +56,7 @@ from typing import Any
 
 import falkordb
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.otlp_gen import Generated, generate_run
 from processors.graph_rows import GraphBatch
@@ -68,6 +68,7 @@ from streamer.engines import Layout, LocalEngines
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.records import Record
 from streamer.runtime.stage1 import IngestStage
+from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out"
@@ -315,15 +316,6 @@ async def bench_write(
 # ---- Kafka ---------------------------------------------------------------------------------------------------
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
-
-
 async def delete_topics(bootstrap: str, prefix_tag: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -336,7 +328,7 @@ async def delete_topics(bootstrap: str, prefix_tag: str) -> None:
 
 
 async def bench_produce(eng: Engines, topic: str, gen: Generated) -> dict[str, Any]:
-    await create_topic(eng.kafka, topic)
+    await create_topics(eng.kafka, {topic: 1})
     producer = AIOKafkaProducer(
         bootstrap_servers=eng.kafka, max_request_size=16 * MB, linger_ms=5, max_batch_size=1 * MB
     )

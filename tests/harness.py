@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from falkordb import FalkorDB
 
 from streamer import config
 from streamer.config import Settings
 from streamer.runtime.app import Daemon
+from streamer.runtime.topics import create_topics
 
 
 @dataclass
@@ -36,15 +36,7 @@ class Harness:
         return int(rows[0][0]) if rows else 0
 
     async def create_topics(self, *topics: str, partitions: int = 1) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        await admin.start()
-        try:
-            existing = set(await admin.list_topics())
-            new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
-            if new:
-                await admin.create_topics(new)
-        finally:
-            await admin.close()
+        await create_topics(self.bootstrap, dict.fromkeys(topics, partitions))
 
     async def start(self) -> None:
         k = self.settings.kafka

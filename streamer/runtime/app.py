@@ -7,15 +7,13 @@ deployments (``--stage ingest`` / ``--stage entities``) on as many machines as p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from processors.contracts import ProofContract
 from sinks.falkordb_graph import GraphWriter
@@ -30,6 +28,7 @@ from streamer.runtime.runner import StageRunner
 from streamer.runtime.sink_runner import SinkRunner
 from streamer.runtime.stage1 import IngestStage
 from streamer.runtime.stage2 import EntityStage
+from streamer.runtime.topics import create_topics
 
 log = structlog.get_logger("trace_repro")
 
@@ -39,16 +38,7 @@ async def ensure_topics(settings: Settings) -> None:
     k = settings.kafka
     wanted = {k.accesses_topic: k.accesses_partitions, k.dlq_topic: 1, k.incidents_topic: 1, k.repros_topic: 1,
               k.verdicts_topic: 1}  # fmt: skip
-    admin = AIOKafkaAdminClient(bootstrap_servers=k.bootstrap)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        new = [NewTopic(t, n, 1) for t, n in wanted.items() if t not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(new)
-    finally:
-        await admin.close()
+    await create_topics(k.bootstrap, wanted)
 
 
 class Daemon:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
 from bench.shop.proof.service import EVENT, revision_of
@@ -22,6 +21,7 @@ from processors.stat_tests import zero_error_floor
 from processors.stats import ServiceStats
 from processors.traces import ClosedTrace, TraceAssembler
 from streamer.decode import decode_logs_proto, decode_traces_proto
+from streamer.runtime.topics import create_topics
 from streamer.schemas import VerdictEvent
 
 pytestmark = pytest.mark.engines
@@ -80,12 +80,7 @@ class Pipeline:
 
 
 async def _topics(bootstrap: str, *names: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, 1, 1) for n in names])
-    finally:
-        await admin.close()
+    await create_topics(bootstrap, dict.fromkeys(names, 1))
 
 
 async def _stream(bootstrap: str, pipeline: Pipeline, topics: list[str], spans: int, logs: int) -> None:
