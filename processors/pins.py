@@ -60,3 +60,7 @@ class OffsetPins:
 
     def pinned(self, tp: Hashable) -> int:
         return len(self._counts.get(tp, {}))
+
+    def total(self) -> int:
+        """Pinned offsets over every partition (the ``trace_repro_pinned_offsets`` gauge)."""
+        return sum(len(counts) for counts in self._counts.values())

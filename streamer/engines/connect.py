@@ -8,10 +8,10 @@ tables), and waits until its replication slot is active so that no later change 
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -126,26 +126,16 @@ def capture(
     base = f"{rest_url(state)}/connectors/{CONNECTOR}"
     if CONNECTOR in _request(f"{rest_url(state)}/connectors"):
         _request(f"{base}/stop", "PUT")
-        _wait(lambda: _status(state).get("connector", {}).get("state") == "STOPPED", "connector stop", timeout_s)
+        wait_until(lambda: _status(state).get("connector", {}).get("state") == "STOPPED",
+                   what="the Debezium connector's stop", timeout_s=timeout_s)  # fmt: skip
         _request(f"{base}/offsets", "DELETE")
         _request(f"{base}/config", "PUT", config)
         _request(f"{base}/resume", "PUT")
     else:
         _request(f"{base}/config", "PUT", config)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if _running(state) and _slot_active(pg_dsn):
-            return
-        time.sleep(0.25)
-    raise EngineError(f"Debezium connector not streaming after {timeout_s:.0f}s: {_status(state)}")
-
-
-def _wait(probe: Any, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise EngineError(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.1)
+    # _running raises at once when the connector's task failed; the slot turns active once it streams.
+    wait_until(lambda: _running(state) and _slot_active(pg_dsn), what="Debezium streaming", timeout_s=timeout_s,
+               log=Path(state.log))  # fmt: skip
 
 
 def _status(state: EngineState) -> Any:

@@ -253,6 +253,7 @@ class IngestStage:
         m.open_traces.set(len(self.traces))
         m.open_windows.set(len(self.windows))
         m.watermark.labels("ingest").set(watermark / NS)
+        m.pinned_offsets.labels("ingest").set(self.pins.total())
         counters = self.traces.counters
         for reason in ("dropped_spans",):
             if counters[reason]:

@@ -85,8 +85,8 @@ class EntityStage:
         judgement = self.detector.close_until(watermark)
         out.release.extend(judgement.released)  # type: ignore[arg-type]
         out.incidents.extend(incident_event(c, watermark) for c in judgement.collisions)
-        self.metrics.watermark.labels("entities").set(self.watermarks.current() / NS)
-        self.metrics.pinned_offsets.labels("entities").set(self._pending_count)
+        self.metrics.watermark.labels("entities").set(watermark / NS)
+        self.metrics.pinned_offsets.labels("entities").set(self.pins.total())
         return out
 
     def _change(self, entity: str, change: RowChange, source: Source, out: StageOutput) -> None:

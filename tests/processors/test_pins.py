@@ -97,3 +97,16 @@ def test_forget_drops_every_pin_of_a_partition() -> None:
     assert pins.committable(TP, 6) == 6
     assert pins.committable(OTHER, 6) == 3
     pins.forget(("never", 0))  # forgetting an unknown partition is a no-op
+
+
+def test_total_counts_distinct_pinned_offsets_over_partitions() -> None:
+    """The gauge's value: distinct pinned offsets over all partitions, not references."""
+    pins = OffsetPins()
+    pins.pin([(("t", 0), 1), (("t", 0), 1), (("t", 0), 2), (("t", 1), 7)])
+    assert pins.total() == 3
+    pins.release([(("t", 0), 1)])
+    assert pins.total() == 3  # offset 1 still holds one reference
+    pins.release([(("t", 0), 1), (("t", 0), 2)])
+    assert pins.total() == 1
+    pins.forget(("t", 1))
+    assert pins.total() == 0
