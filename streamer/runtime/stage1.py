@@ -264,6 +264,7 @@ class IngestStage:
 
     def release(self, sources: Iterable[Source]) -> None:
         self.pins.release(sources)
+        self.metrics.pinned_offsets.labels("ingest").set(self.pins.total())
 
     def committable(self, tp: Hashable, position: int) -> int:
         return self.pins.committable(tp, position)

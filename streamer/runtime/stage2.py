@@ -56,6 +56,11 @@ class EntityStage:
         self._pending_count = 0
 
     @property
+    def pending_changes(self) -> int:
+        """Row changes waiting for the access that made them (bounded by correlation.max_pending_changes)."""
+        return self._pending_count
+
+    @property
     def topics_pattern(self) -> str:
         return f"^{self.settings.kafka.accesses_topic.replace('.', '[.]')}$"
 
@@ -160,6 +165,7 @@ class EntityStage:
 
     def release(self, sources: Iterable[Source]) -> None:
         self.pins.release(sources)
+        self.metrics.pinned_offsets.labels("entities").set(self.pins.total())
 
     def committable(self, tp: Hashable, position: int) -> int:
         return self.pins.committable(tp, position)

@@ -60,9 +60,9 @@ class Pipe:
         tp = (TOPIC, partition)
         return self.stage.committable(tp, self.positions[tp])
 
-    def pending(self) -> float:
-        """How many row changes wait for their access (the stage's pinned-offsets gauge)."""
-        return self.metric("trace_repro_pinned_offsets", stage="entities")
+    def pending(self) -> int:
+        """How many row changes wait for their access."""
+        return self.stage.pending_changes
 
     def drain(self) -> StageOutput:
         """No input for a long time: the idle watermark settles everything; release what the stage gives back."""
@@ -334,3 +334,12 @@ def test_commit_for_an_already_judged_entity_is_released() -> None:
     p.stage.release(out.release)
     p.drain()
     assert p.committable() == 3
+
+
+def test_pinned_offsets_gauge_follows_the_pins() -> None:
+    """trace_repro_pinned_offsets shows the input still held by open state, and drops to 0 once all settled."""
+    p = Pipe()
+    p.send(change(commit_s=1.0))
+    assert p.metric("trace_repro_pinned_offsets", stage="entities") == 1
+    p.drain()
+    assert p.metric("trace_repro_pinned_offsets", stage="entities") == 0
