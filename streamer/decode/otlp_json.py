@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from streamer.decode._attrs import (
@@ -278,21 +278,34 @@ def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) ->
     )
 
 
+# (resource level, scope level, item level) key names, as camelCase and snake_case pairs.
+_TRACES = (_RESOURCE_SPANS, _SCOPE_SPANS, _SPANS)
+_LOGS = (_RESOURCE_LOGS, _SCOPE_LOGS, _LOG_RECORDS)
+
+
+def _items(
+    doc: dict[str, Any], ext: Extractor, levels: tuple[_Names, _Names, _Names]
+) -> Iterator[tuple[Resource, dict[str, Any], str]]:
+    """Every span (or log record) of an OTLP/JSON document with its resource and its JSON path, for errors."""
+    outer, scope, item = levels
+    for i, rs in enumerate(_list(doc, outer, "message")):
+        where = f"{outer[0]}[{i}]"
+        rs = _obj(rs, where)
+        resource = _resource(ext, rs, f"{where}.resource")
+        for j, ss in enumerate(_list(rs, scope, where)):
+            swhere = f"{where}.{scope[0]}[{j}]"
+            for k, it in enumerate(_list(_obj(ss, swhere), item, swhere)):
+                iwhere = f"{swhere}.{item[0]}[{k}]"
+                yield resource, _obj(it, iwhere), iwhere
+
+
 def decode_traces_json(
     data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
 ) -> list[Span]:
     """Decode an OTLP/JSON traces document (the collector's ``otlp_json``, hex ids) into spans."""
     doc = _load(data, opts)
     ext = Extractor(opts, stats)
-    out: list[Span] = []
-    for i, rs in enumerate(_list(doc, _RESOURCE_SPANS, "message")):
-        where = f"resourceSpans[{i}]"
-        rs = _obj(rs, where)
-        resource = _resource(ext, rs, f"{where}.resource")
-        for j, ss in enumerate(_list(rs, _SCOPE_SPANS, where)):
-            swhere = f"{where}.scopeSpans[{j}]"
-            for k, sp in enumerate(_list(_obj(ss, swhere), _SPANS, swhere)):
-                out.append(_span(ext, _obj(sp, f"{swhere}.spans[{k}]"), resource, f"{swhere}.spans[{k}]"))
+    out = [_span(ext, sp, resource, where) for resource, sp, where in _items(doc, ext, _TRACES)]
     if stats is not None:
         stats.spans += len(out)
     return out
@@ -323,15 +336,7 @@ def decode_logs_json(
     """Decode an OTLP/JSON logs document (the collector's ``otlp_json``, hex ids) into log records."""
     doc = _load(data, opts)
     ext = Extractor(opts, stats)
-    out: list[LogRecord] = []
-    for i, rl in enumerate(_list(doc, _RESOURCE_LOGS, "message")):
-        where = f"resourceLogs[{i}]"
-        rl = _obj(rl, where)
-        resource = _resource(ext, rl, f"{where}.resource")
-        for j, sl in enumerate(_list(rl, _SCOPE_LOGS, where)):
-            swhere = f"{where}.scopeLogs[{j}]"
-            for k, lr in enumerate(_list(_obj(sl, swhere), _LOG_RECORDS, swhere)):
-                out.append(_log(ext, _obj(lr, f"{swhere}.logRecords[{k}]"), resource, f"{swhere}.logRecords[{k}]"))
+    out = [_log(ext, lr, resource, where) for resource, lr, where in _items(doc, ext, _LOGS)]
     if stats is not None:
         stats.log_records += len(out)
     return out

@@ -61,6 +61,7 @@ class Daemon:
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._ready)
         self.runners: list[StageRunner] = []
         self._publish: Callable[[str, bytes, bytes], Awaitable[None]] | None = None
+        self.incidents: IncidentSink | None = None
         self._started = False
 
     def _ready(self) -> bool:
@@ -116,7 +117,7 @@ class Daemon:
         clock = time.time_ns
         publish = self._publish = producer.publish
 
-        self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
+        incidents = self.incidents = IncidentSink(self.writer, publish, s.kafka.incidents_topic)
 
         ingest = IngestStage(s, self.metrics, clock) if "ingest" in self.stages else None
         if ingest is not None:
@@ -124,7 +125,7 @@ class Daemon:
                 ingest.proofs.inbox.append(contract)
 
         async def after_entities(out: StageOutput) -> None:
-            for event in await self.incidents.handle(out.incidents):  # stage 1's judge reads them from the topic
+            for event in await incidents.handle(out.incidents):  # stage 1's judge reads them from the topic
                 self.metrics.incidents.labels(event.severity, event.anomaly).inc()
 
         def runner(name: str, stage: IngestStage | EntityStage, group: str) -> StageRunner:
