@@ -4,20 +4,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install lint test demo bench up down status clean
+.PHONY: install lint test demo bench soak up down status clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,local]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)  ## virtualenv with the project and its dev tools
 
-lint: install  ## ruff + mypy (strict)
+lint: install  ## ruff, mypy (strict) and the import layers (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: install lint  ## the whole suite; fixtures start the real engines (Kafka, FalkorDB, PostgreSQL, Debezium)
 	$(BIN)/python -m pytest
@@ -27,6 +28,10 @@ demo: install  ## the daemon on real local engines with the sample workload
 
 bench: install  ## throughput and latency figures
 	$(BIN)/python -m bench.run
+
+SOAK_MINUTES ?= 10
+soak: install  ## the daemon for $(SOAK_MINUTES) min at a steady rate with planted collisions: RSS, lag, misses (out/soak.json)
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
 
 up: install     ## start the local engines and leave them running (addresses in .engines.env)
 	$(BIN)/trace-repro local up --env-file .engines.env

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from bench.demo_agent import ask
 from bench.gitlab_server import FakeGitLab
 from bench.shop import db
 from streamer.engines import Layout, LocalEngines
@@ -33,6 +34,30 @@ from streamer.runtime.topics import create_topics
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ("orders", "inventory", "charges")
 ROUNDS = int(os.environ.get("DEMO_ROUNDS", "4"))
+
+
+def daemon_env(tag: str, prefix: str, out: Path) -> dict[str, str]:
+    """The demo daemon's settings beyond the shipped config: its own graph, group and Debezium topics; short
+    windows so the demo runs in a minute; the repro worker pointed at the shop's source."""
+    return {
+        "TRACE_REPRO_ENVIRONMENT": f"demo_{tag}",
+        "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-demo-{tag}",
+        "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
+        "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
+        "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
+        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
+        "TRACE_REPRO_WINDOWS__WINDOW_S": "10",  # statistics windows (critical paths) close while the demo runs
+        "TRACE_REPRO_COLLISIONS__WINDOW_S": "1",
+        "TRACE_REPRO_COLLISIONS__SETTLE_S": "0.5",
+        "TRACE_REPRO_HTTP__PORT": "0",
+        "TRACE_REPRO_PROOF__SETTLE_S": "3",
+        "TRACE_REPRO_REPRO__ENABLED": "true",
+        "TRACE_REPRO_REPRO__SOURCE_ROOT": str(REPO),
+        "TRACE_REPRO_REPRO__COPY_PATHS": '["bench"]',
+        "TRACE_REPRO_REPRO__CALL_SPECS": "bench.shop.repro_specs:CALL_SPECS",
+        "TRACE_REPRO_REPRO__SCHEMA_SQL": str(REPO / "bench" / "shop" / "schema.sql"),
+        "TRACE_REPRO_REPRO__OUTPUT_DIR": str(out / "repros"),
+    }
 
 
 def say(text: str) -> None:
@@ -71,26 +96,7 @@ class Demo:
         asyncio.run(create_topics(k, dict.fromkeys(topics, 1)))
         shutil.rmtree(self.out, ignore_errors=True)
         self.out.mkdir(parents=True)
-        self.env = {
-            **os.environ,
-            **self.engines.environment(),
-            "TRACE_REPRO_ENVIRONMENT": f"demo_{self.tag}",
-            "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-demo-{self.tag}",
-            "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{self.prefix}\.public\.[a-z]+$",
-            "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
-            "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
-            "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
-            "TRACE_REPRO_COLLISIONS__WINDOW_S": "1",
-            "TRACE_REPRO_COLLISIONS__SETTLE_S": "0.5",
-            "TRACE_REPRO_HTTP__PORT": "0",
-            "TRACE_REPRO_PROOF__SETTLE_S": "3",
-            "TRACE_REPRO_REPRO__ENABLED": "true",
-            "TRACE_REPRO_REPRO__SOURCE_ROOT": str(REPO),
-            "TRACE_REPRO_REPRO__COPY_PATHS": '["bench"]',
-            "TRACE_REPRO_REPRO__CALL_SPECS": "bench.shop.repro_specs:CALL_SPECS",
-            "TRACE_REPRO_REPRO__SCHEMA_SQL": str(REPO / "bench" / "shop" / "schema.sql"),
-            "TRACE_REPRO_REPRO__OUTPUT_DIR": str(self.out / "repros"),
-        }
+        self.env = {**os.environ, **self.engines.environment(), **daemon_env(self.tag, self.prefix, self.out)}
         print(f"   shop tables captured by Debezium into {self.prefix}.public.<table>; spans on otlp_spans")
 
     def start_gitlab(self) -> None:
@@ -195,8 +201,8 @@ class Demo:
 
     def deploy_patched(self, incidents: list[dict[str, Any]]) -> Path:
         """A copy of the shop with every planned repair applied (plans for one file compose in sequence)."""
+        from processors.model.outputs import IncidentEvent
         from processors.repair import apply, plan_repairs
-        from streamer.schemas import IncidentEvent
 
         say("deploying the repaired shop as v1.1.0")
         copy = self.out / "shop-1.1.0"
@@ -221,8 +227,11 @@ class Demo:
         verdicts = asyncio.run(self._wait_topic("trace-repro.verdicts", enough, 120))
         for v in verdicts:
             r = v["receipt"]
+            p = "-" if r["p_value"] is None else f"{r['p_value']:.3g}"
             print(f"   {v['outcome']:<12} {v['contract'][:60]:<60} v{v['version']}: before {r['before_errors']}/"
-                  f"{r['before_requests']}, after {r['after_errors']}/{r['after_requests']} ({r['test']})")  # fmt: skip
+                  f"{r['before_requests']}, after {r['after_errors']}/{r['after_requests']}, p = {p} "
+                  f"(level {r['alpha'] / r['looks']:g}: alpha {r['alpha']:g} over {r['looks']} looks), floor "
+                  f"{r['floor']} ({r['test']})")  # fmt: skip
         return verdicts
 
     def summary(self, incidents: list[dict[str, Any]], repros: list[dict[str, Any]],
@@ -260,6 +269,13 @@ class Demo:
         say(f"stopped the daemon and the engines; processes left behind: {left or 'none'}")
 
 
+def proven(verdict: dict[str, Any]) -> bool:
+    """A FIXED the demo accepts: a non-zero before count, the after build past the floor, p at the per-look level."""
+    r = verdict["receipt"]
+    return (verdict["outcome"] == "FIXED" and r["before_errors"] > 0 and r["after_requests"] >= r["floor"] > 0
+            and r["p_value"] is not None and r["p_value"] <= r["alpha"] / r["looks"])  # fmt: skip
+
+
 def main() -> int:
     demo = Demo()
     started = time.monotonic()
@@ -281,14 +297,19 @@ def main() -> int:
         patched = demo.deploy_patched(incidents)
         os.environ["SHOP_BARRIER_TIMEOUT_S"] = "0.5"  # repaired code locks before its race point
         demo.env["SHOP_BARRIER_TIMEOUT_S"] = "0.5"
-        demo.traffic("1.1.0", source=patched, rounds=ROUNDS + 2)
+        # the fixed build must serve enough of each route to show the drop: with 6 of 12 requests failing before,
+        # the exact test at alpha/2 needs 11 error-free requests, so the demo sends 20 (no margin, no proof)
+        demo.traffic("1.1.0", source=patched, rounds=ROUNDS + 6)
         verdicts = demo.wait_verdicts()
         deadline = time.monotonic() + 60
         while any(i["state"] != "closed" for i in demo.issues()) and time.monotonic() < deadline:
             time.sleep(0.5)
         demo.summary(incidents, repros, verdicts)
-        ok = (len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
-              and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues()))  # fmt: skip
+        say("a coding agent asks `trace-repro mcp` about it: incident -> repro -> critical path")
+        answered = asyncio.run(ask(demo.env))
+        ok = (answered and len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
+              and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues())
+              and all(proven(v) for v in verdicts if v["outcome"] == "FIXED"))  # fmt: skip
         say(f"done in {time.monotonic() - started:.0f}s: {'the whole loop completed' if ok else 'INCOMPLETE'}")
         return 0 if ok else 1
     finally:

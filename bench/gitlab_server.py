@@ -11,11 +11,12 @@ are 404s with GitLab's ``{"message": ...}`` bodies. Issues and uploads are also 
 
 Fault injection, in-process (:meth:`FakeGitLab.inject`) or over HTTP (``POST /__faults`` with the same fields as
 JSON; ``DELETE /__faults`` clears): the next ``count`` requests whose path matches the regex ``path`` (and
-``method``, if given) get ``error`` (a 5xx), ``rate_limit`` (429 with ``Retry-After``), ``hang`` (no answer for
-``hang_s`` seconds, then the connection closes: past any client timeout), ``drop`` (the socket closes without a
-response) or ``barrier`` (held until ``parties`` matching requests have arrived, then served: forces races).
-With ``apply=True`` the request is carried out first and only its response fails, as when a write reached
-GitLab but the answer was lost.
+``method``, if given) get ``error`` (``status``: a 5xx by default, or a 4xx such as 403 or 422, with its reason
+phrase), ``rate_limit`` (429 with ``Retry-After``), ``hang`` (no answer for ``hang_s`` seconds, then the
+connection closes: past any client timeout), ``drop`` (the socket closes without a response) or ``barrier`` (held
+until ``parties`` matching requests have arrived, then served: forces races). With ``apply=True`` the request is
+carried out first and only its response fails, as when a write reached GitLab but the answer was lost. Assigning
+``token`` switches the token the server accepts (an expired or rotated token).
 
 ``python -m bench.gitlab_server --port N --state FILE [--verbose]`` runs it in the foreground; ``--state`` keeps
 everything in a JSON file across restarts, ``--verbose`` prints each created issue's URL and body.
@@ -40,6 +41,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
@@ -212,7 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _fail(self, fault: Fault) -> None:
         if fault.kind == "error":
-            self._send(fault.status, {"message": f"{fault.status} Internal Server Error"}, {})
+            try:
+                reason = HTTPStatus(fault.status).phrase
+            except ValueError:
+                reason = "Error"
+            self._send(fault.status, {"message": f"{fault.status} {reason}"}, {})
         elif fault.kind == "rate_limit":
             headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
             self._send(429, {"message": "429 Too Many Requests"}, headers)

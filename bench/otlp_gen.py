@@ -9,9 +9,13 @@ records an ``exception`` event and the error propagates up to the root (status E
 
 Traces start as a Poisson process (``traces_per_s``) from ``start_ns``; spans reach the "collector" in the order
 they end, and are cut into messages of exactly ``spans_per_message`` spans (the batch processor under load),
-each grouped by resource (two instances per service) and instrumentation scope. Everything is drawn from one
-``random.Random(seed)``, so the bytes are identical for the same ``(seed, start_ns)``; every trace and span id
-is fresh, so the messages of one run can be replayed once without id collisions.
+each grouped by resource (two instances per service) and instrumentation scope. With ``partitions`` > 1 every
+trace belongs to one partition (a hash of its id, as the collector's ``partition_traces_by_id`` keys it), and each
+partition's spans are cut into messages of their own, so a consumer group can split the topic by partition
+without splitting a trace; the spans of one partition that reach the collector together stay in one message.
+Everything is drawn from one ``random.Random(seed)``, so the bytes are identical for the same
+``(seed, start_ns)``; every trace and span id is fresh, so the messages of one run can be replayed once without
+id collisions.
 """
 
 from __future__ import annotations
@@ -240,6 +244,7 @@ class Generated:
 
     messages: list[bytes] = field(default_factory=list)
     span_counts: list[int] = field(default_factory=list)  # spans per message
+    partitions: list[int] = field(default_factory=list)  # the Kafka partition of each message
     spans: int = 0
     traces: int = 0
     db_spans: int = 0
@@ -543,6 +548,11 @@ def _spans_by_end(
         yield heapq.heappop(pending)[2]
 
 
+def partition_of(trace_id: bytes, partitions: int) -> int:
+    """The partition every span of a trace goes to."""
+    return int.from_bytes(trace_id[-8:], "big") % partitions
+
+
 def generate_run(
     n_spans: int,
     spans_per_message: int = 300,
@@ -550,27 +560,38 @@ def generate_run(
     *,
     start_ns: int | None = None,
     traces_per_s: float = 5_000.0,
+    partitions: int = 1,
 ) -> Generated:
     """At least ``n_spans`` spans (whole traces) in messages of ``spans_per_message``, with their counts.
 
-    ``start_ns`` defaults to now; pass it to get byte-identical output for the same seed.
+    ``start_ns`` defaults to now; pass it to get byte-identical output for the same seed. ``partitions``: see the
+    module docstring (1: one stream of messages, all on partition 0).
     """
     if spans_per_message < 1:
         raise ValueError("spans_per_message must be positive")
+    if partitions < 1:
+        raise ValueError("partitions must be positive")
     rng = random.Random(seed)
     builder = _Builder(rng)
     out = Generated()
     begin = time.time_ns() if start_ns is None else start_ns
-    batch: list[_Spec] = []
-    for spec in _spans_by_end(builder, n_spans, begin, traces_per_s, out):
-        batch.append(spec)
-        if len(batch) == spans_per_message:
-            out.messages.append(_encode(builder, batch))
-            out.span_counts.append(len(batch))
-            batch = []
-    if batch:
+    batches: list[list[_Spec]] = [[] for _ in range(partitions)]
+
+    def flush(partition: int) -> None:
+        batch = batches[partition]
         out.messages.append(_encode(builder, batch))
         out.span_counts.append(len(batch))
+        out.partitions.append(partition)
+        batches[partition] = []
+
+    for spec in _spans_by_end(builder, n_spans, begin, traces_per_s, out):
+        partition = partition_of(spec.trace_id, partitions) if partitions > 1 else 0
+        batches[partition].append(spec)
+        if len(batches[partition]) == spans_per_message:
+            flush(partition)
+    for partition, batch in enumerate(batches):
+        if batch:
+            flush(partition)
     return out
 
 

@@ -1,26 +1,53 @@
 """Correlate a committed Debezium ``RowChange`` with the span ``Access`` that made it.
 
 Evidence, strongest first: a trace id written into the row; the transaction id recorded on the span; the
-same row with the statement's bound values and a commit time inside the request. Ties at one strength are
-not broken by guessing: the change stays uncorrelated and the ambiguity is counted.
+same row with the statement's bound values and a commit time inside the request (after the statement ended,
+before the request did, within the tolerated clock skew). The entities stage asks only once every trace that could
+have written the change is known (its event time has passed the commit time plus ``max_commit_delay_ms``), and
+asks for all of one row's waiting changes at once (:meth:`RowCorrelator.correlate_many`): an access makes at most
+one change, and when k changes of one row each match the same k writers equally well on values and time, the commit
+order decides (the writer whose statement ended first committed first: a second UPDATE of a row waits for the
+first one's lock until that one commits). Anything else that is ambiguous is not guessed: the change stays
+uncorrelated and the ambiguity is counted.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from processors.sql_access import identity_entity_key, normalise_key_value
-from streamer.events import Access, CdcOp, DbOperation, LockMode, RowChange, entity_key
+from pydantic import Field
+
+from processors.component import Section
+from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange, entity_key, scope_key
+from processors.sql import identity_entity_key, normalise_key_value
+from processors.sql.values import covers, same_value
+from processors.state.lru import CountedLRU
+from processors.telemetry import Telemetry
 
 _HEX: Final = frozenset("0123456789abcdef")
-_TRUE: Final = frozenset({"t", "true", "y", "yes", "on", "1"})
-_FALSE: Final = frozenset({"f", "false", "n", "no", "off", "0"})
-_UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's placeholder for unchanged TOAST columns
 _MAX_IDENTITY_SETS: Final = 8
+
+
+class CorrelationConfig(Section):
+    """Row change ↔ trace correlation (stage 2)."""
+
+    trace_column: str = Field("trace_id", description="row column holding the writer's trace id, if the app has one")
+    skew_ms: float = Field(5.0, ge=0, description="tolerated clock skew between database and application")
+    max_commit_delay_ms: float = Field(
+        2000.0,
+        gt=0,
+        description="a commit follows its statement by at most this; a row change is credited once "
+        "event time has passed its commit by this much (every writer that could have made it is known by then)",
+    )
+    history_per_entity: int = Field(64, ge=1, description="recent writes remembered per row")
+    history_per_table: int = Field(
+        4096, ge=1, description="recent predicate writes remembered per table (statements naming no row by its key)"
+    )
+    max_entities: int = Field(100_000, ge=1)
+    max_pending_changes: int = Field(100_000, ge=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,54 +55,9 @@ class Correlation:
     """Which Access made a row change, and how sure we are."""
 
     access: Access
-    strength: str  # "trace_column" | "tx_id" | "values_time"
+    strength: str  # "trace_column" | "tx_id" | "values_time" | "commit_order" | "tied"
     skew_ms: float  # distance of the commit outside [statement end, request end]; 0 for id matches
     detail: str
-
-
-def _norm(value: Any) -> tuple[str, Any] | None:
-    """(kind, value) with kind in null/bool/num/str; None when the value cannot be compared."""
-    if value is None:
-        return ("null", None)
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, int | Decimal | float):
-        d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-        return ("num", d) if d.is_finite() else ("str", str(value))
-    if isinstance(value, str):
-        if value == _UNAVAILABLE:
-            return None
-        try:
-            d = Decimal(value.strip())
-        except InvalidOperation:
-            return ("str", value)
-        return ("num", d) if d.is_finite() else ("str", value)
-    return None
-
-
-def _as_bool(kind: str, value: Any) -> bool | None:
-    if kind == "bool":
-        return bool(value)
-    if kind == "num" and value in (0, 1):
-        return bool(value)
-    if kind == "str" and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    return None
-
-
-def same_value(bound: Any, stored: Any) -> bool | None:
-    """Whether a bound parameter equals a stored column value; None when they are not comparable."""
-    a, b = _norm(bound), _norm(stored)
-    if a is None or b is None:
-        return None
-    if a[0] == "null" or b[0] == "null":
-        return a[0] == b[0]
-    if "bool" in (a[0], b[0]):
-        x, y = _as_bool(*a), _as_bool(*b)
-        return None if x is None or y is None else x == y
-    if a[0] == b[0]:
-        return bool(a[1] == b[1])
-    return None  # e.g. a timestamp string against Debezium's epoch number
 
 
 def _values_match(access: Access, image: Mapping[str, Any]) -> int | None:
@@ -102,6 +84,11 @@ def _op_fits(op: CdcOp, access: Access) -> bool:
     return op is CdcOp.DELETE and access.operation is DbOperation.DELETE
 
 
+def _one_row(a: Access) -> bool:
+    """Whether the access can make one change only (a predicate UPDATE or DELETE may change many rows)."""
+    return a.keyed or a.operation is DbOperation.INSERT
+
+
 def _identity_columns(entity: str) -> tuple[str, ...]:
     """Columns of a ``table:col=v|col=v`` identity entity key; () for a plain key."""
     parts = entity.partition(":")[2].split("|")
@@ -119,19 +106,31 @@ class RowCorrelator:
         max_commit_delay_ms: float = 2000.0,
         history_per_entity: int = 64,
         max_entities: int = 100_000,
+        *,
+        history_per_table: int = 4096,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.trace_column = trace_column
         self.skew_ms = skew_ms
         self.max_commit_delay_ms = max_commit_delay_ms
         self._per_entity = max(1, history_per_entity)
-        self._max_entities = max(1, max_entities)
-        self._history: OrderedDict[str, deque[Access]] = OrderedDict()
+        self._per_table = max(1, history_per_table)
+        self.telemetry = (telemetry or Telemetry("correlation")).declare("history_per_entity", "history_per_table")
+        self._history: CountedLRU[str, deque[Access]] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
-        self.counters: dict[str, int] = {}
         self.last_reason = ""  # why the last correlate() returned what it did
+        self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
+        # Accesses that made a change already (an access makes one change per row), bounded like the histories.
+        self._credited: CountedLRU[tuple[str, str], None] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
+                                                                      "credited_memory")  # fmt: skip
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Outcomes and reasons counted so far (drops are in ``telemetry.dropped``)."""
+        return self.telemetry.events
 
     def _count(self, key: str) -> None:
-        self.counters[key] = self.counters.get(key, 0) + 1
+        self.telemetry.count(key)
 
     def add_access(self, a: Access) -> None:
         """Remember a write Access (reads and failed statements cannot produce row changes)."""
@@ -140,17 +139,13 @@ class RowCorrelator:
             return
         history = self._history.get(a.entity)
         if history is None:
-            history = self._history[a.entity] = deque(maxlen=self._per_entity)
-            if len(self._history) > self._max_entities:
-                self._history.popitem(last=False)
-                self._count("entity_evictions")
-        else:
-            self._history.move_to_end(a.entity)
-            if any(x.span_id == a.span_id and x.trace_id == a.trace_id for x in history):
-                self._count("duplicate_accesses")  # redelivered span, or `IN (1, 1)`
-                return
-        if len(history) == self._per_entity:
-            self._count("history_evictions")
+            history = deque(maxlen=self._per_entity if a.keyed else self._per_table)
+            self._history.put(a.entity, history)
+        elif any(x.span_id == a.span_id and x.trace_id == a.trace_id for x in history):
+            self._count("duplicate_accesses")  # redelivered span, or `IN (1, 1)`
+            return
+        if len(history) == history.maxlen:
+            self.telemetry.drop("history_per_entity" if a.keyed else "history_per_table")
         history.append(a)
         cols = _identity_columns(a.entity) if a.operation is DbOperation.INSERT else ()
         if cols:
@@ -168,15 +163,67 @@ class RowCorrelator:
                 for cols in self._identity.get(table, ())
                 if all(c in after for c in cols)
             ]
-        return [a for e in entities for a in self._history.get(e, ()) if _op_fits(change.op, a)]
+        keyed = [a for e in entities for a in self._history.peek(e) or () if _op_fits(change.op, a)]
+        before = change.before if change.op is not CdcOp.CREATE else None
+        scoped = [
+            a
+            for a in self._history.peek(scope_key(table)) or ()
+            if _op_fits(change.op, a)
+            and (
+                a.operation is DbOperation.INSERT
+                or before is None
+                or covers(a.predicates, a.exact, before) is not False
+            )
+        ]
+        return keyed + scoped
 
-    def correlate(
-        self, change: RowChange, request_intervals: Mapping[str, tuple[int, int]] | None = None
-    ) -> Correlation | None:
-        """The Access that made ``change``, or None (reason in ``last_reason`` and ``counters``)."""
+    def correlate_many(self, changes: Sequence[RowChange]) -> list[tuple[RowChange, Correlation | None]]:
+        """The writers of one row's changes, in commit order, each access crediting at most one change."""
+        ordered = sorted(changes, key=lambda c: c.lsn)
+        results: list[Correlation | None] = []
+        tied: list[tuple[int, list[Access]]] = []  # changes that matched several writers equally well
+        for change in ordered:
+            found = self.correlate(change, exclude=self._credited)
+            if found is not None and _one_row(found.access):
+                self._credited.add((found.access.trace_id, found.access.span_id))
+            elif self.last_reason == "ambiguous_values_time":
+                tied.append((len(results), [a for a, _, _ in self._timed]))
+            results.append(found)
+        if tied:
+            self._by_commit_order(tied, ordered, results)
+        return list(zip(ordered, results, strict=True))
+
+    def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
+                         results: list[Correlation | None]) -> None:  # fmt: skip
+        """k tied changes over exactly k writers: the writer whose statement ended first made the first commit."""
+        tied = [(i, [a for a in cands if (a.trace_id, a.span_id) not in self._credited]) for i, cands in tied]
+        writers = {(a.trace_id, a.span_id): a for _, cands in tied for a in cands}
+        if len(writers) != len(tied):
+            return
+        ordered = sorted(writers.values(), key=lambda a: (a.end_ns, a.span_id))
+        if not all(ordered[k] in cands for k, (_, cands) in enumerate(tied)):
+            return
+        rows = {changes[i].entity_key for i, _ in tied}
+        for k, (i, _) in enumerate(tied):
+            a = ordered[k]
+            skew = self._skew(a, changes[i].commit_ts_ms) or 0.0
+            if len(rows) == 1:  # one row: the second writer waited for the first one's lock
+                found = Correlation(a, "commit_order", skew, f"{len(tied)} changes and writers tied on values and "
+                                    f"time: matched in commit order")  # fmt: skip
+            else:  # new rows: each of the k writers made one of them, which one is not known
+                found = Correlation(a, "tied", skew, f"one of {len(tied)} rows these {len(tied)} writers inserted, "
+                                    f"tied on values and time (listed in commit order)")  # fmt: skip
+            results[i] = self._found(found)
+            if _one_row(a):
+                self._credited.add((a.trace_id, a.span_id))
+
+    def correlate(self, change: RowChange, exclude: Container[tuple[str, str]] = ()) -> Correlation | None:
+        """The Access that made ``change``, or None (reason in ``last_reason`` and ``counters``); accesses in
+        ``exclude`` ((trace id, span id)) already made another change."""
+        self._timed = []
         if change.op not in (CdcOp.CREATE, CdcOp.UPDATE, CdcOp.DELETE):
             return self._none("unsupported_op")
-        candidates = self._candidates(change)
+        candidates = [a for a in self._candidates(change) if (a.trace_id, a.span_id) not in exclude]
         if not candidates:
             return self._none("no_candidates")
         image = (change.before if change.op is CdcOp.DELETE else change.after) or {}
@@ -198,10 +245,10 @@ class RowCorrelator:
             if found:
                 return self._pick(found, "tx_id", image, f"txId={change.tx_id}")
 
-        timed: list[tuple[Access, float, int]] = []
+        timed = self._timed = []
         for a in candidates:
             compared = _values_match(a, image)
-            skew = self._skew(a, change.commit_ts_ms, request_intervals)
+            skew = self._skew(a, change.commit_ts_ms)
             if compared is not None and skew is not None:
                 timed.append((a, skew, compared))
         if len(timed) > 1:
@@ -212,10 +259,10 @@ class RowCorrelator:
         detail = f"{compared} value(s) equal" if compared else "time only (no comparable bound values)"
         return self._found(Correlation(a, "values_time", skew, f"{detail}; commit skew {skew:.3f} ms"))
 
-    def _skew(self, a: Access, commit_ts_ms: int, intervals: Mapping[str, tuple[int, int]] | None) -> float | None:
-        """ms outside [statement end, request end] (0 inside), or None beyond the tolerance."""
-        interval = intervals.get(a.trace_id) if intervals is not None else None
-        upper = max(interval[1], a.end_ns) if interval else a.end_ns + int(self.max_commit_delay_ms * 1e6)
+    def _skew(self, a: Access, commit_ts_ms: int) -> float | None:
+        """ms outside [statement end, request end] (0 inside), or None beyond the tolerance; without a known
+        request, the commit may follow the statement by ``max_commit_delay_ms``."""
+        upper = max(a.request_end_ns, a.end_ns) if a.request_end_ns else a.end_ns + int(self.max_commit_delay_ms * 1e6)
         lo = commit_ts_ms * 1_000_000
         hi = lo + 999_999  # source.ts_ms is truncated to the millisecond
         outside = max(0, a.end_ns - hi, lo - upper) / 1e6
@@ -239,6 +286,23 @@ class RowCorrelator:
         self.last_reason = reason
         self._count(reason)
         return None
+
+    def prune(self, before_ns: int) -> int:
+        """Forget the writes that ended before ``before_ns`` (no change waiting to be credited can be theirs any
+        more), oldest rows first, and the rows left with none; returns how many writes went."""
+        gone = 0
+        while (oldest := self._history.oldest()) is not None:
+            entity, history = oldest
+            while history and max(history[0].end_ns, history[0].request_end_ns) < before_ns:
+                a = history.popleft()
+                self._credited.pop((a.trace_id, a.span_id))
+                gone += 1
+            if history:
+                break  # the least recently used row still has recent writes: the others are newer
+            self._history.pop(entity)
+        if gone:
+            self._count("pruned")
+        return gone
 
     def __len__(self) -> int:
         """Number of entities with remembered writes."""

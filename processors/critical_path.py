@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from streamer.events import Span, SpanKind
+from processors.model.events import SpanKind
+from processors.model.span import Span
 
 
 def owner(span: Span) -> str:

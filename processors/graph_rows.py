@@ -1,10 +1,19 @@
 """What the graph writer writes: parameter rows for batched ``UNWIND $rows ... MERGE`` statements.
 
-Pure functions from closed traces, their database accesses and closed windows to row dicts, grouped by the
-statement that takes them (``GraphBatch``). The detail policy decides which traces become ``Trace``/``Span``
-nodes: ``all``, ``entities_or_errors`` (traces that touch a row or fail; the default), or ``none``; every trace
-feeds the aggregates either way. Values pass through :func:`clean` so that what reaches FalkorDB's parameter
-header is plain data: no bytes, no NaN, no integers beyond 64 bits.
+Pure functions from closed traces, their database accesses and closed windows to rows, grouped by the
+statement that takes them (``GraphBatch``). Every trace feeds services, operations and the CALLS windows; the detail
+policy decides which traces become ``Trace``/``Span`` nodes, and which of their spans:
+
+- ``paths`` (the default): traces that touch a row or fail, and of those only what the graph's readers read: the
+  access spans (their READ/WROTE/PREDICATE edges), the error spans, and every ancestor of those up to the root
+  (with CHILD_OF). The other spans of the trace are one compact property on the Trace node, ``omitted`` (see
+  :func:`omitted_text` / :func:`omitted_spans`). The kept spans travel inside their trace's row, one row per trace.
+- ``entities_or_errors``: every span of the traces that touch a row or fail, one row per span and per edge.
+- ``all``: every span of every trace (tests that count spans, debugging); ``none``: no Trace/Span nodes.
+
+Values pass through :func:`clean` so that what reaches FalkorDB's parameter header is plain data: no bytes, no NaN,
+no integers beyond 64 bits. The falkordb client renders parameters into the query text in Python, per value and per
+map key, so spans are built as positional lists here (converting maps later costs as much as it saves).
 """
 
 from __future__ import annotations
@@ -12,16 +21,33 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from processors.correlation import Correlation
-from processors.traces import ClosedTrace
-from processors.windows import ClosedWindow
-from streamer.events import Access, DbOperation, RowChange, Span, SpanKind, StatusCode
+from pydantic import Field
 
-Row = dict[str, Any]
+from processors.calls import Parts
+from processors.component import Section
+from processors.correlation import Correlation
+from processors.model.events import Access, DbOperation, RowChange, SpanKind, StatusCode
+from processors.model.graph import GraphBatch, Row
+from processors.model.span import Span
+from processors.sql.values import predicate_text
+from processors.state.windows import ClosedWindow
+from processors.traces import ClosedTrace
+
 _INT_LIMIT = 2**63 - 1
+
+
+class GraphPolicyConfig(Section):
+    """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
+
+    detail: str = Field(
+        "paths",
+        pattern="^(all|entities_or_errors|paths|none)$",
+        description="all spans; every span of traces that touch rows or fail; of those only the access and error "
+        "spans and their ancestors, the rest as a compact summary on the Trace (paths, the default); or none",
+    )
+    span_retention_s: float = Field(24 * 3600.0, gt=0, description="raw Span/Trace nodes older than this expire")
 
 
 def clean(value: Any) -> Any:
@@ -41,34 +67,6 @@ def clean(value: Any) -> Any:
     return str(value)
 
 
-@dataclass(slots=True)
-class GraphBatch:
-    """Rows for each graph statement, in dependency order (nodes before the edges that join them)."""
-
-    services: list[Row] = field(default_factory=list)
-    operations: list[Row] = field(default_factory=list)
-    traces: list[Row] = field(default_factory=list)
-    spans: list[Row] = field(default_factory=list)
-    child_of: list[Row] = field(default_factory=list)
-    entities: list[Row] = field(default_factory=list)
-    reads: list[Row] = field(default_factory=list)
-    writes: list[Row] = field(default_factory=list)
-    windows: list[Row] = field(default_factory=list)
-    calls: list[Row] = field(default_factory=list)
-    changes: list[Row] = field(default_factory=list)
-    # Statements owned by other processors (stats, regressions, contracts, verdicts): (cypher, rows), written last.
-    extra: list[tuple[str, list[Row]]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return sum(len(getattr(self, name)) for name in self.__slots__ if name != "extra") + sum(
-            len(rows) for _, rows in self.extra
-        )
-
-    def extend(self, other: GraphBatch) -> None:
-        for name in self.__slots__:
-            getattr(self, name).extend(getattr(other, name))
-
-
 # Column order of a Span row; the writer sends rows as positional lists in this order (half the header bytes).
 SPAN_COLUMNS = (
     "id", "trace", "service", "version", "name", "kind", "start", "end", "status", "route", "http_status",
@@ -78,18 +76,52 @@ _KIND = {k: k.name.lower() for k in SpanKind}
 _STATUS = {c: c.name.lower() for c in StatusCode}
 
 
-def _paths(trace: ClosedTrace) -> list[Span]:
-    """The spans worth a node under the ``paths`` policy: DB and failed spans, and every ancestor up to the root."""
+# Column order of a span inside its trace's row under the ``paths`` policy (the trace id is the row's own).
+PATH_SPAN_COLUMNS = (
+    "id", "parent", "service", "version", "name", "kind", "start", "end", "status", "route", "http_status",
+    "exception", "function", "file", "line", "statement",
+)  # fmt: skip
+# Column order of one omitted span in the Trace's ``omitted`` property (JSON: a list of these lists).
+OMITTED_COLUMNS = ("name", "service", "offset_ms", "duration_ms", "status")
+
+
+def paths(trace: ClosedTrace, accesses: Sequence[Access]) -> tuple[list[Span], list[Span]]:
+    """(kept, omitted): the access spans and error spans with every ancestor up to the root, and the rest."""
     by_id = {s.span_id: s for s in trace.spans}
-    keep: dict[str, Span] = {}
+    wanted = {a.span_id for a in accesses}
+    keep: set[str] = set()
     for s in trace.spans:
-        if s.db is None and not s.is_error and not s.exception_type:
+        if s.span_id not in wanted and not s.is_error and not s.exception_type:
             continue
         node: Span | None = s
         while node is not None and node.span_id not in keep:
-            keep[node.span_id] = node
+            keep.add(node.span_id)
             node = by_id.get(node.parent_id)
-    return [s for s in trace.spans if s.span_id in keep]
+    kept: list[Span] = []
+    omitted: list[Span] = []
+    for s in trace.spans:
+        (kept if s.span_id in keep else omitted).append(s)
+    return kept, omitted
+
+
+def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
+    """The compact property of the spans a trace's detail leaves out: JSON, one list per span in start order, of
+    :data:`OMITTED_COLUMNS` (offset from the trace start and duration in ms); None when nothing is left out."""
+    if not spans:
+        return None
+    rows = [
+        [s.name, s.resource.service, round((s.start_ns - start_ns) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3),
+         _STATUS[s.status]]
+        for s in sorted(spans, key=lambda s: s.start_ns)
+    ]  # fmt: skip
+    return json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+
+
+def omitted_spans(text: str | None) -> list[dict[str, Any]]:
+    """The Trace's ``omitted`` property read back: one dict of :data:`OMITTED_COLUMNS` per omitted span."""
+    if not text:
+        return []
+    return [dict(zip(OMITTED_COLUMNS, row, strict=True)) for row in json.loads(text)]
 
 
 def detailed(trace: ClosedTrace, accesses: Sequence[Access], policy: str) -> bool:
@@ -108,66 +140,89 @@ def operation_key(span: Span) -> str:
     return f"{span.resource.service}:{span.route or span.name}"
 
 
+def _unique(rows: list[Row], field: str, new: dict[str, Row]) -> None:
+    """Append the rows of ``new`` (by ``field``) that ``rows`` does not hold yet: one row per name per batch."""
+    if new:
+        known = {r[field] for r in rows}
+        rows.extend(row for k, row in new.items() if k not in known)
+
+
 def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batch: GraphBatch) -> None:
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
-    services = {s.resource.service for s in trace.spans}
-    batch.services.extend({"name": name} for name in sorted(services))
+    _unique(
+        batch.services, "name", {name: {"name": name} for name in sorted({s.resource.service for s in trace.spans})}
+    )
+    operations: dict[str, Row] = {}
     for span in trace.spans:
         if span.kind == SpanKind.SERVER or not span.parent_id:
-            batch.operations.append(
-                {"key": operation_key(span), "service": span.resource.service, "name": span.route or span.name}
-            )
-    if not detailed(trace, accesses, policy):
+            key = operation_key(span)
+            operations[key] = {"key": key, "service": span.resource.service, "name": span.route or span.name}
+    _unique(batch.operations, "key", operations)
+    # A late fragment of a trace the policy would not detail (typically its root span, exported after the trace
+    # closed) still completes the trace if an earlier fragment was detailed: its spans go to ``late_traces``,
+    # which writes only onto a Trace already in the graph, so that the earlier spans get their parents.
+    completing = policy == "paths" and trace.late and not detailed(trace, accesses, policy)
+    if not completing and not detailed(trace, accesses, policy):
         return
     root = trace.root
-    batch.traces.append(
-        {
-            "id": trace.trace_id,
-            "root": root.route or root.name,
-            "service": root.resource.service,
-            "start": _ms(trace.start_ns),
-            "duration_ms": _ms(trace.end_ns - trace.start_ns),
-            "status": "error" if any(s.is_error for s in trace.spans) else "ok",
-            "version": root.resource.version,
-        }
-    )
-    kept = trace.spans if policy != "paths" else _paths(trace)
-    ids = {s.span_id for s in kept}
-    for s in kept:
-        batch.spans.append(
-            {
-                "id": s.span_id,
-                "trace": s.trace_id,
-                "service": s.resource.service,
-                "version": s.resource.version,
-                "name": s.name,
-                "kind": _KIND[s.kind],
-                "start": _ms(s.start_ns),
-                "end": _ms(s.end_ns),
-                "status": _STATUS[s.status],
-                "route": s.route,
-                "http_status": s.http_status,
-                "exception": s.exception_type,
-                "function": s.code_function,
-                "file": s.code_file,
-                "line": s.code_line,
-                "statement": s.db.statement if s.db else "",
-            }
-        )
-        if s.parent_id in ids:
-            batch.child_of.append({"id": s.span_id, "parent": s.parent_id})
+    start_ns, end_ns = trace.start_ns, trace.end_ns
+    row: Row = {
+        "id": trace.trace_id,
+        "root": root.route or root.name,
+        "service": root.resource.service,
+        "start": _ms(start_ns),
+        "duration_ms": _ms(end_ns - start_ns),
+        "status": "error" if any(s.is_error for s in trace.spans) else "ok",
+        "version": root.resource.version,
+        # Whether this part of the trace has its root span: a late fragment (spans arriving after the trace
+        # closed) must not replace the root, start and duration the complete trace wrote.
+        "rooted": not root.parent_id,
+        "end": _ms(end_ns),
+    }
+    (batch.late_traces if completing else batch.traces).append(row)
+    if policy == "paths":
+        kept, omitted = (list(trace.spans), []) if completing else paths(trace, accesses)
+        row["omitted"] = omitted_text(omitted, start_ns)
+        row["spans"] = [
+            [s.span_id, s.parent_id or None, s.resource.service, s.resource.version, s.name,
+             _KIND[s.kind], _ms(s.start_ns), _ms(s.end_ns), _STATUS[s.status], s.route, s.http_status,
+             s.exception_type, s.code_function, s.code_file, s.code_line, s.db.statement if s.db else ""]
+            for s in kept
+        ]  # fmt: skip
+    else:
+        for s in trace.spans:
+            batch.spans.append(
+                {
+                    "id": s.span_id,
+                    "trace": s.trace_id,
+                    "service": s.resource.service,
+                    "version": s.resource.version,
+                    "name": s.name,
+                    "kind": _KIND[s.kind],
+                    "start": _ms(s.start_ns),
+                    "end": _ms(s.end_ns),
+                    "status": _STATUS[s.status],
+                    "route": s.route,
+                    "http_status": s.http_status,
+                    "exception": s.exception_type,
+                    "function": s.code_function,
+                    "file": s.code_file,
+                    "line": s.code_line,
+                    "statement": s.db.statement if s.db else "",
+                }
+            )
+            if s.parent_id:  # in this fragment or not: the graph links it now or once the parent is written
+                batch.child_of.append({"id": s.span_id, "parent": s.parent_id})
     access_rows(accesses, batch)
 
 
 def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
-    seen: set[str] = set()
+    """One row per access: its edge from the span, and the Entity it names (the statement MERGEs the Entity)."""
     for a in accesses:
-        if a.entity not in seen:
-            seen.add(a.entity)
-            batch.entities.append({"key": clean(a.entity), "table": a.table})
         row = {
             "span": a.span_id,
             "entity": clean(a.entity),
+            "table": a.table,
             "at": _ms(a.start_ns),
             "lock": a.lock.value,
             "version": clean(a.read_version),
@@ -175,25 +230,34 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
             "params": clean(list(a.params)),
             "function": a.function,  # the code site, so that repairs can find every writer of a table
             "file": a.file,
+            "predicate": "" if a.keyed else predicate_text(a.predicates, a.exact),  # of a predicate access
         }
-        (batch.reads if a.operation == DbOperation.READ else batch.writes).append(row)
+        if not a.keyed:  # the row(s) it wrote get their WROTE edge when Debezium's change is credited to it
+            batch.predicates.append(row)
+        else:
+            (batch.reads if a.operation == DbOperation.READ else batch.writes).append(row)
 
 
-def window_rows(window: ClosedWindow, batch: GraphBatch) -> None:
+def window_rows(window: ClosedWindow[Parts], batch: GraphBatch) -> None:
+    """One row per (caller, callee, input partition): the graph keeps each contribution and sums them."""
     batch.windows.append({"id": window.window_id, "start": _ms(window.start_ns), "end": _ms(window.end_ns)})
-    for (caller, callee), stats in sorted(window.calls.items()):
-        batch.services.extend(({"name": caller}, {"name": callee}))
-        batch.calls.append(
-            {
-                "caller": caller,
-                "callee": callee,
-                "window": window.window_id,
-                "count": stats.count,
-                "errors": stats.errors,
-                "p50_ms": round(stats.latency.quantile(0.5), 3),
-                "p95_ms": round(stats.latency.quantile(0.95), 3),
-            }
-        )
+    services: dict[str, Row] = {}
+    for part, calls in sorted(window.value.items()):
+        for (caller, callee), stats in sorted(calls.items()):
+            services.setdefault(caller, {"name": caller})
+            services.setdefault(callee, {"name": callee})
+            batch.calls.append(
+                {
+                    "caller": caller,
+                    "callee": callee,
+                    "window": window.window_id,
+                    "part": part,
+                    "count": stats.count,
+                    "errors": stats.errors,
+                    **stats.latency.to_row(),
+                }
+            )
+    _unique(batch.services, "name", services)
 
 
 def change_row(change: RowChange, entity: str, correlation: Correlation | None) -> Row:

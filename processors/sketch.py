@@ -36,6 +36,24 @@ class LatencySketch:
         self.min = min(self.min, other.min)
         self.max = max(self.max, other.max)
 
+    def to_row(self) -> dict[str, object]:
+        """Plain data for a graph property set: the buckets as two arrays, the count, min and max."""
+        keys = sorted(self._buckets)
+        return {"bins": keys, "bin_counts": [self._buckets[k] for k in keys], "n": self.count,
+                "min": self.min if self.count else 0.0, "max": self.max}  # fmt: skip
+
+    @classmethod
+    def from_row(cls, bins: list[int], counts: list[int], minimum: float, maximum: float,
+                 gamma: float = 1.02) -> LatencySketch:  # fmt: skip
+        """The sketch :meth:`to_row` wrote (bucket arrays of equal length)."""
+        sketch = cls(gamma)
+        for key, n in zip(bins, counts, strict=True):
+            sketch._buckets[int(key)] = sketch._buckets.get(int(key), 0) + int(n)
+            sketch.count += int(n)
+        if sketch.count:
+            sketch.min, sketch.max = float(minimum), float(maximum)
+        return sketch
+
     def quantile(self, q: float) -> float:
         """The q-quantile (0..1) in milliseconds; 0.0 for an empty sketch."""
         if self.count == 0:

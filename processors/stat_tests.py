@@ -125,17 +125,6 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def zero_error_floor(p0: float, alpha: float = 0.05) -> int:
-    """Requests without one error needed to show, at level ``alpha``, that a rate-``p0`` defect is gone."""
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if p0 <= 0:
-        raise ValueError(f"the baseline rate must be > 0, got {p0}")
-    if p0 >= 1:
-        return 1
-    return max(1, math.ceil(math.log(alpha) / math.log1p(-p0) - 1e-9))
-
-
 def zero_error_upper_bound(requests: int, alpha: float = 0.05) -> float:
     """One-sided ``1 - alpha`` upper bound of a rate after ``requests`` requests without an error."""
     if requests <= 0:

@@ -1,26 +1,29 @@
 """Trace assembly in event time: spans gather per trace until the trace has been quiet for ``gap``.
 
 Closing is driven by the watermark (``close_until``), never by the wall clock. State is bounded: at most
-``max_open`` traces (the oldest is closed early, counted as ``forced``) and ``max_spans`` spans per trace (the
-excess is dropped, counted). A span for a trace closed recently is *late*: it is counted and assembled again
-(its writes are idempotent).
+``max_open`` traces (the least recently fed one is closed early, counted as ``max_open_traces``) and ``max_spans``
+spans per trace (the excess is dropped, counted as ``max_spans_per_trace``). A span for a trace closed recently
+is *late*: it is counted and assembled again (its writes are idempotent). Open traces live in a keyed store
+(``traces``), so the runtime knows which input messages still feed open traces.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from streamer.events import Span
+from processors.model.span import Span
+from processors.state.keyed import Deadlines, KeyedState
+from processors.state.lru import CountedLRU
+from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.telemetry import Telemetry
 
 
 @dataclass(slots=True)
 class _OpenTrace:
     spans: list[Span] = field(default_factory=list)
     span_ids: set[str] = field(default_factory=set)  # a redelivered message must not double the trace
-    sources: set[tuple[Hashable, int]] = field(default_factory=set)
     last_ns: int = 0
     first_ns: int = 0
     late: bool = False
@@ -32,9 +35,11 @@ class ClosedTrace:
 
     trace_id: str
     spans: tuple[Span, ...]
-    sources: frozenset[tuple[Hashable, int]]
     late: bool = False  # reassembled after it had closed once
     forced: bool = False  # closed early by the open-trace bound
+    # The input partition the trace came from ("otlp_spans/3"; the first one when its spans came from several):
+    # windowed aggregates keep one contribution per input partition, so that replicas add up (processors.calls).
+    part: str = ""
 
     @property
     def root(self) -> Span:
@@ -54,122 +59,113 @@ class ClosedTrace:
 
 
 class TraceAssembler:
-    __slots__ = (
-        "_closed_recently",
-        "_deadlines",
-        "_open",
-        "_remember",
-        "_starts",
-        "counters",
-        "gap_ns",
-        "max_open",
-        "max_spans",
-    )
+    """Open traces keyed by trace id; see the module docstring."""
 
-    def __init__(self, gap_ns: int, max_open: int, max_spans: int, remember_closed: int = 100_000) -> None:
+    __slots__ = ("_closed_recently", "_deadlines", "_forced", "_open", "_starts", "gap_ns", "max_spans", "telemetry")
+
+    def __init__(
+        self,
+        gap_ns: int,
+        max_open: int,
+        max_spans: int,
+        remember_closed: int = 100_000,
+        *,
+        telemetry: Telemetry | None = None,
+        events: StateEvents = NO_EVENTS,
+    ) -> None:
         self.gap_ns = gap_ns
-        self.max_open = max_open
         self.max_spans = max_spans
-        self._open: dict[str, _OpenTrace] = {}
-        self._deadlines: list[tuple[int, str]] = []  # (last_ns + gap, trace_id), lazily invalidated
+        self.telemetry = (telemetry or Telemetry("traces")).declare("max_spans_per_trace", "max_open_traces")
+        self._open: KeyedState[str, _OpenTrace] = KeyedState(
+            "traces", bound=max_open, new=lambda _tid: _OpenTrace(), telemetry=self.telemetry, events=events,
+            on_evict=self._evicted, reason="max_open_traces",
+        )  # fmt: skip
+        self._deadlines: Deadlines[str] = Deadlines()  # last span end + gap
         self._starts: list[tuple[int, str]] = []  # (first span start, trace_id), lazily invalidated
-        self._closed_recently: OrderedDict[str, None] = OrderedDict()
-        self._remember = remember_closed
-        self.counters = {
-            "spans": 0,
-            "late_spans": 0,
-            "dropped_spans": 0,
-            "duplicate_spans": 0,
-            "forced_closes": 0,
-            "closed": 0,
-        }
+        self._closed_recently: CountedLRU[str, None] = CountedLRU(remember_closed)
+        self._forced: list[ClosedTrace] = []
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def add(self, spans: Iterable[Span], source: tuple[Hashable, int]) -> tuple[list[ClosedTrace], int]:
-        """Add one message's spans.
+    def add(self, spans: Iterable[Span]) -> list[ClosedTrace]:
+        """Add one message's spans (the input being processed feeds their traces).
 
-        Returns the traces closed early by the ``max_open`` bound, and how many open traces took ``source`` as a
-        new input (the number of references the caller pins on it).
+        Returns the traces closed early by the ``max_open`` bound to make room.
         """
-        forced: list[ClosedTrace] = []
-        new_refs = 0
+        count = self.telemetry.count
         for span in spans:
-            trace = self._open.get(span.trace_id)
+            tid = span.trace_id
+            trace = self._open.get(tid)
             if trace is None:
-                if len(self._open) >= self.max_open:
-                    forced.append(self._force_oldest())
+                trace = self._open.retain(tid)
+                trace.first_ns, trace.last_ns = span.start_ns, span.end_ns
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
-                trace = self._open[span.trace_id] = _OpenTrace(last_ns=span.end_ns, first_ns=span.start_ns)
-                heapq.heappush(self._deadlines, (span.end_ns + self.gap_ns, span.trace_id))
-                heapq.heappush(self._starts, (span.start_ns, span.trace_id))
-                if span.trace_id in self._closed_recently:
+                self._deadlines.set(tid, span.end_ns + self.gap_ns)
+                heapq.heappush(self._starts, (span.start_ns, tid))
+                if tid in self._closed_recently:
                     trace.late = True
-                    self.counters["late_spans"] += 1
+                    count("late_spans")
             if span.span_id in trace.span_ids:
-                self.counters["duplicate_spans"] += 1
-                if source not in trace.sources:  # a replayed message still feeds this open trace: pin it too
-                    trace.sources.add(source)
-                    new_refs += 1
+                count("duplicate_spans")
+                self._open.retain(tid)  # a replayed message still feeds this open trace: pin it too
                 continue
             if len(trace.spans) >= self.max_spans:
-                self.counters["dropped_spans"] += 1
+                self.telemetry.drop("max_spans_per_trace")
                 continue
+            self._open.retain(tid)  # this message feeds the trace
             trace.spans.append(span)
             trace.span_ids.add(span.span_id)
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
-                heapq.heappush(self._starts, (span.start_ns, span.trace_id))
-            if source not in trace.sources:
-                trace.sources.add(source)
-                new_refs += 1
-            self.counters["spans"] += 1
+                heapq.heappush(self._starts, (span.start_ns, tid))
+            count("spans")
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
-                heapq.heappush(self._deadlines, (span.end_ns + self.gap_ns, span.trace_id))
-        return forced, new_refs
+                self._deadlines.set(tid, span.end_ns + self.gap_ns)
+        forced, self._forced = self._forced, []
+        return forced
 
     def close_until(self, watermark_ns: int) -> list[ClosedTrace]:
         """Close every trace whose last span ended more than ``gap`` before the watermark."""
-        closed = []
-        while self._deadlines and self._deadlines[0][0] <= watermark_ns:
-            deadline, trace_id = heapq.heappop(self._deadlines)
-            trace = self._open.get(trace_id)
-            if trace is None or trace.last_ns + self.gap_ns != deadline:
-                continue  # closed already, or extended by a later span (a newer deadline is queued)
-            closed.append(self._close(trace_id, forced=False))
-        return closed
+        return [self._close(tid, forced=False) for tid in self._deadlines.due(watermark_ns) if tid in self._open]
 
     def oldest_start(self) -> int | None:
         """The earliest span start of any open trace (windows must not close before it), or None."""
         while self._starts:
-            start, trace_id = self._starts[0]
-            trace = self._open.get(trace_id)
+            start, tid = self._starts[0]
+            trace = self._open.get(tid)
             if trace is not None and trace.first_ns == start:
                 return start
             heapq.heappop(self._starts)
         return None
 
-    def forget_source(self, tp: Hashable) -> None:
-        """Drop a revoked partition's positions from open traces, so that a replay of it pins them again."""
-        for trace in self._open.values():
-            trace.sources = {s for s in trace.sources if s[0] != tp}
+    def discard(self, tid: str) -> bool:
+        """Drop an open trace without closing it (its partition went to another instance, which replays it)."""
+        trace = self._open.discard(tid)
+        if trace is None:
+            return False
+        self._deadlines.cancel(tid)
+        self.telemetry.count("revoked")
+        return True
+
+    def open_ids(self) -> list[str]:
+        return list(self._open)
 
     def close_all(self) -> list[ClosedTrace]:
         return [self._close(tid, forced=False) for tid in list(self._open)]
 
-    def _force_oldest(self) -> ClosedTrace:
-        while True:
-            _, trace_id = heapq.heappop(self._deadlines)
-            if trace_id in self._open:
-                self.counters["forced_closes"] += 1
-                return self._close(trace_id, forced=True)
+    def _evicted(self, tid: str, trace: _OpenTrace) -> None:
+        """The open-trace bound evicted ``tid`` (counted as ``max_open_traces``): close it early, not lose it."""
+        self._forced.append(self._closed(tid, trace, forced=True))
 
-    def _close(self, trace_id: str, *, forced: bool) -> ClosedTrace:
-        trace = self._open.pop(trace_id)
-        self._closed_recently[trace_id] = None
-        if len(self._closed_recently) > self._remember:
-            self._closed_recently.popitem(last=False)
-        self.counters["closed"] += 1
-        return ClosedTrace(trace_id, tuple(trace.spans), frozenset(trace.sources), trace.late, forced)
+    def _close(self, tid: str, *, forced: bool) -> ClosedTrace:
+        trace = self._open.discard(tid)
+        assert trace is not None
+        return self._closed(tid, trace, forced=forced)
+
+    def _closed(self, tid: str, trace: _OpenTrace, *, forced: bool) -> ClosedTrace:
+        self._deadlines.cancel(tid)
+        self._closed_recently.add(tid)
+        self.telemetry.count("closed")
+        return ClosedTrace(tid, tuple(trace.spans), trace.late, forced)

@@ -5,9 +5,12 @@ trace-repro local status                                           PID, health a
 trace-repro local env                                              the TRACE_REPRO_* variables (eval-able)
 trace-repro local capture schema.table ...                         have Debezium capture tables
 trace-repro local down [--keep-data]                               stop them all
-trace-repro run [--config FILE] [--stage all|ingest|entities]      the daemon
+trace-repro run [--config FILE] [--stage all|ingest|entities]      the daemon (stage 1 as N worker processes,
+                [--workers N|auto]                                 default: the cores)
 trace-repro contract add --fingerprint F --signature S [...]       add a proof contract
 trace-repro gate --diff F --description F --contract F.json        merge-request gate for a fix
+                 [--junit F.xml] [--codequality F.json]            (its tests' run; a Code Quality report)
+trace-repro mcp [--config FILE] [--transport stdio|http]            the MCP server for agents (read-only by default)
 """
 
 from __future__ import annotations
@@ -69,7 +72,50 @@ def _run(args: argparse.Namespace) -> int:
     from streamer.daemon import run
 
     stages = ("ingest", "entities") if args.stage == "all" else (args.stage,)
-    return run(args.config, stages)
+    return run(args.config, stages, args.workers)
+
+
+def _workers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from streamer.config import ConfigError
+    from streamer.mcp.server import MissingToken, serve
+    from streamer.mcp.settings import resolve
+
+    try:
+        settings = resolve(args.config, run_repro=args.allow_run_repro, contracts=args.allow_contracts)
+        if args.transport == "http" and not settings.token:
+            raise MissingToken("streamable HTTP needs a bearer token: set TRACE_REPRO_MCP_TOKEN (refusing to serve)")
+    except (ConfigError, MissingToken) as exc:
+        print(f"trace-repro mcp: {exc}", file=sys.stderr)
+        return 2
+    serve(settings, args.transport, args.host, args.port)
+    return 0
+
+
+def _mcp_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser(
+        "mcp",
+        help="the Model Context Protocol server over the live graph (for coding agents)",
+        description="Serve trace-repro's incidents, repros, verdicts and topology as MCP tools. "
+        "Read-only unless --allow-run-repro / --allow-contracts. HTTP needs TRACE_REPRO_MCP_TOKEN.",
+    )
+    m.add_argument("--config", type=Path, help="the daemon's TOML config (default: TRACE_REPRO_* environment only)")
+    m.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or streamable HTTP")
+    m.add_argument("--host", default="127.0.0.1", help="HTTP listen address (default 127.0.0.1)")
+    m.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765); the endpoint is /mcp")
+    m.add_argument("--allow-run-repro", action="store_true", help="let run_repro re-run stored repro tests")
+    m.add_argument("--allow-contracts", action="store_true", help="let add_contract publish proof contracts")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,6 +141,7 @@ def parser() -> argparse.ArgumentParser:
 
     contract_cli.add_parser(sub)  # trace-repro contract add ...
     gate.add_parser(sub)  # trace-repro gate --diff F --description F --contract F.json
+    _mcp_parser(sub)  # trace-repro mcp [--transport stdio|http] ...
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
     run.add_argument(
@@ -102,6 +149,13 @@ def parser() -> argparse.ArgumentParser:
         choices=["all", "ingest", "entities"],
         default="all",
         help="run both stages (default) or one, to scale them as separate consumer groups",
+    )
+    run.add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N|auto",
+        help="stage 1 as N worker processes of one consumer group under a supervisor (stage 2 in one more); "
+        "1 = everything in this process; default: the `workers` setting, auto = the cores",
     )
     return p
 
@@ -113,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _local(args)
         if args.command in ("contract", "gate"):
             return int(args.handler(args))
+        if args.command == "mcp":
+            return _mcp(args)
         return _run(args)
     except EngineError as exc:
         print(f"trace-repro: {exc}", file=sys.stderr)

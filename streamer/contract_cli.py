@@ -5,6 +5,8 @@
 
 Without ``--min-requests`` the traffic floor is the zero-error rule on ``--baseline-rate`` (the defect's rate in
 the buggy build), or on 1% when that is not known either. ``--dry-run`` prints the contract instead.
+``--write FILE`` also writes it to a file, to commit with the merge request that proves the issue: the CI gate
+(``config/gitlab-ci/trace-repro-gate.yml``) reads it from ``.trace-repro/contracts/<issue>.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
-from processors.contracts import DEFAULT_ALPHA, DEFAULT_WATCH_S, ProofContract, min_requests_for, parse_signature
+from processors.connectors.proofs.contracts import min_requests_for, parse_signature
+from processors.model.contract import DEFAULT_ALPHA, DEFAULT_WATCH_S, ProofContract
 from streamer import config
 
 CONTRACTS_TOPIC = "trace-repro.contracts"
@@ -80,6 +83,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add.add_argument("--bootstrap", help="Kafka bootstrap servers (default: from the config/environment)")
     add.add_argument("--topic", default=CONTRACTS_TOPIC)
     add.add_argument("--dry-run", action="store_true", help="print the contract, publish nothing")
+    add.add_argument("--write", type=Path, metavar="FILE", help="also write the contract (JSON) to FILE, for the gate")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -98,6 +102,13 @@ def run(args: argparse.Namespace, publish: Publish | None = None, clock: Callabl
         print(f"trace-repro contract: {exc}", file=sys.stderr)
         return 2
     body = contract.model_dump_json()
+    if args.write is not None:
+        try:
+            args.write.parent.mkdir(parents=True, exist_ok=True)
+            args.write.write_text(json.dumps(json.loads(body), indent=2) + "\n")
+        except OSError as exc:
+            print(f"trace-repro contract: {exc}", file=sys.stderr)
+            return 2
     if args.dry_run:
         print(json.dumps(json.loads(body), indent=2))
         return 0

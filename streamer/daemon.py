@@ -1,4 +1,9 @@
-"""The daemon's entry point: load the configuration, then run the runtime until SIGTERM/SIGINT."""
+"""The daemon's entry point: load the configuration, then run the runtime until SIGTERM/SIGINT.
+
+With more than one worker (``--workers N`` or the ``workers`` setting; default: the cores), stage 1 runs as N worker
+processes under a supervisor (:mod:`streamer.runtime.workers`); with one, or with ``--stage entities`` (stage 2 is
+one instance per daemon), the daemon runs in this process.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,19 @@ from pathlib import Path
 from streamer import config
 
 
-def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities")) -> int:
+def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities"),
+        workers: int | str | None = None) -> int:  # fmt: skip
+    """Run the daemon; ``workers`` (an int or "auto") overrides the ``workers`` setting."""
     try:
         settings = config.load(config_path)
     except config.ConfigError as exc:
         print(f"trace-repro: {exc}", file=sys.stderr)
         return 2
+    from streamer.runtime.workers import supervise, worker_count
+
+    n = worker_count(workers, settings)
+    if n > 1 and "ingest" in stages:
+        return supervise(settings, config_path, stages, n)
     from streamer.runtime.app import serve
 
     return serve(settings, stages)

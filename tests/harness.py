@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from falkordb import FalkorDB
 
 from streamer import config
+from streamer.components import Components
 from streamer.config import Settings
 from streamer.runtime.app import Daemon
 from streamer.runtime.topics import create_topics
@@ -25,6 +26,7 @@ class Harness:
     falkordb_url: str
     daemon: Daemon | None = None
     task: asyncio.Task[int] | None = None
+    components: Components | None = None
 
     def graph_rows(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         host, port = self.falkordb_url.removeprefix("redis://").split(":")
@@ -41,10 +43,10 @@ class Harness:
     async def start(self) -> None:
         k = self.settings.kafka
         await self.create_topics(k.spans_topic, k.logs_topic)
-        self.daemon = Daemon(self.settings)
+        self.daemon = Daemon(self.settings, components=self.components)
         self.task = asyncio.create_task(self.daemon.run())
         deadline = time.monotonic() + 60
-        while not self.daemon._ready() or any(r.consumer is None or not r.consumer.assignment()
+        while not self.daemon.started or any(r.consumer is None or not r.consumer.assignment()
                                               for r in self.daemon.runners):  # fmt: skip
             if self.task.done():
                 self.task.result()
@@ -120,7 +122,8 @@ class Harness:
             await asyncio.sleep(0.2)
 
 
-def harness_settings(kafka_bootstrap: str, falkordb_url: str, **overrides: str) -> Settings:
+def harness_settings(kafka_bootstrap: str, falkordb_url: str, components: Components | None = None,
+                     **overrides: str) -> Settings:  # fmt: skip
     tag = uuid.uuid4().hex[:8]
     env = {
         "TRACE_REPRO_KAFKA_BOOTSTRAP": kafka_bootstrap,
@@ -141,7 +144,6 @@ def harness_settings(kafka_bootstrap: str, falkordb_url: str, **overrides: str) 
         "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
         "TRACE_REPRO_WINDOWS__WINDOW_S": "2",
         "TRACE_REPRO_HTTP__PORT": "0",
-        "TRACE_REPRO_CORRELATION__WAIT_S": "3",
     }
     env.update({f"TRACE_REPRO_{k.upper()}": v for k, v in overrides.items()})
-    return config.load(None, env=env)
+    return config.load(None, env=env, factories=components.factories if components is not None else None)

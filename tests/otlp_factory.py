@@ -33,7 +33,7 @@ class ShopTelemetry:
         route: str,
         *,
         statements: Sequence[tuple[str, str]] = (),
-        error: bool = False,
+        error: bool | BaseException = False,
         function: str = "handler",
         start_ns: int | None = None,
     ) -> None:
@@ -55,7 +55,7 @@ class ShopTelemetry:
                     db.end(end_time=start and start + 5_000)
                 handler.end(end_time=t and t + 900_000)
             if error:
-                server.record_exception(RuntimeError("boom"))
+                server.record_exception(error if isinstance(error, BaseException) else RuntimeError("boom"))
                 server.set_status(Status(StatusCode.ERROR))
                 server.set_attribute("http.response.status_code", 500)
             else:

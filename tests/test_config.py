@@ -15,7 +15,7 @@ def test_example_config_loads() -> None:
     """The shipped example config is valid as it is."""
     settings = config.load(REPO / "config" / "trace-repro.toml", env={})
     assert settings.kafka.spans_topic == "otlp_spans"
-    assert settings.graph_policy.detail == "entities_or_errors"
+    assert settings.graph_policy.detail == "paths"
 
 
 def test_environment_wins_over_file(tmp_path: Path) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlglot import exp
 
-from processors.repair.sql_rewrite import RewriteError, parse, placeholders
-from processors.sql_access import SqlAccessExtractor
-from streamer.events import DbCall, Resource, Span, SpanKind, StatusCode
+from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.span import Span
+from processors.repair.sql_edit import RewriteError, parse, placeholders
+from processors.sql import SqlAccessExtractor
+from processors.sql.values import covers
 
 UNKNOWN = "unknown"
 
@@ -23,8 +26,27 @@ def table_of(statement: str) -> str:
     return table.name if table is not None else ""
 
 
-def _span(statement: str, n: int) -> Span:
-    db = DbCall(system="postgresql", statement=statement, params=tuple(range(1, n + 1)))
+def relative_only(statement: str) -> bool:
+    """Whether ``statement`` is an UPDATE that sets every column from its own current value (``x = x + %s``): at
+    READ COMMITTED it is applied to the newest row version, so it keeps a concurrent change and never loses one."""
+    try:
+        tree = parse(statement)
+    except RewriteError:
+        return False
+    if not isinstance(tree, exp.Update) or not tree.expressions:
+        return False
+    for assignment in tree.expressions:
+        if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column):
+            return False
+        column = assignment.this.name
+        if not any(c.name == column for c in assignment.expression.find_all(exp.Column)):
+            return False
+    return True
+
+
+def _span(statement: str, n: int, params: Sequence[Any] | None = None) -> Span:
+    values = tuple(params) if params is not None else tuple(range(1, n + 1))
+    db = DbCall(system="postgresql", statement=statement, params=values)
     return Span(
         trace_id="0" * 32,
         span_id="0" * 16,
@@ -71,3 +93,16 @@ def lock_of(
         if found:
             return found[0].lock.value
     return UNKNOWN
+
+
+def selects(statement: str, params: Sequence[Any], image: Mapping[str, Any] | None) -> bool | None:
+    """Whether ``statement`` with ``params`` selects the row ``image`` (its whole WHERE evaluated on the image, as
+    the daemon evaluates a predicate); None when that cannot be told."""
+    try:
+        span = _span(statement, placeholders(statement), params)
+    except RewriteError:
+        return None
+    found = SqlAccessExtractor().accesses(span)  # no key columns: every WHERE term is kept as a predicate
+    if len(found) != 1 or found[0].operation.value != "read":
+        return None
+    return covers(found[0].predicates, found[0].exact, image)

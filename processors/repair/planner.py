@@ -3,6 +3,16 @@
 The writers are the incident's own (culprit, victim, writers, accesses) plus every code site the graph knows to
 access the table (``sites``), grouped by function. Each writer is repaired by the first strategy of the anomaly's
 chain that applies to it; the other strategies that apply to the whole incident are offered as alternatives.
+
+By class: a lost update locks the read (``FOR UPDATE``), else SERIALIZABLE; an invariant violation guards the
+UPDATE (the invariant, or the one its decrement implies), else locks, else SERIALIZABLE; a duplicate apply guards
+the INSERT with the request's idempotency key. A write skew locks the rows its check reads (``FOR UPDATE``, through
+a locking subquery for an aggregate) when the rows the other request changed were among them, else SERIALIZABLE;
+a phantom (the predicate double insert) takes the idempotency key when the code has one, else a unique index on
+what the read looked up with ``ON CONFLICT ... DO NOTHING`` (the plan carries the migration), else SERIALIZABLE;
+a read skew repairs the *reader*: ``FOR SHARE`` on its reads before its last one, or REPEATABLE READ. Besides the
+diff, a plan carries its SQL-level form (``edits``, ``migrations``, ``isolation`` by recorded function), which is
+what a SQL-level repro replays for GREEN.
 """
 
 from __future__ import annotations
@@ -12,43 +22,55 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
-from processors.repair.classify import table_of
-from processors.repair.locate import SourceIndex, normalise
-from processors.repair.patch import FilePatch, Patch, apply_files, revert_files, unified_diff
+from processors.model.outputs import AccessInfo, IncidentEvent, RepairInfo
+from processors.repair.classify import relative_only, selects, table_of
+from processors.repair.file_patch import FilePatch, apply_files, revert_files, unified_diff
+from processors.repair.locate import normalise
+from processors.repair.patch import Patch
+from processors.repair.source import SourceIndex
+from processors.repair.sql_edit import SqlEdit
 from processors.repair.strategies import (
     ATOMIC_UPDATE,
     IDEMPOTENCY_GUARD,
     OPTIMISTIC_VERSION,
+    REPEATABLE_READ,
     ROW_LOCK,
+    SHARE_LOCK,
     STRATEGIES,
     STRICTER_ISOLATION,
+    UNIQUE_INSERT,
     Context,
     NotApplicable,
     Writer,
+    runs_serializable,
 )
-from processors.sql_access import SqlAccessExtractor
-from streamer.schemas import AccessInfo, IncidentEvent, RepairInfo
+from processors.sql import SqlAccessExtractor
 
 # Per writer, the first strategy that applies wins.
 PRIMARY: Final[dict[str, tuple[str, ...]]] = {
     "lost_update": (ROW_LOCK, STRICTER_ISOLATION),
     "invariant_violation": (ATOMIC_UPDATE, ROW_LOCK, STRICTER_ISOLATION),
     "duplicate_apply": (IDEMPOTENCY_GUARD, STRICTER_ISOLATION),
-    "write_skew": (STRICTER_ISOLATION, ROW_LOCK),
+    "write_skew": (ROW_LOCK, STRICTER_ISOLATION),
+    "phantom": (IDEMPOTENCY_GUARD, UNIQUE_INSERT, STRICTER_ISOLATION),
+    "read_skew": (SHARE_LOCK, REPEATABLE_READ),
 }
 ALTERNATIVES: Final[dict[str, tuple[str, ...]]] = {
     "lost_update": (OPTIMISTIC_VERSION, STRICTER_ISOLATION),
     "invariant_violation": (ROW_LOCK, STRICTER_ISOLATION),
     "duplicate_apply": (STRICTER_ISOLATION,),
-    "write_skew": (ROW_LOCK,),
+    "write_skew": (STRICTER_ISOLATION,),
+    "phantom": (UNIQUE_INSERT, STRICTER_ISOLATION),
+    "read_skew": (REPEATABLE_READ,),
 }
 _WRITES: Final[dict[str, tuple[str, ...]]] = {
     "lost_update": ("write", "delete"),
     "invariant_violation": ("write", "delete"),
     "duplicate_apply": ("insert",),
     "write_skew": ("write", "delete", "insert"),
+    "phantom": ("insert",),
 }
-_NEEDS_READ: Final = frozenset({"lost_update", "invariant_violation", "write_skew"})
+_NEEDS_READ: Final = frozenset({"lost_update", "invariant_violation", "write_skew", "phantom"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +85,9 @@ class RepairPlan:
     files: list[FilePatch]
     notes: list[str] = field(default_factory=list)  # writers left out, strategies that did not apply, and why
     alternatives: list[RepairPlan] = field(default_factory=list)
+    edits: list[SqlEdit] = field(default_factory=list)  # the statement edits (recorded text → repaired text)
+    migrations: list[str] = field(default_factory=list)  # schema changes the repaired statements need
+    isolation: dict[str, str] = field(default_factory=dict)  # recorded function → the level its transaction runs at
 
 
 def plan_repairs(
@@ -88,10 +113,20 @@ def plan_repairs(
         idempotency_column=idempotency_column,
         extractor=extractor,
     )
-    writers, notes = _writers(incident, sites, root, source_map or {})
+    if incident.anomaly == "read_skew":
+        writers, notes = _readers(incident, root, source_map or {})
+    else:
+        writers, notes = _writers(incident, sites, root, source_map or {}, ctx.index)
+    offered = ALTERNATIVES[incident.anomaly]
+    if incident.anomaly == "write_skew" and ROW_LOCK in chain:
+        why = _unlockable(incident)
+        if why:
+            notes.append(f"{ROW_LOCK} does not apply: {why}")
+            chain = tuple(c for c in chain if c != ROW_LOCK)
+            offered = tuple(c for c in offered if c != ROW_LOCK)
     primary = _plan(ctx, incident.anomaly, writers, chain, notes, line_length)
     alternatives: list[RepairPlan] = []
-    for strategy in ALTERNATIVES[incident.anomaly]:
+    for strategy in offered:
         alt = _plan(ctx, incident.anomaly, writers, (strategy,), [], line_length)
         if alt.repairs and alt.diff and all(alt.diff != p.diff for p in [primary, *alternatives]):
             alternatives.append(alt)
@@ -124,9 +159,14 @@ def local_path(recorded: str, root: Path, source_map: Mapping[str, Path]) -> Pat
 
 
 def _writers(
-    incident: IncidentEvent, sites: Sequence[AccessInfo], root: Path, source_map: Mapping[str, Path]
+    incident: IncidentEvent,
+    sites: Sequence[AccessInfo],
+    root: Path,
+    source_map: Mapping[str, Path],
+    index: SourceIndex,
 ) -> tuple[list[Writer], list[str]]:
-    """The incident's and the graph's code paths on the table, grouped by function, unprotected writers only."""
+    """The incident's and the graph's code paths on the table, grouped by function, unprotected writers only: not
+    a path whose function runs SERIALIZABLE, nor, for a lost update, one whose writes are all relative."""
     table = incident.table.rsplit(".", 1)[-1]
     own = [incident.culprit, incident.victim, *incident.writers, *incident.accesses]
     pool = own + [s for s in sites if table_of(s.statement) == table]
@@ -147,11 +187,20 @@ def _writers(
             for a in accesses
             if a.operation == "read" and a.lock == "none" and (any_table or table_of(a.statement) == table)
         )
+        name = function or "(unknown function)"
+        if anomaly == "lost_update" and writes and all(relative_only(a.statement) for a in writes):
+            notes.append(f"{name}: its writes of {table} are relative ({writes[0].statement}): each keeps a "
+                         f"concurrent change, not a party to {anomaly}")  # fmt: skip
+            continue
         if not writes:
             continue
-        name = function or "(unknown function)"
         if anomaly in _NEEDS_READ and not reads:
-            notes.append(f"{name}: writes {table} without reading it first (blind write): not a party to {anomaly}")
+            locked = next((a.lock for a in accesses if a.operation == "read" and a.lock != "none"
+                           and (any_table or table_of(a.statement) == table)), None)  # fmt: skip
+            if locked is not None:
+                notes.append(f"{name}: reads {table} under a lock ({locked}) before it writes: already protected")
+            else:
+                notes.append(f"{name}: writes {table} without reading it first (blind write): not a party to {anomaly}")
             continue
         if not function or not file:
             notes.append(f"{name}: no code location recorded")
@@ -165,8 +214,54 @@ def _writers(
         if not path.is_file():
             notes.append(f"{name}: {file} not found (as {path})")
             continue
+        if runs_serializable(index, path, function):
+            notes.append(f"{name}: runs its transaction at SERIALIZABLE: already protected")
+            continue
         writers.append(Writer(function, file, path, rel, writes, reads))
     return writers, notes
+
+
+def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]) -> tuple[list[Writer], list[str]]:
+    """The reader of a read skew (the victim's code path), with the reads to protect: every unlocked read it made
+    before its last one (a statement it also ran earlier stays protected)."""
+    victim = incident.victim
+    own = sorted((a for a in incident.accesses if a.trace_id == victim.trace_id), key=lambda a: a.start_unix_ms)
+    reads = [a for a in own if a.operation == "read" and a.lock == "none"]
+    if not reads or any(a.operation != "read" for a in own):
+        return [], [f"{victim.function or '(unknown function)'}: not a reader of {incident.table}"]
+    last = normalise(reads[-1].statement)
+    earlier = {normalise(a.statement) for a in reads[:-1]}
+    chosen = list({normalise(a.statement): a for a in reads if normalise(a.statement) != last or last in earlier}
+                  .values())  # fmt: skip
+    if not chosen:
+        return [], [f"{victim.function}: reads once: nothing to protect"]
+    function, file = victim.function, victim.file
+    if not function or not file:
+        return [], [f"{function or '(unknown function)'}: no code location recorded"]
+    path = local_path(file, root, source_map)
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return [], [f"{function}: {file} is not under the root {root}"]
+    if not path.is_file():
+        return [], [f"{function}: {file} not found (as {path})"]
+    return [Writer(function, file, path, rel, (), tuple(chosen))], []
+
+
+def _unlockable(incident: IncidentEvent) -> str:
+    """Why ``FOR UPDATE`` on the reads cannot prevent this write skew ("" when it can): each row one request changed
+    must have existed, and been selected by a read of the other, when that read ran."""
+    reads: dict[str, list[AccessInfo]] = {}
+    for a in incident.accesses:
+        if a.operation == "read" and a.lock == "none":
+            reads.setdefault(a.trace_id, []).append(a)
+    for c in incident.commits:
+        if c.before is None:
+            return f"lsn {c.lsn} inserted its row: a lock cannot cover a row that does not exist yet"
+        others = [r for trace, rs in reads.items() if trace != c.trace_id for r in rs]
+        if not any(selects(r.statement, r.params, c.before) is True for r in others):
+            return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
+    return ""
 
 
 def _plan(
@@ -175,6 +270,9 @@ def _plan(
     patch = Patch(ctx.index, line_length=line_length)
     repairs: list[RepairInfo] = []
     sql: list[dict[str, str]] = []
+    edits: list[SqlEdit] = []
+    migrations: list[str] = []
+    isolation: dict[str, str] = {}
     notes = list(notes)
     for w in writers:
         for strategy in chain:
@@ -187,11 +285,17 @@ def _plan(
                 op(patch)
             repairs += [r for r in outcome.repairs if r not in repairs]
             sql += [s for s in outcome.sql if s not in sql]
+            edits += [e for e in outcome.edits if e not in edits]
+            migrations += [m for m in outcome.migrations if m not in migrations]
+            isolation.update(outcome.isolation)
+            notes += [n for n in outcome.notes if n not in notes]
             break
         else:
             notes.append(f"{w.function}: left unrepaired")
     files = [FilePatch(_rel(ctx, path), before, after) for path, before, after in patch.render()]
-    return RepairPlan(anomaly, chain[0], repairs, unified_diff(files), sql, files, notes)
+    strategy = repairs[0].strategy if repairs else chain[0]  # the strategy that repaired (the first writer)
+    return RepairPlan(anomaly, strategy, repairs, unified_diff(files), sql, files, notes, edits=edits,
+                      migrations=migrations, isolation=isolation)  # fmt: skip
 
 
 def _rel(ctx: Context, path: Path) -> str:

@@ -1,30 +1,47 @@
-"""Protected forms of a statement: an edit of its sqlglot AST, and the same edit as minimal text insertions.
+"""Protected forms of a statement: a row lock (``FOR UPDATE``, ``FOR SHARE``, or an aggregate over its rows locked
+in a subquery), an atomic conditional update, an optimistic version check, each an edit of its sqlglot AST and the
+same edit as minimal text insertions (the INSERT forms are in :mod:`processors.repair.sql_inserts`).
 
 The AST edit (rendered with the postgres dialect) is the SQL-level repair for services in any language. The text
 insertions are what the Python repair writes into the code, so the developer's own spelling of the statement is
-kept; both must agree (the edited text re-parses to the edited AST) or the rewrite is refused. Statements use
-psycopg's positional ``%s`` placeholders: they become ``$n`` for sqlglot and ``%s`` again when rendered.
+kept; both must agree (:func:`processors.repair.sql_edit.finish`) or the rewrite is refused. An atomic update
+turns each invariant bound on a column the UPDATE changes in place (``c = c - 1`` with ``c >= 0``) into a guard on
+the old value (``c >= 1``); a placeholder amount (``c = c - %s``) gets a new placeholder bound to the same value.
+Without a configured invariant, a decrement implies its own (:func:`implied_invariants`: the column stays >= 0).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
 import sqlglot
 from sqlglot import TokenType, exp
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
-from sqlglot.tokenizer_core import Token
 
-from processors.sql_access import _number_qmarks, _psycopg_to_qmark
+from processors.repair.sql_edit import (
+    DIALECT,
+    CopyParam,
+    ParamSource,
+    RewriteError,
+    SqlEdit,
+    VarParam,
+    and_terms,
+    clause_end,
+    conjunction,
+    depths,
+    finish,
+    identifier,
+    param,
+    parse,
+    render,
+    statement_end,
+    tokens_of,
+)
 
-DIALECT: Final = "postgres"
 SERIALIZABLE_BEGIN: Final = {"before": "BEGIN", "after": "BEGIN ISOLATION LEVEL SERIALIZABLE"}
-_PLAIN_IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]*")
+REPEATABLE_READ_BEGIN: Final = {"before": "BEGIN", "after": "BEGIN ISOLATION LEVEL REPEATABLE READ"}
 _COMPARISONS: Final[dict[type[exp.Expression], type[exp.Expression]]] = {
     exp.GTE: exp.LTE,
     exp.GT: exp.LT,
@@ -32,83 +49,12 @@ _COMPARISONS: Final[dict[type[exp.Expression], type[exp.Expression]]] = {
     exp.LT: exp.GT,
 }
 _AGGREGATING: Final = ("group", "having", "distinct", "windows")
+_NOT_WRAPPED: Final = ("group", "having", "distinct", "windows", "order", "limit", "offset", "joins", "with_", "with")
 
 
-class RewriteError(ValueError):
-    """The statement cannot be rewritten into the requested protected form."""
-
-
-@dataclass(frozen=True, slots=True)
-class CopyParam:
-    """Bind a new placeholder to the same value as an existing one (0-based among the original placeholders)."""
-
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class VarParam:
-    """Bind a new placeholder to a variable the code has in scope: the row ``version`` read, or the ``key``."""
-
-    role: str  # version | idempotency_key
-
-
-ParamSource = CopyParam | VarParam
-
-
-@dataclass(frozen=True, slots=True)
-class SqlEdit:
-    """One statement rewritten: the recorded text, its protected text, and how to get from one to the other."""
-
-    before: str
-    after: str  # the recorded text with the insertions: what the repaired code runs
-    canonical: str  # the edited AST rendered by sqlglot (postgres, ``%s`` placeholders)
-    insertions: tuple[tuple[int, str], ...]  # (offset into ``before``, text), ascending
-    new_params: tuple[tuple[int, ParamSource], ...]  # (index among ``after``'s placeholders, value)
-
-
-def parse(statement: str) -> exp.Expression:
-    """One statement with positional ``%s`` placeholders → its sqlglot AST (placeholders as ``$n``)."""
-    if "%(" in statement:
-        raise RewriteError("named placeholders are not supported")
-    try:
-        trees = sqlglot.parse(_number_qmarks(_psycopg_to_qmark(statement), DIALECT), dialect=DIALECT)
-    except (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
-        raise RewriteError(f"unparseable statement: {exc}") from exc
-    found = [t for t in trees if isinstance(t, exp.Expression)]
-    if len(found) != 1:
-        raise RewriteError("expected exactly one statement")
-    return found[0]
-
-
-def render(tree: exp.Expression) -> tuple[str, list[int]]:
-    """An AST → psycopg text (``$n`` → ``%s``, literal ``%`` → ``%%``) and the ``n`` of each placeholder in order."""
-    text = tree.sql(dialect=DIALECT)
-    tokens = Dialect.get_or_raise(DIALECT).tokenize(text)
-    out: list[str] = []
-    order: list[int] = []
-    last = 0
-    for tok, nxt in zip(tokens, [*tokens[1:], None], strict=True):
-        if tok.token_type == TokenType.PARAMETER and nxt is not None and nxt.token_type == TokenType.NUMBER:
-            out += (text[last : tok.start].replace("%", "%%"), "%s")
-            order.append(int(nxt.text))
-            last = nxt.end + 1
-    out.append(text[last:].replace("%", "%%"))
-    return "".join(out), order
-
-
-def placeholders(statement: str) -> int:
-    """How many positional placeholders a statement has."""
-    return len(render(parse(statement))[1])
-
-
-def identifier(name: str) -> exp.Identifier:
-    """A column name from configuration or code as a sqlglot identifier, quoted unless plainly lower-case."""
-    return exp.to_identifier(name, quoted=_PLAIN_IDENTIFIER.fullmatch(name) is None)
-
-
-# -- the four statement rewrites ---------------------------------------------------------------------------------
-def row_lock(statement: str) -> SqlEdit:
-    """``SELECT ...`` → ``SELECT ... FOR UPDATE``."""
+# -- the statement rewrites --------------------------------------------------------------------------------------
+def row_lock(statement: str, *, share: bool = False) -> SqlEdit:
+    """``SELECT ...`` → ``SELECT ... FOR UPDATE`` (``FOR SHARE`` with ``share``)."""
     tree = parse(statement)
     if not isinstance(tree, exp.Select):
         raise RewriteError("row lock: not a plain SELECT")
@@ -117,8 +63,48 @@ def row_lock(statement: str) -> SqlEdit:
     if any(tree.args.get(k) for k in _AGGREGATING) or tree.find(exp.AggFunc) is not None:
         raise RewriteError("row lock: FOR UPDATE is not allowed with aggregates, DISTINCT or GROUP BY")
     after = tree.copy()
-    after.set("locks", [exp.Lock(update=True)])
-    return _finish(statement, after, [(_end(_tokens(statement)), " FOR UPDATE")], {})
+    after.set("locks", [exp.Lock(update=not share)])
+    clause = " FOR SHARE" if share else " FOR UPDATE"
+    return finish(statement, after, [(statement_end(tokens_of(statement)), clause)], {})
+
+
+def locked_aggregate(statement: str, *, share: bool = False) -> SqlEdit:
+    """``SELECT count(*) FROM t WHERE p`` → ``SELECT count(*) FROM (SELECT * FROM t WHERE p FOR UPDATE) AS t``.
+
+    PostgreSQL refuses ``FOR UPDATE`` next to an aggregate; the aggregate over a subquery that locks the rows it
+    selects locks the same rows, and a second transaction's subquery waits for them and re-reads them (the rows
+    that no longer match fall out). Only a single-table aggregate with nothing after its WHERE is wrapped.
+    """
+    tree = parse(statement)
+    if not isinstance(tree, exp.Select) or tree.args.get("locks"):
+        raise RewriteError("locked aggregate: not a plain SELECT without a lock")
+    if tree.find(exp.AggFunc) is None:
+        raise RewriteError("locked aggregate: the SELECT does not aggregate (lock its rows directly)")
+    if any(tree.args.get(k) for k in _NOT_WRAPPED):
+        raise RewriteError("locked aggregate: only a single-table aggregate with nothing after its WHERE")
+    source = tree.args.get("from_", tree.args.get("from"))
+    table = source.this if isinstance(source, exp.From) else None
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        raise RewriteError("locked aggregate: the SELECT does not read one table")
+    tokens = tokens_of(statement)
+    levels = depths(tokens)
+    start = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.FROM and levels[i] == 0), None)
+    if start is None or start + 1 >= len(tokens):
+        raise RewriteError("locked aggregate: cannot find the FROM clause")
+    alias = table.args.get("alias")
+    name = alias.this if isinstance(alias, exp.TableAlias) and isinstance(alias.this, exp.Identifier) else table.this
+    inner = exp.Select(expressions=[exp.Star()])
+    inner.set("from_", exp.From(this=table.copy()))
+    if tree.args.get("where") is not None:
+        inner.set("where", tree.args["where"].copy())
+    inner.set("locks", [exp.Lock(update=not share)])
+    after = tree.copy()
+    after.set("where", None)
+    after.set("from_", exp.From(this=exp.Subquery(this=inner, alias=exp.TableAlias(this=name.copy()))))
+    lock = "FOR SHARE" if share else "FOR UPDATE"
+    insertions = [(tokens[start + 1].start, "(SELECT * FROM "),
+                  (statement_end(tokens), f" {lock}) AS {name.sql(dialect=DIALECT)}")]  # fmt: skip
+    return finish(statement, after, insertions, {})
 
 
 def atomic_update(statement: str, invariants: Sequence[str]) -> SqlEdit:
@@ -132,7 +118,7 @@ def atomic_update(statement: str, invariants: Sequence[str]) -> SqlEdit:
     seen: set[str] = set()
     copies: dict[int, ParamSource] = {}
     for text in invariants:
-        for conjunct in _and_terms(_parse_predicate(text)):
+        for conjunct in and_terms(_parse_predicate(text)):
             guard = _guard(conjunct, deltas, n + len(copies) + 1)
             if guard is None:
                 continue
@@ -158,60 +144,26 @@ def optimistic(statement: str, version_column: str) -> SqlEdit:
     if where is not None and any(c.name == version_column for c in where.find_all(exp.Column)):
         raise RewriteError("optimistic: the UPDATE already checks the version")
     n = len(render(tree)[1])
-    condition = exp.EQ(this=exp.Column(this=identifier(version_column)), expression=_param(n + 1))
+    condition = exp.EQ(this=exp.Column(this=identifier(version_column)), expression=param(n + 1))
     return _append_where(statement, tree, [condition], {n + 1: VarParam("version")})
 
 
-def idempotency_guard(statement: str, key_column: str) -> SqlEdit:
-    """``INSERT INTO t (a) VALUES (%s)`` → ``INSERT INTO t (a, key) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING``."""
+def implied_invariants(statement: str) -> list[str]:
+    """What an UPDATE that decrements a column in place assumes when no invariant is configured: the column stays
+    non-negative (``stock = stock - 1`` → ``stock >= 0``, hence the guard ``stock >= 1``)."""
     tree = parse(statement)
-    if not isinstance(tree, exp.Insert) or tree.args.get("conflict") is not None:
-        raise RewriteError("idempotency guard: not an INSERT without ON CONFLICT")
-    schema, values = tree.this, tree.expression
-    if not isinstance(schema, exp.Schema) or not isinstance(values, exp.Values) or len(values.expressions) != 1:
-        raise RewriteError("idempotency guard: needs a column list and a single VALUES row")
-    row = values.expressions[0]
-    if not isinstance(row, exp.Tuple):
-        raise RewriteError("idempotency guard: the VALUES row is not a tuple")
-    tokens = _tokens(statement)
-    after = tree.copy()
-    insertions: list[tuple[int, str]] = []
-    params: dict[int, ParamSource] = {}
-    column = identifier(key_column)
-    if key_column not in [c.name for c in schema.expressions]:
-        n = len(render(tree)[1])
-        after.this.append("expressions", column.copy())
-        after.expression.expressions[0].append("expressions", _param(n + 1))
-        columns_close, values_close = _insert_parens(tokens)
-        insertions += [(columns_close, ", " + column.sql(dialect=DIALECT)), (values_close, ", %s")]
-        params[n + 1] = VarParam("idempotency_key")
-    conflict = exp.OnConflict(action=exp.var("DO NOTHING"), conflict_keys=[column.copy()])
-    after.set("conflict", conflict)
-    insertions.append((_clause_end(tokens), f" ON CONFLICT ({column.sql(dialect=DIALECT)}) DO NOTHING"))
-    return _finish(statement, after, insertions, params)
+    if not isinstance(tree, exp.Update):
+        raise RewriteError("implied invariant: not an UPDATE")
+    out = []
+    for column, delta in _in_place_deltas(tree).items():
+        if isinstance(delta, int) or delta < 0:  # an int is "minus placeholder k"
+            out.append(f"{identifier(column).sql(dialect=DIALECT)} >= 0")
+    if not out:
+        raise RewriteError("implied invariant: the UPDATE decrements no column in place")
+    return out
 
 
-def existing_row_query(statement: str, key_column: str) -> str | None:
-    """The SELECT that answers a repeated request with the row the first one inserted (None without RETURNING)."""
-    tree = parse(statement)
-    returning = tree.args.get("returning")
-    if not isinstance(tree, exp.Insert) or not isinstance(returning, exp.Returning):
-        return None
-    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    if not isinstance(table, exp.Table):
-        return None
-    condition = exp.EQ(this=exp.Column(this=identifier(key_column)), expression=_param(1))
-    select = exp.select(*[e.copy() for e in returning.expressions]).from_(table.copy()).where(condition)
-    text, _ = render(select)
-    parse(text)  # it must re-parse
-    return text
-
-
-# -- helpers -----------------------------------------------------------------------------------------------------
-def _param(n: int) -> exp.Parameter:
-    return exp.Parameter(this=exp.Literal(this=str(n), is_string=False))
-
-
+# -- invariants as guards ----------------------------------------------------------------------------------------
 def _parse_predicate(text: str) -> exp.Expression:
     try:
         tree = sqlglot.parse_one(text, dialect=DIALECT)
@@ -220,14 +172,6 @@ def _parse_predicate(text: str) -> exp.Expression:
     if not isinstance(tree, exp.Expression):
         raise RewriteError(f"invariant {text!r}: not an expression")
     return tree
-
-
-def _and_terms(node: exp.Expression) -> list[exp.Expression]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _and_terms(node.this) + _and_terms(node.expression)
-    return [node]
 
 
 def _number(node: exp.Expression) -> Decimal | None:
@@ -292,7 +236,7 @@ def _guard(
         return kind(this=target, expression=_literal(limit - delta)), None
     # c - $k OP limit  ⟺  c OP $k + limit, with a new placeholder bound to the same value as $k (column on the
     # left, so that the daemon's classifier sees the guard)
-    amount: exp.Expression = _param(new_param)
+    amount: exp.Expression = param(new_param)
     if limit > 0:
         amount = exp.Add(this=amount, expression=_literal(limit))
     elif limit < 0:
@@ -300,102 +244,26 @@ def _guard(
     return kind(this=target, expression=amount), -delta - 1
 
 
+# -- where the text goes -----------------------------------------------------------------------------------------
 def _append_where(
     statement: str, tree: exp.Update, conditions: list[exp.Expression], params: dict[int, ParamSource]
 ) -> SqlEdit:
     """AND ``conditions`` onto the WHERE clause (parenthesising a top-level OR), before any RETURNING."""
-    tokens = _tokens(statement)
+    tokens = tokens_of(statement)
     after = tree.copy()
     where = after.args.get("where")
     text = " AND ".join(render(c)[0] for c in conditions)
-    at = _clause_end(tokens)
+    at = clause_end(tokens)
     if where is None:
-        after.set("where", exp.Where(this=_conjunction(conditions)))
-        return _finish(statement, after, [(at, " WHERE " + text)], params)
+        after.set("where", exp.Where(this=conjunction(conditions)))
+        return finish(statement, after, [(at, " WHERE " + text)], params)
     inner = where.this
     first = exp.Paren(this=inner) if isinstance(inner, exp.Or) else inner
-    after.set("where", exp.Where(this=_conjunction([first, *conditions])))
+    after.set("where", exp.Where(this=conjunction([first, *conditions])))
     insertions = [(at, " AND " + text)]
     if isinstance(inner, exp.Or):
-        depths = _depths(tokens)
-        start = next(i for i, t in enumerate(tokens) if t.token_type == TokenType.WHERE and depths[i] == 0)
+        levels = depths(tokens)
+        start = next(i for i, t in enumerate(tokens) if t.token_type == TokenType.WHERE and levels[i] == 0)
         insertions.insert(0, (tokens[start + 1].start, "("))
         insertions[1] = (at, ") AND " + text)
-    return _finish(statement, after, insertions, params)
-
-
-def _conjunction(terms: list[exp.Expression]) -> exp.Expression:
-    """``a AND b AND c`` as the parser builds it (left-deep, no added parentheses)."""
-    out = terms[0]
-    for term in terms[1:]:
-        out = exp.And(this=out, expression=term)
-    return out
-
-
-def _finish(
-    statement: str, after: exp.Expression, insertions: list[tuple[int, str]], params: dict[int, ParamSource]
-) -> SqlEdit:
-    """Apply the insertions and check them against the edited AST; place the new parameters."""
-    ordered = sorted(insertions, key=lambda i: i[0])
-    text = statement
-    for at, piece in reversed(ordered):
-        text = text[:at] + piece + text[at:]
-    canonical, order = render(after)
-    if render(parse(text))[0] != canonical:
-        raise RewriteError("the text rewrite does not match the AST rewrite")
-    if any(n not in order for n in params) or len(order) != placeholders(statement) + len(params):
-        raise RewriteError("the rewrite lost or duplicated a placeholder")
-    new_params = tuple((order.index(n), source) for n, source in sorted(params.items()))
-    return SqlEdit(statement, text, canonical, tuple(ordered), new_params)
-
-
-def _tokens(statement: str) -> list[Token]:
-    try:
-        return list(Dialect.get_or_raise(DIALECT).tokenize(statement))
-    except SqlglotError as exc:
-        raise RewriteError(f"untokenizable statement: {exc}") from exc
-
-
-def _depths(tokens: Sequence[Token]) -> list[int]:
-    depth, out = 0, []
-    for t in tokens:
-        if t.token_type == TokenType.R_PAREN:
-            depth -= 1
-        out.append(depth)
-        if t.token_type == TokenType.L_PAREN:
-            depth += 1
-    return out
-
-
-def _end(tokens: Sequence[Token]) -> int:
-    """Offset right after the statement's last token (before a trailing ``;``)."""
-    body = [t for t in tokens if t.token_type != TokenType.SEMICOLON]
-    if not body:
-        raise RewriteError("empty statement")
-    return body[-1].end + 1
-
-
-def _clause_end(tokens: Sequence[Token]) -> int:
-    """Offset where the WHERE clause ends: right after the token before a top-level RETURNING, else the end."""
-    for i, (t, depth) in enumerate(zip(tokens, _depths(tokens), strict=True)):
-        if depth == 0 and t.token_type == TokenType.RETURNING and i > 0:
-            return tokens[i - 1].end + 1
-    return _end(tokens)
-
-
-def _insert_parens(tokens: Sequence[Token]) -> tuple[int, int]:
-    """Offsets of the closing parens of an INSERT's column list and of its VALUES row."""
-    depths = _depths(tokens)
-    closes = [
-        tokens[i - 1].end + 1
-        for i, (t, d) in enumerate(zip(tokens, depths, strict=True))
-        if t.token_type == TokenType.R_PAREN and d == 0 and i > 0
-    ]
-    values = next((i for i, t in enumerate(tokens) if t.token_type == TokenType.VALUES and depths[i] == 0), None)
-    if values is None or len(closes) < 2:
-        raise RewriteError("idempotency guard: cannot find the column list and the VALUES row")
-    before = [c for c in closes if c < tokens[values].start]
-    after = [c for c in closes if c > tokens[values].start]
-    if not before or not after:
-        raise RewriteError("idempotency guard: cannot find the column list and the VALUES row")
-    return before[-1], after[0]
+    return finish(statement, after, insertions, params)

@@ -1,8 +1,12 @@
 """Application-level repros: which function to call for a recorded trace, and with which arguments.
 
-Telemetry names the function (``code.function.name``) and its statements' parameters, not its arguments, so the
-caller supplies a :class:`CallSpec` per function: the import path, and how each argument derives from the recorded
-statements. Arguments are resolved here, at compile time, into plain values (emitted as literals).
+Telemetry names the function (``code.function.name``) and its statements' parameters, not its arguments, so a
+:class:`CallSpec` per function says how to call it: the import path, and how each argument derives from the recorded
+statements (or from the request, :class:`RequestKey`). The specs are derived from the spans where the source allows
+(:mod:`processors.repro.derive`), or written by hand (an override). Arguments are resolved here, at compile time, into
+plain values (emitted as literals). The statements counted are the session's statements on the incident's rows: for the
+classes over two rows, a lookup that found none of them (a phantom's "is there one already?") is not counted, so that a
+spec written for the INSERT of a duplicate apply fits the INSERT of a phantom.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.repro.schedule import Schedule, SessionInfo
+from processors.repro.schedule import Schedule, SessionInfo, Step
 from processors.repro.statements import ReproError
 
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """The ``index``-th recorded parameter of the session's ``statement``-th statement on the entity."""
+    """The ``index``-th recorded parameter of the session's ``statement``-th statement on the entity (negative
+    numbers count from the end: ``Param(-1, 0)`` is the first parameter of the session's last statement, whether a
+    predicate read came before it or not)."""
 
     statement: int = 0
     index: int = 0
@@ -45,7 +51,12 @@ class Format:
     fields: tuple[Param | Const | PerSession, ...] = ()
 
 
-Arg = Param | Const | PerSession | Format
+@dataclass(frozen=True, slots=True)
+class RequestKey:
+    """The idempotency key the session's request carried (the span attribute the daemon is configured to read)."""
+
+
+Arg = Param | Const | PerSession | Format | RequestKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +75,21 @@ class CallSpec:
         return self.target.partition(":")[0].replace(".", "/") + ".py"
 
 
-def _resolve(arg: Arg, session: int, params: Sequence[Sequence[Any] | None]) -> Any:
+def _resolve(arg: Arg, session: int, params: Sequence[Sequence[Any] | None], key: str = "") -> Any:
     if isinstance(arg, Const):
         return arg.value
     if isinstance(arg, PerSession):
         return arg.base + session
+    if isinstance(arg, RequestKey):
+        if not key:
+            raise ReproError(f"the request of session {session} carried no idempotency key")
+        return key
     if isinstance(arg, Format):
-        return arg.template.format(*(_resolve(f, session, params) for f in arg.fields))
-    if arg.statement >= len(params):
+        return arg.template.format(*(_resolve(f, session, params, key) for f in arg.fields))
+    if not -len(params) <= arg.statement < len(params):
         raise ReproError(f"session {session} has no statement #{arg.statement} to take an argument from")
     recorded = params[arg.statement] or []
-    if arg.index >= len(recorded):
+    if not -len(recorded) <= arg.index < len(recorded):
         raise ReproError(f"statement #{arg.statement} of session {session} has no parameter #{arg.index}")
     return recorded[arg.index]
 
@@ -87,16 +102,24 @@ def spec_for(session: SessionInfo, specs: Mapping[str, CallSpec]) -> CallSpec:
     return spec
 
 
-def calls(schedule: Schedule, specs: Mapping[str, CallSpec]) -> dict[int, dict[str, Any]]:
-    """Session number → {target, args, kwargs, autocommit} with resolved values."""
+def counted_steps(schedule: Schedule, session: int) -> list[Step]:
+    """The session's statements a :class:`Param` counts: not its commits, not a lookup that found none of the rows."""
+    return [step for step in schedule.steps if step.session == session and step.kind != "commit" and step.on_rows]
+
+
+def calls(schedule: Schedule, specs: Mapping[str, CallSpec],
+          keys: Mapping[str, str] | None = None) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """Session number → {target, args, kwargs, autocommit} with resolved values (``keys``: trace id → the
+    idempotency key its request carried)."""
     out: dict[int, dict[str, Any]] = {}
     for s in schedule.sessions:
         spec = spec_for(s, specs)
-        params = [step.params for step in schedule.steps if step.session == s.number and step.kind != "commit"]
+        params = [step.params for step in counted_steps(schedule, s.number)]
+        key = (keys or {}).get(s.trace_id, "")
         out[s.number] = {
             "target": spec.target,
-            "args": [_resolve(a, s.number, params) for a in spec.args],
-            "kwargs": {k: _resolve(a, s.number, params) for k, a in spec.kwargs},
+            "args": [_resolve(a, s.number, params, key) for a in spec.args],
+            "kwargs": {k: _resolve(a, s.number, params, key) for k, a in spec.kwargs},
             "autocommit": spec.autocommit,
         }
     return out

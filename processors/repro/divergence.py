@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from processors.model.outputs import DivergenceInfo
 from processors.repro.literals import plain
 from processors.repro.statements import normalise
-from streamer.schemas import DivergenceInfo
 
 
 @dataclass(frozen=True, slots=True)

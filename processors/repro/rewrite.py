@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.repro.statements import normalise
-from streamer.schemas import AccessInfo, IncidentEvent
 
 
 @dataclass(frozen=True, slots=True)

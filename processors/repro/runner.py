@@ -1,8 +1,15 @@
 """Runs a generated repro in a subprocess (``python -m pytest``) and reads back its verdict and its statements.
 
-The subprocess gets ``REPRO_DSN``, ``REPRO_TRACE_OUT`` (and ``REPRO_SOURCE_ROOT`` for an application-level repro)
-and an empty pytest configuration, so that nothing of the calling project leaks in. ``failed`` means the test's
-own verdict (``DefectReproduced``: RED); any other failure or error of the test is ``error``.
+The subprocess gets an empty pytest configuration and an environment built from an allow-list, so that nothing of
+the calling project or the daemon leaks in (a token of a sink, the daemon's own settings): ``PATH``, ``HOME``, the
+locale (``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``) and the temporary directory (``TMPDIR``, ``TEMP``, ``TMP``) of the
+daemon's environment, and what the run is given: ``REPRO_DSN``, ``REPRO_TRACE_OUT``, ``REPRO_STATEMENT_TIMEOUT_MS``
+(and ``REPRO_SOURCE_ROOT`` for an application-level repro). No ``PYTHONPATH``: the interpreter's own site-packages
+hold pytest and psycopg, and the service's code is found through ``REPRO_SOURCE_ROOT``. No libpq ``PG*`` variable
+either: ``REPRO_DSN`` names the server completely (or with a ``~/.pgpass`` under ``HOME``). The test replays the
+recorded statements as an unprivileged role of its own, with that statement timeout (``template_database``).
+``failed`` means the test's own verdict (``DefectReproduced``: RED); any other failure or error of the test is
+``error``.
 """
 
 from __future__ import annotations
@@ -12,14 +19,18 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
+from processors.model.outputs import RunInfo
 from processors.repro.compiler import GeneratedTest
 from processors.repro.divergence import ExecutedStatement, load_trace
-from streamer.schemas import RunInfo
 
 TIMEOUT_S = 180.0
 VERDICT = "DefectReproduced"
+STATEMENT_TIMEOUT_MS = 5000  # the default of ``[repro] statement_timeout_ms`` too
+PASSED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP"})  # from the daemon's env
+PASSED_PREFIXES = ("LC_",)
 
 
 def _verdict(junit: Path, output: str) -> tuple[str, str]:
@@ -37,16 +48,48 @@ def _verdict(junit: Path, output: str) -> tuple[str, str]:
                 message = found.get("message", "")
                 text = (found.text or "").strip()
                 if tag == "failure" and VERDICT in message:
-                    return "failed", message
+                    return "failed", _whole(message, text)
                 return "error", message or text[-4000:]
         if case.find("skipped") is not None:
             return "error", "the test was skipped"
     return "passed", ""
 
 
-def run_repro(test: GeneratedTest, *, dsn: str, workdir: Path, source_root: str | None = None,
-              label: str = "run") -> tuple[RunInfo, list[ExecutedStatement]]:  # fmt: skip
-    """Run ``test`` once against ``dsn``; returns the run and the statements it executed, in order."""
+def _whole(message: str, text: str) -> str:
+    """The verdict as raised: pytest shortens a long message attribute (``[... full report in element text]``), the
+    report's ``E`` lines hold all of it."""
+    if "full report in element text]" not in message:
+        return message
+    lines = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    first = next((i for i, line in enumerate(lines) if VERDICT in line), None)
+    return "\n".join(lines[first:]) if first is not None else message
+
+
+def environment(*, dsn: str, trace: Path, statement_timeout_ms: int, source_root: str | None,
+                daemon: Mapping[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+    """The whole environment of a repro subprocess: the allow-listed variables of ``daemon`` (default
+    ``os.environ``) and the run's own (see the module docstring)."""
+    daemon = os.environ if daemon is None else daemon
+    env = {k: v for k, v in daemon.items() if k in PASSED or k.startswith(PASSED_PREFIXES)}
+    env.update({
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # the test needs no plugin; loading them doubles its run time
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "REPRO_DSN": dsn,
+        "REPRO_TRACE_OUT": str(trace),
+        "REPRO_STATEMENT_TIMEOUT_MS": str(int(statement_timeout_ms)),
+    })  # fmt: skip
+    if source_root:
+        env["REPRO_SOURCE_ROOT"] = source_root
+    return env
+
+
+def run_repro(test: GeneratedTest, *, dsn: str, workdir: Path, source_root: str | None = None, label: str = "run",
+              statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> tuple[RunInfo, list[ExecutedStatement]]:  # fmt: skip
+    """Run ``test`` once against ``dsn``; returns the run and the statements it executed, in order.
+
+    ``dsn`` only creates and drops the run's role and scratch database; the recorded statements run as that role,
+    each ended after ``statement_timeout_ms`` (the run is then an ``error`` that names the statement).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / test.name
     path.write_text(test.source, encoding="utf-8")
@@ -54,13 +97,8 @@ def run_repro(test: GeneratedTest, *, dsn: str, workdir: Path, source_root: str 
     trace = workdir / f"trace-{label}.json"
     for stale in (junit, trace):
         stale.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "REPRO_"))}
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the test needs no plugin; loading them doubles its run time
-    env.pop("PYTHONPATH", None)
-    env.update({"REPRO_DSN": dsn, "REPRO_TRACE_OUT": str(trace), "PYTHONDONTWRITEBYTECODE": "1"})
-    root = source_root or test.source_root
-    if root:
-        env["REPRO_SOURCE_ROOT"] = root
+    env = environment(dsn=dsn, trace=trace, statement_timeout_ms=statement_timeout_ms,
+                      source_root=source_root or test.source_root)  # fmt: skip
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
                "--rootdir", str(workdir), str(path), f"--junitxml={junit}"]  # fmt: skip
     started = time.monotonic()

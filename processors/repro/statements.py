@@ -1,7 +1,10 @@
 """Recorded statements → what a repro may execute: psycopg placeholders, and a shape checked with sqlglot.
 
 A repro runs recorded SQL, which is untrusted text, so a statement is replayed only if it parses as exactly one
-SELECT / INSERT / UPDATE / DELETE on the incident's table, with no unknown function calls and no CTE. The shape
+SELECT / INSERT / UPDATE / DELETE on the incident's table (unqualified or in ``public``), with no unknown function
+calls (``pg_sleep``, ``pg_read_file``, ``set_config``, ...), no CTE and no INTO; anything else (``DROP TABLE``,
+``COPY ... TO PROGRAM``, two statements in one) is refused with a ``ReproError`` that says why. What passes still runs
+as an unprivileged role with a statement timeout, on a scratch database of its own (``template_database``). The shape
 (kind, selected and returned columns, literal SET values, key predicates) is what the compiler derives the
 expected results from.
 """
@@ -16,10 +19,14 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from processors.sql_access import conjuncts
+from processors.sql import conjuncts
+from processors.sql.syntax import Expr, Unbound, bind, comparison, flag, in_list
 
 _DIALECT = "postgres"
 _IDENT = re.compile(r"[A-Za-z0-9_$]")
+_LEADING = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_OBJECTS = {"TABLE", "DATABASE", "SCHEMA", "ROLE", "USER", "FUNCTION", "PROCEDURE", "INDEX", "VIEW", "EXTENSION"}
+_ONLY = "a repro replays only SELECT/INSERT/UPDATE/DELETE, one statement on the incident's table"
 
 
 class ReproError(ValueError):
@@ -46,6 +53,11 @@ class Shape:
     set_expressions: list[str] = field(default_factory=list)  # columns set to an expression (stock - 1)
     inserted: list[str] = field(default_factory=list)  # INSERT column list
     equals: dict[str, Any] = field(default_factory=dict)  # WHERE col = value (bound)
+    terms: list[tuple[str, str, Any]] = field(default_factory=list)  # every WHERE term with its bound value
+    exact: bool = True  # ``terms`` are the whole WHERE (False: a term that cannot be evaluated on a row image)
+    aggregate: bool = False  # a SELECT that aggregates (its result is not the rows it selects)
+    counts: bool = False  # ``SELECT count(*)`` (one row: how many rows the WHERE selects)
+    relative: list[str] = field(default_factory=list)  # set from their own value (``x = x + 1``)
 
 
 def _scan(statement: str) -> list[tuple[str, str]]:
@@ -219,15 +231,20 @@ def shape(statement: Placeholders, table: str) -> Shape:
     except (SqlglotError, ValueError, RecursionError) as exc:
         raise ReproError(f"statement does not parse: {exc}") from None
     if len(trees) != 1:
-        raise ReproError(f"expected one statement, found {len(trees)}")
+        raise ReproError(f"refused recorded SQL: {len(trees)} statements in one ({_ONLY})")
     tree = trees[0]
     if not isinstance(tree, exp.Select | exp.Insert | exp.Update | exp.Delete):
-        raise ReproError(f"only SELECT/INSERT/UPDATE/DELETE are replayed, not {type(tree).__name__}")
+        raise ReproError(f"refused recorded SQL: {_kind(tree, statement.numbered)} is not replayed ({_ONLY})")
     for node in tree.walk():
-        if isinstance(node, exp.Anonymous | exp.Command | exp.With | exp.Into):
-            raise ReproError(f"statement uses {type(node).__name__}, which a repro does not replay")
-        if isinstance(node, exp.Table) and node.name != table:
-            raise ReproError(f"statement names table {node.name!r}, not the incident's table {table!r}")
+        if isinstance(node, exp.Anonymous):
+            raise ReproError(f"refused recorded SQL: it calls {node.name}(), which a repro does not run ({_ONLY},"
+                             " calling only built-in expressions)")  # fmt: skip
+        if isinstance(node, exp.Command | exp.With | exp.Into):
+            what = node.name.upper() if isinstance(node, exp.Command) else type(node).__name__.upper()
+            raise ReproError(f"refused recorded SQL: it uses {what} ({_ONLY}, without WITH or INTO)")
+        if isinstance(node, exp.Table) and (node.name != table or node.catalog or node.db not in ("", "public")):
+            named = ".".join(p for p in (node.catalog, node.db, node.name) if p) or "a table function"
+            raise ReproError(f"refused recorded SQL: it names {named!r}, not the incident's table {table!r} ({_ONLY})")
     params = statement.params
     returning = tree.args.get("returning")
     returned = _plain_columns(list(returning.expressions)) if isinstance(returning, exp.Returning) else []
@@ -237,20 +254,31 @@ def shape(statement: Placeholders, table: str) -> Shape:
             ok, value = _bound(term.expression, params)
             if ok:
                 equals.setdefault(term.this.name, value)
+    terms, exact = _terms(tree.args.get("where"), params)
     if isinstance(tree, exp.Select):
         locks = tree.args.get("locks") or []
-        return Shape("read", bool(locks), _plain_columns(list(tree.expressions)), equals=equals)
+        grouped = any(tree.args.get(k) for k in ("group", "having", "distinct", "windows"))
+        aggregate = grouped or tree.find(exp.AggFunc) is not None
+        only = tree.expressions[0] if len(tree.expressions) == 1 else None
+        counts = not grouped and isinstance(only, exp.Count) and isinstance(only.this, exp.Star)
+        return Shape("read", bool(locks), _plain_columns(list(tree.expressions)), equals=equals, terms=terms,
+                     exact=exact, aggregate=aggregate, counts=counts)  # fmt: skip
     if isinstance(tree, exp.Update):
         sets: dict[str, Any] = {}
         exprs: list[str] = []
+        relative: list[str] = []
         for assignment in tree.expressions:
             if isinstance(assignment, exp.EQ) and isinstance(assignment.this, exp.Column):
+                column = assignment.this.name
                 ok, value = _bound(assignment.expression, params)
                 if ok:
-                    sets[assignment.this.name] = value
-                else:
-                    exprs.append(assignment.this.name)
-        return Shape("write", False, returned, sets, exprs, equals=equals)
+                    sets[column] = value
+                    continue
+                exprs.append(column)
+                if any(c.name == column for c in assignment.expression.find_all(exp.Column)):
+                    relative.append(column)
+        return Shape("write", False, returned, sets, exprs, relative=relative, equals=equals, terms=terms,
+                     exact=exact)  # fmt: skip
     if isinstance(tree, exp.Insert):
         inserted: list[str] = []
         sets = {}
@@ -265,7 +293,39 @@ def shape(statement: Placeholders, table: str) -> Shape:
                 if ok:
                     sets[column] = value
         return Shape("insert", False, returned, sets, [], inserted, equals)
-    return Shape("delete", False, returned, equals=equals)
+    return Shape("delete", False, returned, equals=equals, terms=terms, exact=exact)
+
+
+def _kind(node: exp.Expr, text: str) -> str:
+    """What a refused statement is, in SQL words (``DROP TABLE``, ``COPY``, ``EXPLAIN``): a message, not a check."""
+    if isinstance(node, exp.Command):
+        return node.name.upper()
+    words = _LEADING.sub("", text).split()[:2]
+    kind = [w.upper() for w in words if w.isalpha()][:2]
+    return " ".join(kind if kind[1:] and kind[1] in _OBJECTS else kind[:1]) or type(node).__name__
+
+
+def _terms(where: exp.Expression | None, params: list[Any] | None) -> tuple[list[tuple[str, str, Any]], bool]:
+    """The WHERE's terms (``col op value``, ``col IN (...)``, a boolean column) with their values bound, and
+    whether they are all of it (an OR, a function or an expression of the row makes the WHERE inexact)."""
+    bound = tuple(params or ())
+    out: list[tuple[str, str, Any]] = []
+    exact = True
+    for node in conjuncts(where):
+        found = comparison(node) or flag(node)
+        listed = in_list(node) if found is None else None
+        if found is not None and not isinstance(found[2], Expr):
+            value = bind(found[2], bound, {})
+            if not isinstance(value, Unbound):
+                out.append((found[0], found[1], value))
+                continue
+        elif listed is not None and not any(isinstance(r, Expr) for r in listed[1]):
+            values = [bind(r, bound, {}) for r in listed[1]]
+            if not any(isinstance(v, Unbound) for v in values):
+                out.append((listed[0], "IN", tuple(values)))
+                continue
+        exact = False
+    return out, exact
 
 
 def normalise(statement: str) -> str:

@@ -1,10 +1,12 @@
-"""Template: the application-level repro (inlined after ``template_common`` by the compiler).
+"""Template: the application-level repro (inlined after the harness templates by the compiler).
 
 The recorded functions are imported from the service's source tree (``REPRO_SOURCE_ROOT``, default: where they
 were recorded) and called in two threads with the recorded arguments, each with its own connection to the scratch
 database. ``psycopg.Cursor.execute`` and the transaction's COMMIT are patched so that every statement passes the
 driver's gate: a statement on the entity's table of the kind the session's next recorded step has *is* that step
-and waits for its turn; any other statement runs within the session's current turn.
+and waits for its turn; any other statement runs within the session's current turn. When the check asks for it
+(``CHECK["serial"]``), the functions are also run one after the other, in each order, each on a fresh scratch
+database, for the stale-read verdict (those runs' own exceptions are not the verdict).
 """
 
 from __future__ import annotations
@@ -18,16 +20,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from processors.repro.template_common import (
-    SESSIONS,
-    TABLE,
-    DefectReproduced,
-    Driver,
-    Session,
-    fill,
-    prepare,
-    scratch_database,
-)
+from processors.repro.template_common import CHECK, SESSIONS, TABLE, DefectReproduced
+from processors.repro.template_database import Session, prepare, scratch_database
+from processors.repro.template_driver import Driver, fill
+from processors.repro.template_serial import serial_orders, serial_steps, stale_effects
 
 LEVEL = "app"
 # ---- recorded in production (generated data) ------------------------------------------------------------------
@@ -106,8 +102,8 @@ def install(monkeypatch: pytest.MonkeyPatch, driver: Driver) -> None:
     monkeypatch.setattr(psycopg.Connection, "commit", gated_connection_commit)
 
 
-def test_repro(monkeypatch: pytest.MonkeyPatch, record_property: Any) -> None:
-    """The recorded functions, run in the recorded interleaving, show the production failure."""
+def play(monkeypatch: pytest.MonkeyPatch, order: list[int] | None) -> tuple[Driver, dict[int, Session], list[str]]:
+    """One run on a fresh scratch database: the recorded interleaving (``order`` None), or a serial order."""
     functions = {n: load(CALLS[n]["target"]) for n in sorted(SESSIONS)}
     with scratch_database() as dsn:
         prepare(dsn)
@@ -117,21 +113,31 @@ def test_repro(monkeypatch: pytest.MonkeyPatch, record_property: Any) -> None:
         try:
             install(monkeypatch, driver)
             driver.run(sessions, lambda s: functions[s.number](s.conn, *CALLS[s.number]["args"],
-                                                                 **CALLS[s.number]["kwargs"]))  # fmt: skip
+                                                                 **CALLS[s.number]["kwargs"]), order)  # fmt: skip
             monkeypatch.undo()
             driver.raise_harness_errors((Exception,))
-            problems = driver.problems(driver.snapshot())
+            problems = driver.problems(driver.snapshot()) if order is None else []
         finally:
             monkeypatch.undo()
             for s in sessions.values():
                 s.conn.close()
             driver.close()
-            driver.write_trace(LEVEL)
-        for event in driver.events:
-            record_property("event", event)
-            print(event)
-        for n, s in sessions.items():
-            outcome = f"raised {type(s.error).__name__}: {s.error}" if s.error else f"returned {s.result!r}"
-            record_property(f"session {n}", outcome)
-        if problems:
-            raise DefectReproduced("; ".join(problems))
+            if order is None:
+                driver.write_trace(LEVEL)
+    return driver, sessions, problems
+
+
+def test_repro(monkeypatch: pytest.MonkeyPatch, record_property: Any) -> None:
+    """The recorded functions, run in the recorded interleaving, show the production failure."""
+    driver, sessions, problems = play(monkeypatch, None)
+    for event in driver.events:
+        record_property("event", event)
+        print(event)
+    for n, s in sessions.items():
+        outcome = f"raised {type(s.error).__name__}: {s.error}" if s.error else f"returned {s.result!r}"
+        record_property(f"session {n}", outcome)
+    if CHECK.get("serial"):
+        serial = [(order, play(monkeypatch, serial_steps(order))[0]) for order in serial_orders()]
+        problems += stale_effects(driver, serial)
+    if problems:
+        raise DefectReproduced("; ".join(problems))

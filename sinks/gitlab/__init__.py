@@ -1,6 +1,26 @@
-"""GitLab issues for incidents: the sink, the issue body (with a Mermaid diagram), retries."""
+"""GitLab issues for incidents and regressions: one component folder (config, factory, sink, telemetry).
 
-from sinks.gitlab.retry import GitLabError, GitLabPermanentError, GitLabRetryableError
-from sinks.gitlab.sink import GitLabSink
+``sink`` queues and dispatches events by kind; ``issues`` keeps one issue per fingerprint; ``merge_requests``
+opens the "Proves #N" merge request; ``body_*`` render each kind's Markdown (shared parts in ``markdown``, the
+hidden issue state in ``state``, escaping in ``escape``); ``retry`` classifies and retries GitLab calls (and says when
+to park the sink); ``patching`` applies a
+repro's patch; ``config`` and ``factory`` make it a component.
+"""
 
-__all__ = ["GitLabError", "GitLabPermanentError", "GitLabRetryableError", "GitLabSink"]
+from sinks.gitlab.config import GitLabConfig
+from sinks.gitlab.factory import FACTORY
+from sinks.gitlab.issues import IssueRef
+from sinks.gitlab.retry import GitLabError, GitLabParkedError, GitLabPermanentError, GitLabRetryableError
+from sinks.gitlab.sink import GitLabQueueFull, GitLabSink
+
+__all__ = [
+    "FACTORY",
+    "GitLabConfig",
+    "GitLabError",
+    "GitLabParkedError",
+    "GitLabPermanentError",
+    "GitLabQueueFull",
+    "GitLabRetryableError",
+    "GitLabSink",
+    "IssueRef",
+]

@@ -3,13 +3,21 @@
 python-gitlab's own retry loop sleeps with ``time.sleep`` and cannot be observed, so it is switched off: the
 transport (:class:`TransientHTTPError`, raised by the sink's requests backend) turns every 429 and 5xx into an
 exception that carries the ``Retry-After`` header, and :class:`Retrier` retries the whole *step* (an idempotent
-unit of one or more calls, see ``sinks.gitlab.sink``) with an injectable async ``sleep``.
+unit of one or more calls, see :mod:`sinks.gitlab.issues`) with an injectable async ``sleep``.
 
-Classification: 429, 5xx, timeouts and connection errors are *transient*; they are retried at most
-``max_attempts`` times per step, waiting ``Retry-After`` when the server sent one (never less) and a jittered
-exponential delay otherwise. Exhaustion raises :class:`GitLabRetryableError`: the caller must not commit its
-input offsets and must try again later, so nothing is lost. Any other 4xx is *permanent*
-(:class:`GitLabPermanentError`): retrying the same request cannot succeed.
+Classification (:func:`classify`):
+
+- 429, 5xx, timeouts and connection errors are *transient*; they are retried at most ``max_attempts`` times per
+  step, waiting ``Retry-After`` when the server sent one (never less) and a jittered exponential delay otherwise.
+  Exhaustion raises :class:`GitLabRetryableError` (a ``sinks.base.RetryableSinkError`` whose ``retry_after_s`` is
+  the last ``Retry-After``): the caller must not commit its input offsets and must try again later.
+- 401 and 403 (the token expired, was revoked or lost its rights) and 404 on the project itself (moved or deleted:
+  GitLab answers ``404 Project Not Found``, or any 404 to the step that loads the project) are about the
+  destination, not about one event: they raise :class:`GitLabParkedError` at once (a retryable error with
+  ``parked = True``). The sink keeps every event and the runtime parks it until a probe sees GitLab accept it again.
+- Any other 4xx (400, 422: this event's content; 409, 413, ...) is *permanent* (:class:`GitLabPermanentError`):
+  retrying the same request cannot succeed, so that one event is dropped. An exception that is not an HTTP or
+  transport error is permanent too.
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import requests
 import structlog
 from gitlab.exceptions import GitlabError
 
-from sinks.errors import PermanentSinkError, RetryableSinkError
+from processors.model.base import Published
+from sinks.base import PermanentSinkError, RetryableSinkError
 
 log = structlog.get_logger("trace_repro.gitlab")
 
@@ -40,11 +49,22 @@ class GitLabError(RuntimeError):
 
 
 class GitLabRetryableError(GitLabError, RetryableSinkError):
-    """GitLab stayed unavailable for every attempt: keep the input uncommitted and retry it later."""
+    """GitLab stayed unavailable for every attempt: keep the input uncommitted and retry it later.
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    ``retry_after_s`` is GitLab's last ``Retry-After``, when it sent one.
+    """
+
+
+class GitLabParkedError(GitLabRetryableError):
+    """GitLab refuses the sink as a whole (401, 403, or 404 on the project): no event can be delivered until the
+    token, its rights or the project are fixed. Retryable, with ``parked = True``: keep every event, probe, resume.
+    """
+
+    parked = True
+
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.status = status
 
 
 class GitLabPermanentError(GitLabError, PermanentSinkError):
@@ -53,7 +73,7 @@ class GitLabPermanentError(GitLabError, PermanentSinkError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.event: object | None = None  # the event the sink dropped, set by ``GitLabSink.flush``
+        self.event: Published | None = None  # the event the sink dropped, set by ``GitLabSink.flush``
 
 
 class TransientHTTPError(Exception):
@@ -98,20 +118,37 @@ class RetryPolicy:
         return ceiling / 2 + rng.uniform(0, ceiling / 2)
 
 
-def classify(exc: BaseException) -> tuple[bool, float | None, str]:
-    """(transient?, Retry-After seconds, a short description without URLs, headers or bodies)."""
+class Classified(NamedTuple):
+    """What :func:`classify` says about one failure."""
+
+    transient: bool
+    retry_after: float | None
+    what: str  # a short description without URLs, headers or bodies
+    parks: bool = False  # about the destination as a whole (auth, project): park the sink
+
+
+PARKING_STATUSES = (401, 403)
+
+
+def classify(exc: BaseException, *, op: str = "") -> Classified:
+    """Transient, parking or permanent (see the module docstring); ``op`` is the step's name (``project`` loads
+    the project, so any 404 to it means the project is gone)."""
     if isinstance(exc, TransientHTTPError):
-        return True, exc.retry_after, f"http {exc.status}"
+        return Classified(True, exc.retry_after, f"http {exc.status}")
     if isinstance(exc, requests.Timeout):
-        return True, None, "timeout"
+        return Classified(True, None, "timeout")
     if isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
-        return True, None, "connection error"
+        return Classified(True, None, "connection error")
     if isinstance(exc, GitlabError):
         code = exc.response_code
         if code is not None and (code == 429 or code >= 500):
-            return True, None, f"http {code}"
-        return False, None, f"http {code}" if code is not None else type(exc).__name__
-    return False, None, type(exc).__name__
+            return Classified(True, None, f"http {code}")
+        if code in PARKING_STATUSES:
+            return Classified(False, None, f"http {code}", parks=True)
+        if code == 404 and (op == "project" or "project not found" in _message(exc).lower()):
+            return Classified(False, None, "http 404 (project)", parks=True)
+        return Classified(False, None, f"http {code}" if code is not None else type(exc).__name__)
+    return Classified(False, None, type(exc).__name__)
 
 
 class Retrier:
@@ -124,11 +161,13 @@ class Retrier:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         redact: Redact = lambda s: s,
+        on_retry: Callable[[str], None] = lambda op: None,
     ) -> None:
         self.policy = policy
         self.sleep = sleep
         self.rng = rng or random.Random()
         self.redact = redact
+        self.on_retry = on_retry  # called with the step's name before each retry (the sink counts them)
         self.retries = 0
 
     async def run(self, step: Callable[[], T], *, op: str) -> T:
@@ -139,7 +178,10 @@ class Retrier:
             try:
                 return await asyncio.to_thread(step)
             except Exception as exc:
-                transient, retry_after, what = classify(exc)
+                transient, retry_after, what, parks = classify(exc, op=op)
+                if parks:
+                    status = getattr(exc, "response_code", None)
+                    raise GitLabParkedError(self.redact(f"gitlab {op}: {what}: {_message(exc)}"), status) from None
                 if not transient:
                     message = self.redact(f"gitlab {op}: {what}: {_message(exc)}")
                     log.error("gitlab.rejected", op=op, error=what)
@@ -147,15 +189,18 @@ class Retrier:
                 if retry_after is not None and retry_after > self.policy.max_retry_after_s:
                     log.warning("gitlab.unavailable", op=op, error=what, retry_after_s=retry_after)
                     raise GitLabRetryableError(
-                        f"gitlab {op}: {what}, retry after {retry_after:.0f} s", retry_after
+                        f"gitlab {op}: {what}, retry after {retry_after:.0f} s", retry_after_s=retry_after
                     ) from None
                 if attempt >= self.policy.max_attempts:
                     log.warning("gitlab.unavailable", op=op, error=what, attempts=attempt)
-                    raise GitLabRetryableError(f"gitlab {op}: {what} after {attempt} attempts", retry_after) from None
+                    raise GitLabRetryableError(
+                        f"gitlab {op}: {what} after {attempt} attempts", retry_after_s=retry_after
+                    ) from None
                 wait = self.policy.backoff(attempt, self.rng)
                 if retry_after is not None:
                     wait = max(wait, retry_after)
                 self.retries += 1
+                self.on_retry(op)
                 log.warning("gitlab.retry", op=op, error=what, attempt=attempt, wait_s=round(wait, 3))
             await self.sleep(wait)
 
@@ -166,7 +211,10 @@ def _message(exc: BaseException) -> str:
 
 
 __all__ = [
+    "PARKING_STATUSES",
+    "Classified",
     "GitLabError",
+    "GitLabParkedError",
     "GitLabPermanentError",
     "GitLabRetryableError",
     "Retrier",

@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from streamer.events import DbCall, Resource, Scalar, SpanKind, StatusCode
+from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +133,32 @@ def _scalar(value: Any) -> Scalar:
     return to_text(value) if isinstance(value, list | dict) else repr(value)
 
 
+_ATOM = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?![0-9eEjJxXoObB_.])|'[^'\\\n\r]*'|None|True|False"
+# A flat tuple or list of numbers, plain single-quoted strings, None/True/False, as ``repr`` writes them: this
+# shape is parsed here without ``ast``; anything else (dicts, nesting, escapes, exponents ...) goes to ast.
+_FLAT = re.compile(rf"\((?:(?:{_ATOM})(?:, (?:{_ATOM}))*,?)?\)|\[(?:(?:{_ATOM})(?:, ?(?:{_ATOM}))*,?)?\]")
+_ATOMS = re.compile(_ATOM)
+_NAMED: dict[str, Scalar] = {"None": None, "True": True, "False": False}
+
+
+def _atom(token: str) -> Scalar:
+    if token[0] == "'":
+        return token[1:-1]
+    if token in _NAMED:
+        return _NAMED[token]
+    return float(token) if "." in token else int(token)
+
+
 def literal_params(text: str) -> tuple[tuple[Scalar, ...], tuple[tuple[str, Scalar], ...]]:
-    """Parse a ``db.statement.parameters`` repr with ``ast.literal_eval`` (never eval); unparseable → empty."""
+    """Parse a ``db.statement.parameters`` repr: a flat tuple/list by pattern, else ``ast.literal_eval`` (never
+    eval); unparseable → empty. Both give the same values for the flat shape."""
+    if _FLAT.fullmatch(text) is not None:
+        return tuple(map(_atom, _ATOMS.findall(text))), ()
+    return literal_params_ast(text)
+
+
+def literal_params_ast(text: str) -> tuple[tuple[Scalar, ...], tuple[tuple[str, Scalar], ...]]:
+    """``literal_params`` by ``ast.literal_eval`` alone."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

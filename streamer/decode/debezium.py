@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from processors.model.events import CdcOp, RowChange, Scalar
 from streamer.decode.errors import DecodeError
-from streamer.events import CdcOp, RowChange, Scalar
+from streamer.decode.jsontext import loads
 
 __all__ = ["decode_row_change"]
 
@@ -16,10 +17,7 @@ _INVALID = "debezium_invalid_field"
 
 def _load(data: bytes, what: str) -> Any:
     """Parse JSON and drop a ``{"schema": ..., "payload": ...}`` wrapper (``schemas.enable=true``)."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise DecodeError("debezium_invalid_json", f"{what} is not valid JSON: {exc}") from exc
+    doc = loads(data, "debezium_invalid_json", what)
     if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
         return doc["payload"]
     return doc

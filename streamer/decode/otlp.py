@@ -1,19 +1,25 @@
 """OTLP traces and logs → ``Span`` / ``LogRecord`` events: protobuf here, the collector's ``otlp_json`` in
 ``streamer.decode.otlp_json`` (re-exported).
 
-Hot path: each attribute is skipped by its key alone; only the few kept keys have their value read.
+Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
+events on first use (``processors.model.span.lazy_span``); each attribute is skipped by its key alone, only the
+few kept keys have their value read, and a ``db.statement.parameters`` tuple repr is parsed without ``ast``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from processors.model.events import LogRecord, SpanKind, StatusCode
+from processors.model.span import DETAIL_FIELDS, NO_DETAIL, Span, SpanDetail, lazy_span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
     EXCEPTION_EVENT,
@@ -33,7 +39,6 @@ from streamer.decode._attrs import (
 )
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
-from streamer.events import LogRecord, Span, SpanKind, StatusCode
 
 __all__ = [
     "DecodeOptions",
@@ -103,20 +108,112 @@ def _bad_id(what: str, value: bytes) -> DecodeError:
     return DecodeError("otlp_invalid_id", f"{what} has {len(value)} bytes: {value[:32].hex()}")
 
 
+def _lite_pool() -> Any:
+    """``TracesData`` with each span kept as its bytes: a cheap second parse that sizes every span."""
+    fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
+    field = descriptor_pb2.FieldDescriptorProto
+    for name, number, kind, type_name in (
+        ("TracesData", 1, field.TYPE_MESSAGE, ".trace_repro_lite.ResourceSpans"),
+        ("ResourceSpans", 2, field.TYPE_MESSAGE, ".trace_repro_lite.ScopeSpans"),
+        ("ScopeSpans", 2, field.TYPE_BYTES, ""),
+    ):
+        f = fd.message_type.add(name=name).field.add(name="items", number=number, type=kind)
+        f.label = field.LABEL_REPEATED
+        if type_name:
+            f.type_name = type_name
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trace_repro_lite.TracesData"))
+
+
+_SizedTraces = _lite_pool()
+
+
+def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
+    """The attribute- and event-derived fields of the upb ``Span`` ``sp`` (only the kept keys are read)."""
+    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
+    vals: list[Any] | None = None
+    for kv in sp.attributes:
+        slot = keys.get(kv.key)
+        if slot is not None:
+            if vals is None:
+                vals = [None] * SPAN_SLOTS
+            av = kv.value
+            v = av.string_value
+            vals[slot] = (v if len(v) <= quarter else clip(v)) if v else _value(av)
+    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
+    db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
+    exc_type = exc_message = ""
+    events = sp.events
+    if events:
+        for ev in events:
+            if ev.name == EXCEPTION_EVENT:
+                exc = _pick(ev.attributes, EXCEPTION_KEYS)
+                if exc is not None:
+                    exc_type, exc_message = ext.text(exc[0]), ext.text(exc[1])
+                break
+    pb_links = sp.links
+    links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
+    if vals is None and not exc_type and not links:
+        return NO_DETAIL
+    return SpanDetail(
+        fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links, fields[5]
+    )
+
+
+class _ProtoDetail:
+    """``SpanDetailReader`` of spans decoded here: reads a kept upb ``Span`` on first use.
+
+    Only spans too small to hold a value that ``clip`` would cut are read lazily (see ``decode_traces_proto``),
+    so a late read never counts a truncation nor refuses anything: it gives what an eager read would have.
+    """
+
+    __slots__ = ("ext",)
+
+    def __init__(self, opts: DecodeOptions) -> None:
+        self.ext = Extractor(opts, None)
+
+    def span_detail(self, source: Any) -> SpanDetail:
+        return _span_detail(self.ext, source)
+
+
+@functools.lru_cache(maxsize=16)
+def _reader(opts: DecodeOptions) -> _ProtoDetail:
+    return _ProtoDetail(opts)
+
+
+# A value read from a span's attributes or events takes at most this many times the span's encoded size as text
+# (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
+_TEXT_PER_BYTE = 8
+_TEXT_SLACK = 16
+
+
 def decode_traces_proto(
     data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
 ) -> list[Span]:
-    """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans."""
+    """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans.
+
+    The whole message is parsed (and refused) here; each span's core fields are read here and the rest
+    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the kept upb span. A span
+    whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
+    counted in ``stats`` before this returns, exactly as an eager decoder counts them.
+    """
     msg = TracesData()
     _parse(msg, data, opts)
     ext = Extractor(opts, stats)
-    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
-    kinds, statuses = KINDS, STATUSES
+    reader = _reader(opts)
+    small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
+    sized = _SizedTraces.FromString(data).items if len(data) > small else None
+    kinds, statuses, unspecified, unset = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET
+    hexed: dict[bytes, str] = {}  # trace id → hex, once per message
     out: list[Span] = []
-    for rs in msg.resource_spans:
+    append = out.append
+    for i, rs in enumerate(msg.resource_spans):
         resource = ext.resource(_pick(rs.resource.attributes, RESOURCE_KEYS))
-        for ss in rs.scope_spans:
-            for sp in ss.spans:
+        for j, ss in enumerate(rs.scope_spans):
+            raw_spans = None if sized is None else sized[i].items[j].items
+            eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
+            for k, sp in enumerate(ss.spans):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
                     raise _bad_id("trace_id", trace_id)
@@ -124,60 +221,35 @@ def decode_traces_proto(
                     raise _bad_id("span_id", span_id)
                 if parent_id and len(parent_id) != 8:
                     raise _bad_id("parent_span_id", parent_id)
-                vals: list[Any] | None = None
-                for kv in sp.attributes:
-                    slot = keys.get(kv.key)
-                    if slot is not None:
-                        if vals is None:
-                            vals = [None] * SPAN_SLOTS
-                        av = kv.value
-                        v = av.string_value
-                        vals[slot] = (v if len(v) <= quarter else clip(v)) if v else _value(av)
-                fields = NO_FIELDS if vals is None else ext.span_fields(vals)
-                db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
-                exc_type = exc_message = ""
-                events = sp.events
-                if events:
-                    for ev in events:
-                        if ev.name == EXCEPTION_EVENT:
-                            exc = _pick(ev.attributes, EXCEPTION_KEYS)
-                            if exc is not None:
-                                exc_type, exc_message = ext.text(exc[0]), ext.text(exc[1])
-                            break
-                links: tuple[str, ...] = ()
-                pb_links = sp.links
-                if pb_links:
-                    linked = [link.trace_id for link in pb_links]
-                    for link_id in linked:
-                        if len(link_id) != 16:
-                            raise _bad_id("link trace_id", link_id)
-                    links = tuple(link_id.hex() for link_id in linked)
-                out.append(
-                    Span(
-                        trace_id.hex(),
-                        span_id.hex(),
-                        parent_id.hex(),
-                        sp.name,
-                        kinds.get(sp.kind, SpanKind.UNSPECIFIED),
-                        sp.start_time_unix_nano,
-                        sp.end_time_unix_nano,
-                        statuses.get(sp.status.code, StatusCode.UNSET),
-                        resource,
-                        fields[0],
-                        fields[1],
-                        exc_type,
-                        exc_message,
-                        fields[2],
-                        fields[3],
-                        fields[4],
-                        db,
-                        links,
-                        fields[5],
-                    )
+                if sp.links:
+                    for link in sp.links:
+                        if len(link.trace_id) != 16:
+                            raise _bad_id("link trace_id", link.trace_id)
+                trace_hex = hexed.get(trace_id)
+                if trace_hex is None:
+                    trace_hex = hexed[trace_id] = trace_id.hex()
+                core = (
+                    trace_hex,
+                    span_id.hex(),
+                    parent_id.hex(),
+                    sp.name,
+                    kinds.get(sp.kind, unspecified),
+                    sp.start_time_unix_nano,
+                    sp.end_time_unix_nano,
+                    statuses.get(sp.status.code, unset),
+                    resource,
                 )
+                if eager and raw_spans is not None and len(raw_spans[k]) > small:
+                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
+                else:
+                    append(lazy_span(*core, reader, sp))
     if stats is not None:
         stats.spans += len(out)
     return out
+
+
+def _as_kwargs(detail: SpanDetail) -> dict[str, Any]:
+    return {f: getattr(detail, f) for f in DETAIL_FIELDS}
 
 
 def decode_logs_proto(

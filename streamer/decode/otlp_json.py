@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
+from processors.model.span import Span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
     EXCEPTION_EVENT,
@@ -31,7 +32,7 @@ from streamer.decode._attrs import (
     is_db,
 )
 from streamer.decode.errors import DecodeError
-from streamer.events import LogRecord, Resource, Span, SpanKind, StatusCode
+from streamer.decode.jsontext import loads
 
 __all__ = ["decode_logs_json", "decode_traces_json"]
 
@@ -219,11 +220,7 @@ def _load(data: bytes, opts: DecodeOptions) -> dict[str, Any]:
         raise DecodeError("empty_value", "empty message value")
     if len(data) > opts.max_message_bytes:
         raise DecodeError("oversize_message", f"{len(data)} bytes > {opts.max_message_bytes}")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise DecodeError(_INVALID, f"not valid JSON: {exc}") from exc
-    return _obj(doc, "message")
+    return _obj(loads(data, _INVALID, "message"), "message")
 
 
 def _resource(ext: Extractor, obj: dict[str, Any], where: str) -> Resource:

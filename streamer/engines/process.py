@@ -96,6 +96,21 @@ def stop(pid: int, *, grace_s: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def kill(pid: int, sig: int = signal.SIGKILL, *, wait_s: float = 10.0) -> None:
+    """Send ``sig`` to the process group of ``pid`` at once (no grace period); for SIGKILL, wait until it is gone."""
+    if not alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    if sig != signal.SIGKILL:
+        return
+    deadline = time.monotonic() + wait_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            raise EngineError(f"process {pid} still alive {wait_s:.0f}s after SIGKILL")
+        time.sleep(0.05)
+
+
 def wait_until(
     probe: Callable[[], bool], *, what: str, timeout_s: float, pid: int | None = None, log: Path | None = None
 ) -> None:

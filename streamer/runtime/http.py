@@ -1,18 +1,29 @@
-"""``/metrics``, ``/healthz`` and ``/readyz`` on a tiny asyncio HTTP server (no framework needed for three GETs)."""
+"""``/metrics``, ``/healthz`` and ``/readyz`` on a tiny asyncio HTTP server (no framework needed for three GETs).
+
+``/readyz`` answers 200 only while the daemon has started and every sink's last health check passed (the daemon
+checks them in the background, so a probe never waits on GitLab); the body names the sinks that failed.
+
+The worker supervisor (:mod:`streamer.runtime.workers`) serves the same three paths from what its workers answer:
+``metrics`` and ``ready`` may then be coroutines (a scrape of every worker) instead of a registry and a function.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+Readiness = tuple[bool, str]
+
 
 class HttpServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
+    def __init__(self, host: str, port: int, registry: CollectorRegistry | Callable[[], Awaitable[bytes]],
+                 ready: Callable[[], Readiness | Awaitable[Readiness]]) -> None:  # fmt: skip
         self.host = host
         self.port = port
-        self._registry = registry
+        self._metrics = registry
         self._ready = ready
         self._server: asyncio.Server | None = None
 
@@ -29,7 +40,7 @@ class HttpServer:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
             path = request.split(b" ", 2)[1].decode("latin-1") if request.count(b" ") >= 2 else "/"
-            status, ctype, body = self._route(path.split("?", 1)[0])
+            status, ctype, body = await self._route(path.split("?", 1)[0])
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -41,15 +52,17 @@ class HttpServer:
         finally:
             writer.close()
 
-    def _route(self, path: str) -> tuple[str, str, bytes]:
+    async def _route(self, path: str) -> tuple[str, str, bytes]:
         if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            if isinstance(self._metrics, CollectorRegistry):
+                return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._metrics)
+            return "200 OK", CONTENT_TYPE_LATEST, await self._metrics()
         if path == "/healthz":
             return "200 OK", "text/plain", b"ok\n"
         if path == "/readyz":
-            return (
-                ("200 OK", "text/plain", b"ready\n")
-                if self._ready()
-                else ("503 Service Unavailable", "text/plain", b"starting\n")
-            )
+            answer = self._ready()
+            ready, why = await answer if inspect.isawaitable(answer) else answer
+            if ready:
+                return "200 OK", "text/plain", b"ready\n"
+            return "503 Service Unavailable", "text/plain", (why + "\n").encode()
         return "404 Not Found", "text/plain", b"not found\n"

@@ -1,12 +1,67 @@
 """The daemon's own Prometheus metrics, on a registry per daemon (so tests can run several in one process).
 
 Names follow Prometheus conventions: ``trace_repro_`` prefix, ``_total`` for counters, base units (seconds,
-bytes). Every drop is a labelled counter: ``trace_repro_dropped_total{component, reason}``.
+bytes). The runtime's own series are prometheus-client objects; every component's telemetry
+(``processors.telemetry.Telemetry``: drops by reason, events, state gauges) is read at scrape time by
+:class:`ComponentCollector` and exported with the component's name: every drop of the daemon is
+``trace_repro_dropped_total{component, reason}``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from processors.model.anomaly import Anomaly
+from processors.telemetry import Telemetry
+
+
+class Telemetries:
+    """One :class:`Telemetry` per component name, shared by whoever asks for that name."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Telemetry] = {}
+
+    def __call__(self, component: str) -> Telemetry:
+        telemetry = self._by_name.get(component)
+        if telemetry is None:
+            telemetry = self._by_name[component] = Telemetry(component)
+        return telemetry
+
+    def all(self) -> list[Telemetry]:
+        return list(self._by_name.values())
+
+
+class ComponentCollector(Collector):
+    """Every component's telemetry as Prometheus families, read when scraped (dict copies: no lock needed)."""
+
+    def __init__(self, telemetries: Telemetries) -> None:
+        self.telemetries = telemetries
+
+    def collect(self) -> Iterator[Metric]:
+        dropped = CounterMetricFamily("trace_repro_dropped", "Events dropped, by component and reason",
+                                      labels=["component", "reason"])  # fmt: skip
+        events = CounterMetricFamily("trace_repro_component_events", "Events a component counted",
+                                     labels=["component", "event"])  # fmt: skip
+        state = GaugeMetricFamily("trace_repro_component_state", "A component's state size",
+                                  labels=["component", "state"])  # fmt: skip
+        for t in self.telemetries.all():
+            for reason, n in dict(t.dropped).items():
+                dropped.add_metric([t.component, reason], n)
+            for event, n in dict(t.events).items():
+                events.add_metric([t.component, event], n)
+            for name, value in dict(t.state).items():
+                state.add_metric([t.component, name], value)
+        yield dropped
+        yield events
+        yield state
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
 
 _BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -19,7 +74,6 @@ class Metrics:
         "correlated",
         "decoded",
         "dlq",
-        "dropped",
         "graph_rejected",
         "graph_retries",
         "graph_rows",
@@ -32,16 +86,19 @@ class Metrics:
         "pinned_offsets",
         "published",
         "registry",
+        "sink_healthy",
+        "sink_parked",
+        "telemetry",
+        "unkeyed",
         "watermark",
     )
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        self.telemetry = Telemetries()
+        r.register(ComponentCollector(self.telemetry))
         self.consumed = Counter("trace_repro_consumed_messages", "Kafka messages consumed", ["topic"], registry=r)
         self.decoded = Counter("trace_repro_decoded_events", "Events decoded from messages", ["kind"], registry=r)
-        self.dropped = Counter(
-            "trace_repro_dropped", "Events dropped, by component and reason", ["component", "reason"], registry=r
-        )
         self.dlq = Counter("trace_repro_dlq_messages", "Messages sent to the dead-letter topic", ["reason"], registry=r)
         self.late = Counter(
             "trace_repro_late_events", "Events behind the watermark when they arrived", ["kind"], registry=r
@@ -81,10 +138,20 @@ class Metrics:
             "trace_repro_incidents", "New incident occurrences published", ["severity", "anomaly"], registry=r
         )
         for severity in ("high", "low"):  # present from the start, so increase() sees the first incident
-            for anomaly in ("lost_update", "invariant_violation", "duplicate_apply", "write_skew"):
-                self.incidents.labels(severity, anomaly)
+            for anomaly in Anomaly:
+                self.incidents.labels(severity, anomaly.value)
+        self.unkeyed = Counter(
+            "trace_repro_unkeyed_statements", "Statements on a table that named no row by its key (predicate "
+            "accesses: a range, a non-key column, an insert whose key the database assigns, a table whose key is not "
+            "known yet)", ["table"], registry=r,
+        )  # fmt: skip
         self.graph_rows = Counter("trace_repro_graph_rows_written", "Rows written to the graph", registry=r)
         self.graph_retries = Counter("trace_repro_graph_write_retries", "Retried graph operations", ["op"], registry=r)
         self.graph_rejected = Counter(
             "trace_repro_graph_rows_rejected", "Rows the graph refused permanently", ["op"], registry=r
+        )
+        self.sink_healthy = Gauge("trace_repro_sink_healthy", "1 while a sink's last health check passed", ["sink"],
+                                  registry=r)  # fmt: skip
+        self.sink_parked = Gauge(
+            "trace_repro_sink_parked", "1 while a sink is parked (its destination refuses it)", ["sink"], registry=r
         )

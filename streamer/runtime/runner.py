@@ -6,7 +6,9 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
 2. the stage turns it into graph rows, messages to produce and pins to release (synchronous, no I/O);
 3. the graph rows are written (retried while FalkorDB is unreachable: consumption pauses meanwhile);
 4. every message is produced and acknowledged (idempotent producer, ``acks=all``);
-5. the stage releases the pins of what is now durable, and the offsets it allows are committed.
+5. the events the processors emitted that the graph has not recorded yet are published (acknowledged), then
+   recorded on the graph (a replay re-derives them and stops here);
+6. the stage releases the pins of what is now durable, and the offsets it allows are committed.
 
 A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing.
 Partition revocation takes the same lock, so it happens between batches, and commits what is safe first.
@@ -21,33 +23,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from processors.pins import Source
-from sinks.falkordb_graph import GraphWriter, WriteAborted
-from sinks.kafka import KafkaSink
-from streamer.config import Settings
+from sinks.graph import GraphSink, WriteAborted
+from sinks.kafka import KafkaSink, Message
+from streamer.config import CoreSettings
+from streamer.decode.registry import Record
 from streamer.runtime.metrics import Metrics
-from streamer.runtime.records import Outbound, Record, StageOutput
+from streamer.runtime.pins import Source
+from streamer.runtime.records import StageOutput
 
 log = structlog.get_logger("trace_repro.runtime")
 
 
-class Stage(Protocol):
+class RunnableStage(Protocol):
     def process(self, records: Iterable[Record]) -> StageOutput: ...
     def release(self, sources: Iterable[Source]) -> None: ...
     def committable(self, tp: Hashable, position: int) -> int: ...
     def forget(self, tp: Hashable) -> None: ...
+    def assign(self, tps: Iterable[tuple[str, int]]) -> None: ...
+    async def sync(self) -> None: ...
+
+    broadcast_topic: str | None
+    broadcast_partitions: int
+
     @property
     def topics_pattern(self) -> str: ...
-
-
-AfterBatch = Callable[[StageOutput], Awaitable[None]]
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -58,6 +64,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.runner.revoke(revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.runner.stage.assign((t.topic, t.partition) for t in assigned)
         log.info(
             "partitions.assigned",
             stage=self.runner.name,
@@ -71,23 +78,21 @@ class StageRunner:
     def __init__(
         self,
         name: str,
-        stage: Stage,
+        stage: RunnableStage,
         *,
-        settings: Settings,
+        settings: CoreSettings,
         group_id: str,
-        writer: GraphWriter,
+        graph: GraphSink,
         producer: KafkaSink,
         metrics: Metrics,
-        after_batch: AfterBatch | None = None,
     ) -> None:
         self.name = name
         self.stage = stage
         self.settings = settings
         self.group_id = group_id
-        self.writer = writer
+        self.graph = graph
         self.producer = producer
         self.metrics = metrics
-        self.after_batch = after_batch
         self.consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
         self._positions: dict[TopicPartition, int] = {}
@@ -110,6 +115,8 @@ class StageRunner:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.stage.broadcast_topic:
+            self.stage.broadcast_partitions = await self.producer.partitions(self.stage.broadcast_topic)
         consumer = self.consumer = self._consumer()
         consumer.subscribe(pattern=self.stage.topics_pattern, listener=_Rebalance(self))
         await consumer.start()
@@ -146,6 +153,7 @@ class StageRunner:
                     self.metrics.lag.labels(tp.topic, str(tp.partition)).set(highwater - positions[tp])
         if self._inflight is not None and self._inflight[0].done():
             await self._settle()
+        await self.stage.sync()
         if self._inflight is None:
             out = self.stage.process(records)
         else:  # overlap this batch's CPU work with the previous batch's writes
@@ -168,19 +176,34 @@ class StageRunner:
         await self._commit()
 
     async def _durable(self, out: StageOutput) -> None:
-        """Steps 3-4: the graph write, then every output message produced and acknowledged."""
+        """Steps 3-5: the graph write, every output message produced and acknowledged, the new events published
+        and recorded."""
         if len(out.graph):
             started = time.perf_counter()
-            written = await self.writer.write(out.graph)
+            written = await self.graph.write_batch(out.graph)
             self.metrics.graph_rows.inc(written)
             self.metrics.graph_write_seconds.observe(time.perf_counter() - started)
         if out.expire_before_ms is not None:
-            await self.writer.expire_spans(out.expire_before_ms)
+            await self.graph.expire_spans(out.expire_before_ms)
         await self.produce(out.produce)
-        if self.after_batch is not None:
-            await self.after_batch(out)
+        if out.events:
+            fresh = await self.graph.unseen(out.events)
+            await self.produce([self.producer.message(e) for e in fresh])
+            await self.graph.record(fresh)
+            for event in fresh:
+                self._published(event)
 
-    async def produce(self, messages: list[Outbound]) -> None:
+    def _published(self, event: Any) -> None:
+        if event.kind == "incident":
+            self.metrics.incidents.labels(event.severity, event.anomaly).inc()
+            log.info("incident", fingerprint=event.fingerprint, anomaly=event.anomaly, severity=event.severity,
+                     entity=event.entity, summary=event.summary)  # fmt: skip
+        else:
+            log.info(event.kind, fingerprint=event.fingerprint)
+
+    async def produce(self, messages: list[Message]) -> None:
+        for m in messages:
+            self.metrics.published.labels(m.topic).inc()
         await self.producer.send(messages)
 
     async def _commit(self, only: Iterable[TopicPartition] | None = None) -> None:

@@ -9,8 +9,8 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.otlp_gen import generate, generate_run
+from processors.model.events import SpanKind, StatusCode
 from streamer.decode import decode_traces_proto
-from streamer.events import SpanKind, StatusCode
 
 START_NS = 1_750_000_000_000_000_000
 
@@ -76,3 +76,21 @@ def test_messages_are_grouped_by_resource(run) -> None:
         for rs in msg.resource_spans
     ]
     assert len(keys) == len(set(keys)) > 1
+
+
+def test_partitions_keep_every_trace_on_one_partition() -> None:
+    """With partitions, each trace's spans are on one partition, messages stay full, nothing is lost or moved."""
+    one = generate_run(6_000, 200, seed=5, start_ns=START_NS)
+    assert set(one.partitions) == {0} and len(one.partitions) == len(one.messages)
+    two = generate_run(6_000, 200, seed=5, start_ns=START_NS, partitions=2)
+    assert set(two.partitions) == {0, 1} and two.spans == one.spans and two.traces == one.traces
+    assert sum(two.span_counts) == two.spans and sum(1 for n in two.span_counts if n < 200) <= 2
+    where: dict[str, set[int]] = {}
+    for m, p in zip(two.messages, two.partitions, strict=True):
+        for s in decode_traces_proto(m):
+            where.setdefault(s.trace_id, set()).add(p)
+    assert len(where) == two.traces and all(len(ps) == 1 for ps in where.values())
+    for q in (0, 1):  # each partition batched in the order spans end
+        mine = [m for m, p in zip(two.messages, two.partitions, strict=True) if p == q]
+        ends = [[s.end_ns for s in decode_traces_proto(m)] for m in mine]
+        assert all(max(a) <= min(b) for a, b in itertools.pairwise(ends))

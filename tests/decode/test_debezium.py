@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.model.events import CdcOp, RowChange
 from streamer.decode import DecodeError, decode_row_change
-from streamer.events import CdcOp, RowChange
 
 TOPIC = "shop.public.orders"
 

@@ -22,6 +22,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util.types import Attributes
 
+from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.span import Span
 from streamer.decode import (
     DecodeError,
     DecodeOptions,
@@ -29,7 +31,6 @@ from streamer.decode import (
     decode_traces_json,
     decode_traces_proto,
 )
-from streamer.events import DbCall, Resource, Span, SpanKind, StatusCode
 
 CHECKOUT = Resource(service="checkout", version="1.4.2", environment="prod", revision="9f1c2e7" + "0" * 33)
 INVENTORY = Resource(service="inventory", version="0.9.0", environment="staging", revision="")

@@ -16,8 +16,8 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.resources import Resource as SdkResource
 from opentelemetry.sdk.trace import TracerProvider
 
+from processors.model.events import LogRecord, Resource
 from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_logs_json, decode_logs_proto
-from streamer.events import LogRecord, Resource
 
 _LOUD = b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"severityNumber": "LOUD"}]}]}]}'
 CHECKOUT = Resource(service="checkout", version="1.4.2", environment="prod", revision="9f1c2e7")

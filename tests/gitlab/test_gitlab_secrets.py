@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 import structlog
 
-import sinks.gitlab.retry as retry_module
-import sinks.gitlab.sink as sink_module
+import sinks.gitlab.issues
+import sinks.gitlab.merge_requests
+import sinks.gitlab.retry
+import sinks.gitlab.sink
 from bench.gitlab_server import FakeGitLab
 from sinks.gitlab import GitLabError
 from tests.gitlab.conftest import SinkFactory
-from tests.gitlab.helpers import TOKEN, incident, occurrence, repro, verdict
+from tests.gitlab.helpers import TOKEN, incident, occurrence, regression, repro, verdict
 
 
 @pytest.fixture
@@ -31,8 +33,8 @@ def structlog_output(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
         ],
         wrapper_class=structlog.BoundLogger,
     )
-    monkeypatch.setattr(sink_module, "log", logger)
-    monkeypatch.setattr(retry_module, "log", logger)
+    for module in (sinks.gitlab.sink, sinks.gitlab.issues, sinks.gitlab.merge_requests, sinks.gitlab.retry):
+        monkeypatch.setattr(module, "log", logger)
     return buf
 
 
@@ -43,7 +45,8 @@ async def test_token_is_never_logged(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A run with 500s, 429s, drops, timeouts, a rejected token and an unknown project logs no trace of the token."""
+    """A run with 500s, 429s, drops, timeouts, a rejected token, an unknown project and a 422 logs no trace of the
+    token."""
     caplog.set_level(logging.DEBUG)  # urllib3, requests and python-gitlab at their chattiest
     errors: list[str] = []
     sink = make_sink(timeout_s=0.2, merge_requests=True)
@@ -52,8 +55,8 @@ async def test_token_is_never_logged(
     server.inject(r"/notes$", "rate_limit", retry_after=1, count=2)
     server.inject(r"/issues/\d+$", "drop", method="PUT", count=1)
     server.inject(r"/uploads$", "hang", hang_s=0.5, count=1)
-    for event in (e, occurrence(e, 2), repro(), verdict()):
-        await sink.add(event)
+    for event in (e, occurrence(e, 2), repro(), verdict(), regression()):
+        await sink.write(event)
     await sink.flush()
     server.inject(r"/issues$", "error", count=100)
     for bad in (
@@ -61,15 +64,24 @@ async def test_token_is_never_logged(
         make_sink(token="glpat-wrong-" + TOKEN[::-1]),
         make_sink(project="nobody/nothing"),
     ):
-        await bad.add(occurrence(e, 3))
+        await bad.write(occurrence(e, 3))
         with pytest.raises(GitLabError) as info:
             await bad.flush()
         errors += [str(info.value), repr(info.value)]
+    server.clear_faults()
+    server.inject(r"/issues$", "error", method="POST", status=422)  # refused for its content: dropped
+    refused = make_sink()
+    await refused.write(incident(fingerprint="f" * 16))
+    with pytest.raises(GitLabError) as info:
+        await refused.flush()
+    errors += [str(info.value), repr(info.value)]
     assert not await make_sink(token="x").healthcheck()
 
     logged = structlog_output.getvalue()
     out, err = capsys.readouterr()
     assert "gitlab.retry" in logged and "gitlab.unavailable" in logged and "gitlab.rejected" in logged  # capture works
+    assert "gitlab.parked" in logged and "gitlab.unhealthy" in logged
+    assert "gitlab.closed" in logged and "gitlab.merge_request" in logged  # of every module that logs
     assert "urllib3" in caplog.text or "Starting new HTTP connection" in caplog.text
     everything: list[Any] = [logged, caplog.text, out, err, *errors, repr(sink), str(sink)]
     assert not any(TOKEN in text for text in everything)

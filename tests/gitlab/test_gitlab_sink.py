@@ -10,18 +10,26 @@ from typing import Any
 import pytest
 
 from bench.gitlab_server import FakeGitLab
-from sinks.gitlab import GitLabPermanentError, GitLabRetryableError, GitLabSink, body
+from processors.model.outputs import ProofContract
+from processors.telemetry import Telemetry
+from sinks.base import PermanentSinkError, RetryableSinkError, Sink
+from sinks.gitlab import GitLabPermanentError, GitLabRetryableError, body_incident, markdown
 from tests.gitlab.conftest import SinkFactory
-from tests.gitlab.helpers import FIXTURES, RecordingSleep, incident, occurrence, repro, verdict
+from tests.gitlab.helpers import (
+    FIXTURES,
+    RecordingSleep,
+    deliver,
+    incident,
+    occurrence,
+    regression,
+    repro,
+    state_of,
+    user_notes,
+    verdict,
+)
 
-FP_LABEL = body.fingerprint_label(incident().fingerprint)
+FP_LABEL = markdown.fingerprint_label(incident().fingerprint)
 CLOSING = re.compile(r"(?i)\b(clos(e|es|ed|ing)|fix(es|ed|ing)?|resolv(e|es|ed|ing)|implement(s|ed|ing)?)\b:?\s+#\d+")
-
-
-async def deliver(sink: GitLabSink, *events: Any) -> None:
-    for e in events:
-        await sink.add(e)
-    await sink.flush()
 
 
 def one_issue(server: FakeGitLab) -> dict[str, Any]:
@@ -30,25 +38,15 @@ def one_issue(server: FakeGitLab) -> dict[str, Any]:
     return issues[0]
 
 
-def user_notes(server: FakeGitLab, iid: int) -> list[str]:
-    return [n["body"] for n in server.notes(iid)]
-
-
-def state_of(issue: dict[str, Any]) -> body.IssueState:
-    state = body.IssueState.parse(issue["description"])
-    assert state is not None
-    return state
-
-
 async def test_first_incident_files_one_issue(server: FakeGitLab, make_sink: SinkFactory) -> None:
     """The first occurrence files an issue with the stable title, the labels and the rendered description."""
     sink = make_sink(labels=("trace-repro", "bug"))
     e = incident()
     await deliver(sink, e)
     issue = one_issue(server)
-    assert issue["title"] == body.title(e)
+    assert issue["title"] == body_incident.title(e)
     assert issue["labels"] == ["trace-repro", "bug", FP_LABEL]
-    assert issue["description"] == body.description(e)
+    assert issue["description"] == body_incident.description(e)
     assert issue["state"] == "opened" and user_notes(server, issue["iid"]) == []
     assert sink.issue_url(e.fingerprint) == issue["web_url"] and sink.issue_iid(e.fingerprint) == 1
     assert sink.issue_url("unknown") is None
@@ -68,6 +66,28 @@ async def test_repeated_occurrences_count_up_with_bounded_notes(server: FakeGitL
     assert len(notes) == 5
     assert sorted(int(re.search(r"\*\*Occurrence (\d+)\*\*", n).group(1)) for n in notes) == [2, 3, 4, 5, 6]  # type: ignore[union-attr]
     assert sum("Further occurrences only update the count" in n for n in notes) == 1
+
+
+async def test_a_better_evidenced_occurrence_upgrades_the_issue(server: FakeGitLab, make_sink: SinkFactory) -> None:
+    """A latent, uncorrelated first occurrence, then a manifest correlated one of the same defect: one issue, whose
+    description now shows the better one (with a note saying so); a weaker later one changes nothing shown."""
+    sink = make_sink()
+    strong = incident()
+    weak = strong.model_copy(update={"manifest": False, "correlated": False, "damage": "", "confidence": 0.6})
+    await deliver(sink, weak)
+    assert "_None observed: the collision is latent._" in one_issue(server)["description"]
+    better = occurrence(strong, 2)
+    await deliver(sink, better, occurrence(weak, 3))
+    issue = one_issue(server)
+    assert (
+        issue["description"].split("**Occurrences:**")[0]
+        == body_incident.description(better).split("**Occurrences:**")[0]
+    )
+    state = state_of(issue)
+    assert (state.occurrences, state.manifest, state.evidence) == (3, 1, (1.0, 1.0, better.confidence))
+    notes = user_notes(server, issue["iid"])
+    assert sum(n.startswith(markdown.marker(f"upgrade-{better.occurrence}")) for n in notes) == 1
+    assert len(server.issues(FP_LABEL)) == 1
 
 
 async def test_replayed_events_change_nothing(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -134,7 +154,7 @@ async def test_deleted_issue_is_filed_again(server: FakeGitLab, make_sink: SinkF
     assert issue["iid"] == 1 and sink.issue_iid(e.fingerprint) == 1 and state_of(issue).occurrences == 1
     server.store.data["issues"].clear()
     await deliver(sink, verdict())  # the remembered issue is gone and none is left: an orphan, not a failure
-    assert sink.counters["orphans"] == 1 and sink.pending == 0 and sink.issue_iid(e.fingerprint) is None
+    assert sink.telemetry.dropped["orphan"] == 1 and sink.pending == 0 and sink.issue_iid(e.fingerprint) is None
 
 
 async def test_open_duplicate_left_by_a_crash_is_closed(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -145,7 +165,7 @@ async def test_open_duplicate_left_by_a_crash_is_closed(server: FakeGitLab, make
     sink = make_sink()
     await deliver(sink, occurrence(e, 2))
     states = {i["iid"]: i["state"] for i in server.issues(FP_LABEL)}
-    assert states == {1: "opened", 2: "closed"} and sink.counters["duplicates_closed"] == 1
+    assert states == {1: "opened", 2: "closed"} and sink.telemetry.events["duplicates_closed"] == 1
     assert any("duplicate of #1" in n for n in user_notes(server, 2))
 
 
@@ -183,7 +203,7 @@ async def test_faults_lose_nothing_and_duplicate_nothing(
     assert state_of(issue).occurrences == 2
     notes = user_notes(server, issue["iid"])
     assert len(notes) == 2 and len(set(notes)) == 2
-    assert sum(n.startswith(body.marker(body.event_id(occurrence(e, 2)))) for n in notes) == 1
+    assert sum(n.startswith(markdown.marker(markdown.event_id(occurrence(e, 2)))) for n in notes) == 1
     assert armed.hits >= 1 and len(sleeps.waits) == armed.hits and sink.pending == 0
     if fault["kind"] == "rate_limit":
         assert all(w >= fault["retry_after"] for w in sleeps.waits)  # the header was honoured
@@ -195,10 +215,11 @@ async def test_exhausted_retries_raise_retryable_and_keep_the_event(
     """Past max_attempts the flush raises a retryable error and keeps the event queued; the next flush delivers."""
     sink = make_sink(max_attempts=3, backoff_s=0.5, max_backoff_s=1.5)
     server.inject(r"/issues$", "error", method="POST", count=100, status=500)
-    await sink.add(incident())
-    with pytest.raises(GitLabRetryableError):
+    await sink.write(incident())
+    with pytest.raises(RetryableSinkError) as info:
         await sink.flush()
-    assert sink.pending == 1 and server.issues() == []
+    assert isinstance(info.value, GitLabRetryableError) and info.value.retry_after_s is None  # 500s send none
+    assert sink.pending == 1 and server.issues() == [] and sink.telemetry.events["retries"] == 2
     assert len(sleeps.waits) == 2 and 0.25 <= sleeps.waits[0] <= 0.5 and 0.5 <= sleeps.waits[1] <= 1.0
     server.clear_faults()
     await sink.flush()
@@ -211,20 +232,59 @@ async def test_long_retry_after_gives_up_at_once(
     """A Retry-After beyond max_retry_after_s is not slept through: the flush fails retryably, carrying it."""
     sink = make_sink(max_retry_after_s=60)
     server.inject(r"/issues$", "rate_limit", method="GET", retry_after=600)
-    await sink.add(incident())
-    with pytest.raises(GitLabRetryableError) as info:
+    await sink.write(incident())
+    with pytest.raises(RetryableSinkError) as info:
         await sink.flush()
-    assert info.value.retry_after == 600 and sleeps.waits == [] and sink.pending == 1
+    assert isinstance(info.value, GitLabRetryableError) and info.value.retry_after_s == 600
+    assert sleeps.waits == [] and sink.pending == 1
 
 
 async def test_permanent_error_drops_the_event_with_it(server: FakeGitLab, make_sink: SinkFactory) -> None:
-    """A 4xx (here: an unknown project) is not retried; the event leaves the queue attached to the error."""
-    sink = make_sink(project="nobody/nothing")
+    """A 422 (GitLab refuses this event's content) is not retried; the event leaves the queue attached to the
+    error, and the next event is delivered."""
+    sink = make_sink()
     e = incident()
-    await sink.add(e)
-    with pytest.raises(GitLabPermanentError) as info:
+    server.inject(r"/issues$", "error", method="POST", status=422)
+    await sink.write(e)
+    await sink.write(incident(fingerprint="f" * 16, occurrence="f" * 16))
+    with pytest.raises(PermanentSinkError) as info:
         await sink.flush()
-    assert info.value.status == 404 and info.value.event == e and sink.pending == 0
+    assert isinstance(info.value, GitLabPermanentError) and not isinstance(info.value, RetryableSinkError)
+    assert info.value.status == 422 and info.value.event == e and sink.pending == 1 and sink.parked is None
+    await sink.flush()
+    assert sink.pending == 0 and len(server.issues()) == 1
+
+
+async def test_permanent_refusals_are_counted_in_the_given_telemetry(
+    server: FakeGitLab, make_sink: SinkFactory
+) -> None:
+    """Each event GitLab refuses for good is one ``rejected`` drop in the telemetry the sink was built with."""
+    telemetry = Telemetry("gitlab")
+    sink = make_sink(telemetry=telemetry)
+    await deliver(sink, incident())
+    assert telemetry.dropped == {"rejected": 0, "orphan": 0, "max_queued": 0}
+    assert telemetry.events["issues_created"] == 1
+    server.inject(r"/notes$", "error", method="POST", status=400, count=2)
+    e = incident()
+    for event in (occurrence(e, 2), occurrence(e, 3)):
+        await sink.write(event)
+    for _ in range(2):  # the runtime flushes again after each permanent error: the next event is tried
+        with pytest.raises(GitLabPermanentError) as info:
+            await sink.flush()
+        assert info.value.status == 400
+    assert telemetry.dropped["rejected"] == 2 and sink.pending == 0 and "notes" not in telemetry.events
+    await deliver(sink, occurrence(e, 4))
+    assert telemetry.dropped["rejected"] == 2 and telemetry.events["notes"] == 1
+
+
+async def test_is_a_sink_that_ignores_other_kinds(server: FakeGitLab, make_sink: SinkFactory) -> None:
+    """The sink implements ``sinks.base.Sink`` as ``gitlab``; kinds it does not file are not even queued."""
+    sink = make_sink()
+    assert isinstance(sink, Sink) and sink.name == "gitlab"
+    await sink.write(ProofContract(signature="error:*:RoundingError", fingerprint=incident().fingerprint))
+    assert sink.pending == 0
+    await sink.write(regression())
+    assert sink.pending == 1
 
 
 async def test_fixed_verdict_closes_and_a_regression_reopens(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -238,8 +298,8 @@ async def test_fixed_verdict_closes_and_a_regression_reopens(server: FakeGitLab,
     after_fix = occurrence(e, 2, at_ms=v.receipt.window_start_unix_ms + 5_000)
     await deliver(sink, after_fix)
     issue = one_issue(server)
-    assert issue["state"] == "opened" and sink.counters["reopened"] == 1
-    assert any(n.startswith(body.marker("regression-" + after_fix.occurrence)) for n in user_notes(server, 1))
+    assert issue["state"] == "opened" and sink.telemetry.events["reopened"] == 1
+    assert any(n.startswith(markdown.marker("regression-" + after_fix.occurrence)) for n in user_notes(server, 1))
     await deliver(make_sink(), v, after_fix)
     assert one_issue(server)["state"] == "opened" and state_of(one_issue(server)).occurrences == 2
 
@@ -250,7 +310,7 @@ async def test_late_occurrence_from_before_the_fix_does_not_reopen(server: FakeG
     e, v = incident(), verdict()
     await deliver(sink, e, v, occurrence(e, 2, at_ms=v.receipt.window_start_unix_ms - 60_000))
     issue = one_issue(server)
-    assert issue["state"] == "closed" and state_of(issue).occurrences == 2 and sink.counters["reopened"] == 0
+    assert issue["state"] == "closed" and state_of(issue).occurrences == 2 and "reopened" not in sink.telemetry.events
 
 
 async def test_manually_closed_issue_reopens_on_a_new_occurrence(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -278,7 +338,7 @@ async def test_repro_for_an_unknown_fingerprint_is_skipped(server: FakeGitLab, m
     """A repro or verdict whose incident was never filed posts nothing and is counted as an orphan."""
     sink = make_sink()
     await deliver(sink, repro(), verdict())
-    assert server.issues() == [] and sink.counters["orphans"] == 2 and sink.pending == 0
+    assert server.issues() == [] and sink.telemetry.dropped["orphan"] == 2 and sink.pending == 0
 
 
 async def test_merge_request_proves_the_issue(server: FakeGitLab, make_sink: SinkFactory) -> None:

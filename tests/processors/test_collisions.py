@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.collisions import CollisionDetector, Commit
+from processors.detectors.collisions import CollisionDetector
 from processors.invariants import Invariant
-from streamer.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange
 
 MS = 1_000_000
 T0 = 1_800_000_000_000 * MS  # an event time in 2027
@@ -40,10 +40,20 @@ def detector(**kw: object) -> CollisionDetector:
     return CollisionDetector(window_ns=500 * MS, settle_ns=0, **kw)  # type: ignore[arg-type]
 
 
+def commit(d: CollisionDetector, entity: str, lsn: int, before: dict[str, object] | None,
+           after: dict[str, object] | None, at_ms: float, by: Access, *, tx: str = "") -> None:  # fmt: skip
+    """A committed change of ``entity`` credited to the access ``by``."""
+    table, _, key = entity.partition(":")
+    op = CdcOp.CREATE if before is None else CdcOp.UPDATE
+    row = RowChange(table=f"public.{table}", op=op, key=(("id", key),), before=before, after=after,
+                    commit_ts_ms=(T0 // MS) + int(at_ms), ts_ms=0, lsn=lsn, tx_id=tx or str(lsn))  # fmt: skip
+    d.on_commit(entity, Commit(row, by.trace_id, by.span_id, "values_time"))
+
+
 def judge(d: CollisionDetector, accesses: list[Access]) -> list:  # type: ignore[type-arg]
     for a in accesses:
         d.on_access(a)
-    return d.close_until(T0 + 10_000 * MS).collisions
+    return d.close_until(T0 + 10_000 * MS)
 
 
 def test_lost_update_r1_r2_w1_w2() -> None:
@@ -123,7 +133,7 @@ def test_oversell_is_an_invariant_violation() -> None:
 def test_retried_insert_is_a_duplicate_apply() -> None:
     """A client retry inserting the same charge twice, both committed: duplicate apply."""
     d = detector()
-    e = "charges:8812"
+    e = "charges:order_id=8812"  # sql.insert_identity names the logical row
     history = [acc("a", DbOperation.READ, 0, entity=e), acc("a", DbOperation.INSERT, 1, entity=e),
                acc("b", DbOperation.READ, 30, entity=e), acc("b", DbOperation.INSERT, 31, entity=e)]  # fmt: skip
     for lsn, at in ((1, 2), (2, 32)):
@@ -143,15 +153,30 @@ def test_upsert_with_idempotency_key_is_not_a_duplicate() -> None:
 
 
 def test_write_skew_over_two_rows() -> None:
-    """Both traces read x and y; one writes x, the other y: G2-item write skew."""
+    """Both traces read x and y; one writes x, the other y, and both commit: G2-item write skew, found once."""
     d = detector()
     x, y = "oncall:1", "oncall:2"
     history = [acc("a", DbOperation.READ, 0, entity=x), acc("a", DbOperation.READ, 1, entity=y),
                acc("b", DbOperation.READ, 2, entity=x), acc("b", DbOperation.READ, 3, entity=y),
                acc("a", DbOperation.WRITE, 5, entity=x), acc("b", DbOperation.WRITE, 6, entity=y)]  # fmt: skip
-    found = judge(d, history)
-    assert {c.anomaly for c in found} == {"write_skew"}
-    assert len({c.occurrence for c in found}) == len(found) >= 1
+    commit(d, x, 1, {"on": True}, {"on": False}, 15, history[4])
+    commit(d, y, 2, {"on": True}, {"on": False}, 16, history[5])
+    [c] = judge(d, history)
+    assert (c.anomaly, c.adya, c.entities, c.manifest) == ("write_skew", "G2-item", (x, y), True)
+    assert c.culprit.trace_id == "a" * 32 and c.victim.trace_id == "b" * 32
+    assert [x.change.lsn for x in c.commits] == [1, 2]
+
+
+def test_write_skew_needs_both_commits() -> None:
+    """The second transaction failed to commit (SERIALIZABLE refused it): no cycle, no incident."""
+    d = detector()
+    x, y = "oncall:1", "oncall:2"
+    history = [acc("a", DbOperation.READ, 0, entity=x), acc("a", DbOperation.READ, 1, entity=y),
+               acc("b", DbOperation.READ, 2, entity=x), acc("b", DbOperation.READ, 3, entity=y),
+               acc("a", DbOperation.WRITE, 5, entity=x),
+               acc("b", DbOperation.WRITE, 6, entity=y, trace_error=True)]  # fmt: skip
+    commit(d, x, 1, {"on": True}, {"on": False}, 15, history[4])
+    assert judge(d, history) == []
 
 
 def test_linked_traces_are_not_independent() -> None:
@@ -211,3 +236,29 @@ def test_permuting_independent_entities_changes_nothing(order: list[int]) -> Non
     baseline = sorted(c.occurrence for c in judge(detector(), [x for b in blocks for x in b]))
     permuted = sorted(c.occurrence for c in judge(detector(), [x for i in order for x in blocks[i]]))
     assert permuted == baseline and len(baseline) == 3
+
+
+def test_judged_rows_and_old_traces_are_forgotten() -> None:
+    """Once event time is far past them, a row's history and its traces go: the state does not grow with traffic."""
+    d = detector()
+    for i in range(20):
+        e = f"orders:{i}"
+        judge(d, [acc(f"{i:x}", DbOperation.READ, i * 10, entity=e), acc(f"{i:x}", DbOperation.WRITE, i * 10 + 2,
+                                                                          entity=e)])  # fmt: skip
+    assert d.close_until(T0 + 100_000 * MS) == []
+    assert len(d) == 0 and d.telemetry.state["rows"] == 0 and d.telemetry.state["traces"] == 0
+
+
+def test_a_row_judged_before_it_is_old_enough_to_forget_is_forgotten_later() -> None:
+    """A row judged as soon as the watermark passed it (its history still young) is pruned by a later watermark
+    without any new event on it: the soak's row count grew with every distinct row the traffic touched."""
+    d = detector()
+    for i in range(20):
+        e = f"orders:{i}"
+        for a in (acc(f"{i:x}", DbOperation.READ, i * 10, entity=e), acc(f"{i:x}", DbOperation.WRITE, i * 10 + 2,
+                                                                       entity=e)):  # fmt: skip
+            d.on_access(a)
+    assert d.close_until(T0 + 1_300 * MS) == []  # judged: past window + settle, not yet past the pruning horizon
+    assert d.telemetry.state["rows"] == 20
+    assert d.close_until(T0 + 100_000 * MS) == []
+    assert len(d) == 0 and d.telemetry.state["rows"] == 0 and d.telemetry.state["traces"] == 0

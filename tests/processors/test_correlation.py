@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from processors.correlation import RowCorrelator, same_value
-from processors.sql_access import SqlAccessExtractor
-from streamer.events import (
+from processors.model.events import (
     Access,
     CdcOp,
     DbCall,
@@ -19,10 +19,11 @@ from streamer.events import (
     Resource,
     RowChange,
     Scalar,
-    Span,
     SpanKind,
     StatusCode,
 )
+from processors.model.span import Span
+from processors.sql import SqlAccessExtractor
 
 T1 = "1" * 32
 T2 = "2" * 32
@@ -165,9 +166,10 @@ def test_expression_set_values_are_not_compared() -> None:
     ],
 )
 def test_skew_tolerance_against_request_interval(commit_ms: int, skew: float | None) -> None:
+    """The commit must fall after the statement and before the request ended (the access carries its request)."""
     rc = RowCorrelator(skew_ms=5.0)
-    rc.add_access(write(T1))
-    got = rc.correlate(change(commit_ms=commit_ms), {T1: (990 * MS, 1100 * MS)})
+    rc.add_access(replace(write(T1), request_start_ns=990 * MS, request_end_ns=1100 * MS))
+    got = rc.correlate(change(commit_ms=commit_ms))
     if skew is None:
         assert got is None and rc.last_reason == "unmatched"
     else:
@@ -175,9 +177,10 @@ def test_skew_tolerance_against_request_interval(commit_ms: int, skew: float | N
 
 
 def test_without_interval_uses_max_commit_delay() -> None:
+    """An access whose request end is unknown accepts a commit up to max_commit_delay_ms after the statement."""
     rc = RowCorrelator(max_commit_delay_ms=100.0)
     rc.add_access(write(T1))
-    assert rc.correlate(change(commit_ms=1110), {T2: (0, 1)}) is not None  # T1 missing: fallback window
+    assert rc.correlate(change(commit_ms=1110)) is not None  # no request end: the fallback window
     assert rc.correlate(change(commit_ms=1116)) is None
 
 
@@ -223,12 +226,24 @@ def test_bounded_histories_evict_and_count() -> None:
     rc = RowCorrelator(history_per_entity=2, max_entities=2)
     for tx in ("1", "2", "3"):
         rc.add_access(write(T1, tx=tx))
-    assert rc.counters["history_evictions"] == 1
+    assert rc.telemetry.dropped["history_per_entity"] == 1
     assert rc.correlate(change(tx="1", commit_ms=50_000)) is None  # the oldest was dropped
     rc.add_access(write(T1, entity="orders:2"))
     rc.add_access(write(T1, entity="orders:3"))
-    assert (len(rc), rc.counters["entity_evictions"]) == (2, 1)
+    assert (len(rc), rc.telemetry.dropped["max_entities"]) == (2, 1)
     assert rc.correlate(change(tx="3")) is None and rc.last_reason == "no_candidates"
+
+
+def test_prune_forgets_writes_no_waiting_change_can_be_credited_to() -> None:
+    """Writes that ended before the horizon go, and rows left with none; newer writes stay and still credit."""
+    rc = RowCorrelator()
+    for i in range(50):
+        rc.add_access(write(T1, entity=f"orders:{i}", tx=str(i), start_ms=1000 + i, end_ms=1010 + i))
+    rc.add_access(write(T1, entity="orders:99", tx="99", start_ms=5000, end_ms=5010))
+    assert rc.prune(5000 * MS) == 50
+    assert len(rc) == 1 and rc.counters["pruned"] == 1
+    assert rc.correlate(change(key=(("id", 99),), tx="99", commit_ms=5011)) is not None
+    assert rc.correlate(change(key=(("id", 3),), tx="3", commit_ms=1014)) is None
 
 
 def test_extracted_insert_by_identity_correlates_with_serial_key() -> None:

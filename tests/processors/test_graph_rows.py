@@ -10,9 +10,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.graph_rows import GraphBatch, access_rows, change_row, clean, detailed, trace_rows
-from processors.traces import ClosedTrace
-from streamer.events import (
+from processors.graph_rows import (
+    OMITTED_COLUMNS,
+    PATH_SPAN_COLUMNS,
+    access_rows,
+    change_row,
+    clean,
+    detailed,
+    omitted_spans,
+    omitted_text,
+    paths,
+    trace_rows,
+)
+from processors.model.events import (
     Access,
     CdcOp,
     DbCall,
@@ -20,10 +30,12 @@ from streamer.events import (
     LockMode,
     Resource,
     RowChange,
-    Span,
     SpanKind,
     StatusCode,
 )
+from processors.model.graph import GraphBatch
+from processors.model.span import Span
+from processors.traces import ClosedTrace
 
 MS = 1_000_000
 T = "ab" * 16
@@ -113,6 +125,8 @@ def test_detailed_trace_rows() -> None:
             "duration_ms": 99.0,
             "status": "error",
             "version": "1.2.3",
+            "rooted": True,
+            "end": 1_100.0,
         }
     ]
     assert {r["id"] for r in batch.spans} == {f"{i:016x}" for i in (1, 2, 3)}
@@ -123,7 +137,10 @@ def test_detailed_trace_rows() -> None:
     [db_span] = [r for r in batch.spans if r["id"] == f"{3:016x}"]
     assert db_span["kind"] == "client"
     assert db_span["statement"].startswith("UPDATE orders")
-    assert batch.entities == [{"key": "orders:8812", "table": "orders"}, {"key": "orders:9", "table": "orders"}]
+    assert [(r["entity"], r["table"]) for r in batch.writes + batch.reads] == [
+        ("orders:8812", "orders"),
+        ("orders:9", "orders"),
+    ]
     assert [r["entity"] for r in batch.writes] == ["orders:8812"]
     assert [r["entity"] for r in batch.reads] == ["orders:9"]
     assert batch.writes[0]["params"] == ["paid", 8812]
@@ -179,7 +196,7 @@ def test_clean_returns_any_string_unchanged(s: str) -> None:
     assert clean([s, (s,)]) == [s, [s]]
     batch = GraphBatch()
     access_rows([access(entity=s)], batch)
-    assert batch.entities[0]["key"] == s
+    assert batch.writes[0]["table"] == s.split(":")[0]
     assert batch.writes[0]["entity"] == s
 
 
@@ -204,3 +221,88 @@ def test_clean_keeps_hostile_strings_in_row_changes(s: str) -> None:
     assert json.loads(row["after"]) == {"id": s, "note": s}
     assert row["before"] is None
     assert (row["span"], row["strength"], row["skew_ms"]) == (None, "none", None)
+
+
+# ---- the paths policy (the default): what readers read, one row per trace -------------------------------------
+
+
+def wide_trace() -> ClosedTrace:
+    """root(1) -> handler(2) -> {db access(3), db without access(4), cache(5)}; root(1) -> audit(6) -> error(7);
+    root(1) -> render(8) -> template(9)."""
+    db = DbCall("postgresql", "UPDATE orders SET status = %s WHERE id = %s")
+    select = DbCall("postgresql", "SELECT 1")
+    spans = (
+        span(9, parent=8), span(3, parent=2, db=db), span(1), span(2, parent=1), span(4, parent=2, db=select),
+        span(5, parent=2), span(6, parent=1), span(7, parent=6, error=True), span(8, parent=1),
+    )  # fmt: skip
+    return ClosedTrace(T, spans)
+
+
+def test_paths_keeps_access_and_error_spans_with_their_ancestors() -> None:
+    """Kept: the access span, the error span, and every ancestor to the root; a DB span without an access, a
+    sibling and an unrelated subtree are omitted."""
+    kept, omitted = paths(wide_trace(), [access()])
+    assert sorted(int(s.span_id, 16) for s in kept) == [1, 2, 3, 6, 7]
+    assert sorted(int(s.span_id, 16) for s in omitted) == [4, 5, 8, 9]
+
+
+def test_paths_trace_row_carries_its_kept_spans_and_the_omitted_summary() -> None:
+    """One Trace row per detailed trace: its kept spans as positional lists (parent only when kept), the rest as a
+    compact JSON property; no per-span or CHILD_OF rows; the access rows as under every policy."""
+    batch = rows(wide_trace(), [access()], "paths")
+    assert (batch.spans, batch.child_of) == ([], [])
+    [row] = batch.traces
+    spans = {s[0]: dict(zip(PATH_SPAN_COLUMNS, s, strict=True)) for s in row["spans"]}
+    assert set(spans) == {f"{i:016x}" for i in (1, 2, 3, 6, 7)}
+    assert spans[f"{1:016x}"]["parent"] is None
+    assert spans[f"{3:016x}"]["parent"] == f"{2:016x}"
+    assert spans[f"{3:016x}"]["statement"].startswith("UPDATE orders")
+    assert spans[f"{7:016x}"]["status"] == "error"
+    assert [r["span"] for r in batch.writes] == [f"{3:016x}"]
+    omitted = omitted_spans(row["omitted"])
+    assert [o["name"] for o in omitted] == ["child4", "child5", "child8", "child9"]  # in start order
+    assert omitted[0] == {"name": "child4", "service": "checkout", "offset_ms": 3.0, "duration_ms": 96.0,
+                          "status": "unset"}  # fmt: skip
+
+
+def test_paths_without_omitted_spans_has_no_summary() -> None:
+    batch = rows(trace(), [access()], "paths")
+    assert batch.traces[0]["omitted"] is None
+    assert len(batch.traces[0]["spans"]) == 3
+
+
+def test_paths_policy_details_the_same_traces_as_entities_or_errors() -> None:
+    """Which traces are detailed does not change (the bench's trace count holds): only which of their spans."""
+    for error, accesses in ((False, []), (True, []), (False, [access()])):
+        assert detailed(trace(error=error), accesses, "paths") is detailed(trace(error=error), accesses,
+                                                                          "entities_or_errors")  # fmt: skip
+        assert len(rows(trace(error=error), accesses, "paths").traces) == (1 if error or accesses else 0)
+
+
+@given(st.lists(st.tuples(st.text(), st.text(), st.sampled_from(list(StatusCode))), max_size=8))
+def test_omitted_summary_round_trips(items: list[tuple[str, str, StatusCode]]) -> None:
+    """Any names and services (quotes, backslashes, unicode) survive the JSON property, with offsets and status."""
+    spans = [
+        Span(trace_id=T, span_id=f"{i + 1:016x}", parent_id="", name=name, kind=SpanKind.INTERNAL,
+             start_ns=1_000 * MS + i * MS, end_ns=1_000 * MS + i * MS + 1_500_000, status=status,
+             resource=Resource(service, "1"))
+        for i, (name, service, status) in enumerate(items)
+    ]  # fmt: skip
+    text = omitted_text(spans, 1_000 * MS)
+    if not items:
+        assert text is None and omitted_spans(text) == []
+        return
+    assert isinstance(text, str)
+    got = omitted_spans(text)
+    assert [tuple(o[c] for c in OMITTED_COLUMNS) for o in got] == [
+        (name, service, float(i), 1.5, status.name.lower()) for i, (name, service, status) in enumerate(items)
+    ]
+
+
+def test_services_and_operations_are_one_row_each_per_batch() -> None:
+    """Every trace feeds services and operations, but a batch holds each name once (the graph MERGEs them anyway)."""
+    batch = GraphBatch()
+    for policy in ("paths", "none", "all"):
+        trace_rows(trace(), [access()], policy, batch)
+    assert batch.services == [{"name": "checkout"}]
+    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders"}]

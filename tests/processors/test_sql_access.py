@@ -8,18 +8,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.sql_access import SqlAccessExtractor
-from streamer.events import (
+from processors.model.events import (
     Access,
+    CdcOp,
     DbCall,
     DbOperation,
     LockMode,
     Resource,
+    RowChange,
     Scalar,
-    Span,
     SpanKind,
     StatusCode,
 )
+from processors.model.span import Span
+from processors.sql import SqlAccessExtractor
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -66,7 +68,7 @@ def one(ex: SqlAccessExtractor, span: Span, **kw: str) -> Access:
 @pytest.fixture
 def ex() -> SqlAccessExtractor:
     return SqlAccessExtractor(
-        key_columns={"inventory": ["sku"]},
+        key_columns={"inventory": ["sku"], "orders": ["id"], "payments": ["id"]},
         insert_identity={"charges": ["order_id"]},
     )
 
@@ -154,11 +156,13 @@ def test_insert_on_conflict_is_upsert(ex: SqlAccessExtractor) -> None:
     assert one(ex, db_span(charge, (5, 1))).entity == "charges:order_id=5"
 
 
-def test_insert_unkeyed_is_skipped_and_counted(ex: SqlAccessExtractor) -> None:
-    assert ex.accesses(db_span("INSERT INTO audit (msg) VALUES (?)", ("hi",))) == ()
+def test_insert_whose_key_the_database_assigns_is_a_predicate_access(ex: SqlAccessExtractor) -> None:
+    a = one(ex, db_span("INSERT INTO audit (msg, at) VALUES (?, ?)", ("hi", 3)))
+    assert (a.entity, a.keyed, a.operation, a.set_values) == ("audit:*", False, DbOperation.INSERT,
+                                                              (("msg", "hi"), ("at", 3)))  # fmt: skip
     assert ex.accesses(db_span("INSERT INTO orders (id) SELECT id FROM old_orders")) == ()
-    assert ex.counters["unkeyed"] == 1
     assert ex.counters["insert_no_values"] == 1
+    assert ex.unkeyed.peek("audit") == 1
 
 
 def test_delete(ex: SqlAccessExtractor) -> None:
@@ -201,8 +205,6 @@ def test_span_fields_copied(ex: SqlAccessExtractor) -> None:
         ("this is ((( not sql", "unparseable"),
         ("SELECT * FROM orders o JOIN items i ON i.order_id = o.id WHERE o.id = 1", "multi_table"),
         ("WITH x AS (SELECT 1) SELECT * FROM orders WHERE id = 1", "cte"),
-        ("SELECT * FROM orders WHERE status = 'new'", "unkeyed"),
-        ("SELECT * FROM orders WHERE id = 1 OR id = 2", "unkeyed"),
         ("SELECT 1", "no_table"),
         ("SELECT 1 UNION SELECT 2", "set_operation"),
         ("BEGIN; UPDATE orders SET a = 1 WHERE id = 1", "multi_statement"),
@@ -218,15 +220,43 @@ def test_missing_parameter_is_unbound_key(ex: SqlAccessExtractor) -> None:
     assert ex.counters["unbound_key"] == 1
 
 
+def test_statements_that_name_no_row_by_key_are_predicate_accesses(ex: SqlAccessExtractor) -> None:
+    a = one(ex, db_span("SELECT count(*) FROM orders WHERE status = %s AND amount >= %s AND NOT flagged", ("new", 5)))
+    assert (a.entity, a.keyed, a.exact) == ("orders:*", False, True)
+    assert a.predicates == (("status", "=", "new"), ("amount", ">=", 5), ("flagged", "=", False))
+    ored = one(ex, db_span("SELECT * FROM orders WHERE id = 1 OR id = 2"))
+    assert (ored.entity, ored.keyed, ored.exact, ored.predicates) == ("orders:*", False, False, ())
+    listed = one(ex, db_span("DELETE FROM orders WHERE status IN (%s, %s)", ("a", "b")))
+    assert (listed.operation, listed.predicates) == (DbOperation.DELETE, (("status", "IN", ("a", "b")),))
+    assert ex.unkeyed.peek("orders") == 3
+
+
+def test_a_table_with_no_known_key_gives_predicate_accesses_until_debezium_names_it() -> None:
+    ex = SqlAccessExtractor()
+    stmt = "UPDATE doctors SET on_call = false WHERE name = %s"
+    before = one(ex, db_span(stmt, ("alice",)))
+    assert (before.entity, before.keyed, before.predicates) == ("doctors:*", False, (("name", "=", "alice"),))
+    assert before.set_values == (("on_call", False),)
+    learned = RowChange(table="public.doctors", op=CdcOp.UPDATE, key=(("name", "alice"),), before=None, after=None,
+                        commit_ts_ms=1, ts_ms=1, lsn=1, tx_id="")  # fmt: skip
+    assert ex.keys.learn(learned) and not ex.keys.learn(learned)
+    after = one(ex, db_span(stmt, ("alice",)))  # the cached shape is recomputed with the learned key
+    assert (after.entity, after.keyed, after.set_values) == ("doctors:alice", True, (("on_call", False),))
+    assert ex.keys.fresh() == {"doctors": ("name",)} and ex.keys.fresh() == {}
+    configured = SqlAccessExtractor(key_columns={"doctors": ["name", "shift"]})
+    configured.keys.learn(learned)  # the configuration wins over what Debezium says
+    assert one(configured, db_span(stmt, ("alice",))).keyed is False
+
+
 def test_cache_hit_on_repeat_and_bounded_lru() -> None:
-    ex = SqlAccessExtractor(cache_size=2)
+    ex = SqlAccessExtractor(cache_size=2, key_columns={"orders": ["id"]})
     stmt = "UPDATE orders SET status = ? WHERE id = ?"
     assert one(ex, db_span(stmt, ("a", 1))).entity == "orders:1"
     assert one(ex, db_span(stmt, ("b", 2))).set_values == (("status", "b"),)
     assert (ex.counters["cache_misses"], ex.counters["cache_hits"]) == (1, 1)
     ex.accesses(db_span("DELETE FROM orders WHERE id = 1"))
     ex.accesses(db_span("DELETE FROM orders WHERE id = 2"))
-    assert ex.counters["cache_evictions"] == 1
+    assert ex.telemetry.dropped["statement_cache"] == 1
     ex.accesses(db_span(stmt, ("c", 3)))  # evicted: parsed again
     assert ex.counters["cache_misses"] == 4
 
@@ -295,6 +325,13 @@ def test_never_raises_on_arbitrary_text(statement: str, params: list[Scalar]) ->
     log.setLevel(logging.ERROR)  # unsupported statements are logged as falling back to Command
     try:
         for a in SqlAccessExtractor().accesses(db_span(statement, tuple(params))):
-            assert a.entity.startswith(a.table + ":")
+            assert a.entity.startswith(a.table + ":") and (a.keyed or a.entity == a.table + ":*")
     finally:
         log.setLevel(level)
+
+
+def test_an_aggregate_over_a_locking_subquery_reads_and_locks_the_subquery_rows(ex: SqlAccessExtractor) -> None:
+    stmt = "SELECT count(*) FROM (SELECT * FROM doctors WHERE shift = %s AND on_call FOR UPDATE) AS doctors"
+    a = one(ex, db_span(stmt, (3,)))
+    assert (a.entity, a.operation, a.lock) == ("doctors:*", DbOperation.READ, LockMode.FOR_UPDATE)
+    assert a.predicates == (("shift", "=", 3), ("on_call", "=", True))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from processors.model.events import Resource, SpanKind, StatusCode
+from processors.model.span import Span
 from processors.traces import ClosedTrace, TraceAssembler
-from streamer.events import Resource, Span, SpanKind, StatusCode
+from streamer.runtime.pins import PinTracker
 
 S = 1_000_000_000
 GAP = 2 * S
@@ -31,6 +35,29 @@ def src(offset: int) -> tuple[tuple[str, int], int]:
     return (TP, offset)
 
 
+class Assembler(TraceAssembler):
+    """A TraceAssembler whose keyed state reports to a PinTracker, fed one message (offset) at a time."""
+
+    def __init__(self, gap: int, *, max_open: int, max_spans: int, remember_closed: int = 100_000) -> None:
+        self.pins = PinTracker()
+        super().__init__(gap, max_open, max_spans, remember_closed, events=self.pins)
+
+    def feed(self, spans: Iterable[Span], offset: int) -> tuple[list[ClosedTrace], int]:
+        """The traces forced closed, and how many traces took this message as a new input (pins it)."""
+        before = self._references()
+        self.pins.feeding(src(offset))
+        forced = self.add(spans)
+        return forced, self._references() - before
+
+    def _references(self) -> int:
+        keys = set(self.pins._held) | set(self.pins._released_sets)
+        return sum(len(self.pins.held(store, key)) for store, key in keys)
+
+    def sources(self, trace: ClosedTrace) -> frozenset[tuple[tuple[str, int], int]]:
+        """The input the trace held (pinned until it closed)."""
+        return self.pins.held("traces", trace.trace_id)
+
+
 def only(closed: list[ClosedTrace]) -> ClosedTrace:
     assert len(closed) == 1
     return closed[0]
@@ -38,169 +65,170 @@ def only(closed: list[ClosedTrace]) -> ClosedTrace:
 
 def test_trace_closes_only_when_watermark_reaches_last_end_plus_gap() -> None:
     """A trace stays open until the watermark is at least its last span's end plus the gap."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 101), span(A, 2, 100.5, 100.8, parent=1)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(A, 2, 100.5, 100.8, parent=1)], 0)
     assert asm.close_until(103 * S - 1) == []
     assert len(asm) == 1
     trace = only(asm.close_until(103 * S))
     assert trace.trace_id == A
     assert {s.span_id for s in trace.spans} == {f"{1:016x}", f"{2:016x}"}
-    assert trace.sources == frozenset({src(0)})
+    assert asm.sources(trace) == frozenset({src(0)})
     assert (trace.late, trace.forced) == (False, False)
     assert (trace.start_ns, trace.end_ns) == (100 * S, 101 * S)
     assert trace.root.span_id == f"{1:016x}"
     assert len(asm) == 0
-    assert asm.counters["closed"] == 1
+    assert asm.telemetry.events["closed"] == 1
     assert asm.close_until(10_000 * S) == []  # closed once only
 
 
 def test_later_span_extends_the_deadline() -> None:
     """A span ending later pushes the trace's deadline out; the stale earlier deadline closes nothing."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 101)], src(0))
-    asm.add([span(A, 2, 102, 104, parent=1)], src(1))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101)], 0)
+    asm.feed([span(A, 2, 102, 104, parent=1)], 1)
     assert asm.close_until(103 * S) == []  # the first span's deadline has passed, the trace's has not
     assert asm.close_until(106 * S - 1) == []
     trace = only(asm.close_until(106 * S))
     assert len(trace.spans) == 2
-    assert trace.sources == frozenset({src(0), src(1)})
+    assert asm.sources(trace) == frozenset({src(0), src(1)})
 
 
 def test_earlier_ending_span_does_not_shorten_the_deadline() -> None:
     """A span that ends before the trace's latest end leaves the deadline where it was."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 110)], src(0))
-    asm.add([span(A, 2, 100.1, 100.2, parent=1)], src(1))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 110)], 0)
+    asm.feed([span(A, 2, 100.1, 100.2, parent=1)], 1)
     assert asm.close_until(112 * S - 1) == []
     assert len(only(asm.close_until(112 * S)).spans) == 2
 
 
 def test_out_of_order_spans_assemble_one_trace() -> None:
     """Children arriving before their parent (and grandchildren before children) still form one trace."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 3, 100.2, 100.3, parent=2)], src(0))
-    asm.add([span(A, 2, 100.1, 100.6, parent=1)], src(1))
-    asm.add([span(A, 1, 100, 101)], src(2))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 3, 100.2, 100.3, parent=2)], 0)
+    asm.feed([span(A, 2, 100.1, 100.6, parent=1)], 1)
+    asm.feed([span(A, 1, 100, 101)], 2)
     trace = only(asm.close_until(200 * S))
     assert [s.span_id for s in trace.spans] == [f"{3:016x}", f"{2:016x}", f"{1:016x}"]  # arrival order
     assert trace.root.span_id == f"{1:016x}"
     assert trace.start_ns == 100 * S
-    assert trace.sources == frozenset({src(0), src(1), src(2)})
+    assert asm.sources(trace) == frozenset({src(0), src(1), src(2)})
 
 
 def test_root_missing_falls_back_to_earliest_span() -> None:
     """Without a root span, the trace's root is its earliest span."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 3, 100.5, 100.6, parent=9), span(A, 2, 100.2, 100.3, parent=9)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 3, 100.5, 100.6, parent=9), span(A, 2, 100.2, 100.3, parent=9)], 0)
     assert only(asm.close_until(200 * S)).root.span_id == f"{2:016x}"
 
 
 def test_traces_close_independently_in_deadline_order() -> None:
     """Several open traces close each at its own deadline."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 101), span(B, 2, 100, 105), span(C, 3, 100, 103)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(B, 2, 100, 105), span(C, 3, 100, 103)], 0)
     assert [t.trace_id for t in asm.close_until(105 * S)] == [A, C]
     assert [t.trace_id for t in asm.close_until(107 * S)] == [B]
 
 
 def test_max_open_force_closes_the_oldest_and_counts_it() -> None:
     """Opening a trace beyond max_open closes the oldest open trace early, marked forced and counted."""
-    asm = TraceAssembler(GAP, max_open=2, max_spans=10)
-    assert asm.add([span(A, 1, 100, 101)], src(0)) == ([], 1)
-    assert asm.add([span(B, 2, 102, 103)], src(1)) == ([], 1)
-    forced, refs = asm.add([span(C, 3, 104, 105)], src(2))
+    asm = Assembler(GAP, max_open=2, max_spans=10)
+    assert asm.feed([span(A, 1, 100, 101)], 0) == ([], 1)
+    assert asm.feed([span(B, 2, 102, 103)], 1) == ([], 1)
+    forced, refs = asm.feed([span(C, 3, 104, 105)], 2)
     assert refs == 1
     trace = only(forced)
     assert (trace.trace_id, trace.forced, trace.late) == (A, True, False)
-    assert trace.sources == frozenset({src(0)})
-    assert asm.counters["forced_closes"] == 1
+    assert asm.sources(trace) == frozenset({src(0)})
+    assert asm.telemetry.dropped["max_open_traces"] == 1
     assert len(asm) == 2
     assert [t.trace_id for t in asm.close_until(1_000 * S)] == [B, C]
-    assert asm.counters["closed"] == 3
+    assert asm.telemetry.events["closed"] == 3
 
 
 def test_max_spans_drops_excess_spans_and_counts_them() -> None:
     """Spans beyond max_spans per trace are dropped and counted; the kept ones still close normally."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=2)
-    asm.add([span(A, 1, 100, 101), span(A, 2, 100, 100.5, parent=1)], src(0))
-    forced, refs = asm.add([span(A, 3, 100, 150, parent=1), span(A, 4, 100, 100.2, parent=1)], src(1))
+    asm = Assembler(GAP, max_open=10, max_spans=2)
+    asm.feed([span(A, 1, 100, 101), span(A, 2, 100, 100.5, parent=1)], 0)
+    forced, refs = asm.feed([span(A, 3, 100, 150, parent=1), span(A, 4, 100, 100.2, parent=1)], 1)
     assert (forced, refs) == ([], 0)  # nothing kept from offset 1: no new reference to pin
-    assert asm.counters["dropped_spans"] == 2
-    assert asm.counters["spans"] == 2
+    assert asm.telemetry.dropped["max_spans_per_trace"] == 2
+    assert asm.telemetry.events["spans"] == 2
     trace = only(asm.close_until(103 * S))  # the dropped span's later end did not extend the deadline
     assert [s.span_id for s in trace.spans] == [f"{1:016x}", f"{2:016x}"]
-    assert trace.sources == frozenset({src(0)})
+    assert asm.sources(trace) == frozenset({src(0)})
 
 
 def test_span_for_recently_closed_trace_is_late_and_reassembled() -> None:
     """A span arriving after its trace closed reopens it as a late trace, which closes again on the watermark."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 101)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101)], 0)
     assert not only(asm.close_until(110 * S)).late
-    forced, refs = asm.add([span(A, 2, 100.2, 100.4, parent=1)], src(5))
+    asm.pins.take_released()  # the batch that closed it is durable
+    forced, refs = asm.feed([span(A, 2, 100.2, 100.4, parent=1)], 5)
     assert (forced, refs) == ([], 1)
-    assert asm.counters["late_spans"] == 1
+    assert asm.telemetry.events["late_spans"] == 1
     assert len(asm) == 1
     again = only(asm.close_until(110 * S))  # its deadline (100.4 + 2) is already behind the watermark
     assert again.late
     assert [s.span_id for s in again.spans] == [f"{2:016x}"]
-    assert again.sources == frozenset({src(5)})
+    assert asm.sources(again) == frozenset({src(5)})
 
 
 def test_forgotten_closed_trace_is_not_late() -> None:
     """Only the last ``remember_closed`` closed trace ids are remembered for late detection."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10, remember_closed=1)
-    asm.add([span(A, 1, 100, 101), span(B, 2, 100, 102)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10, remember_closed=1)
+    asm.feed([span(A, 1, 100, 101), span(B, 2, 100, 102)], 0)
     assert [t.trace_id for t in asm.close_until(110 * S)] == [A, B]
-    asm.add([span(A, 3, 100, 101, parent=1), span(B, 4, 100, 101, parent=2)], src(1))
+    asm.feed([span(A, 3, 100, 101, parent=1), span(B, 4, 100, 101, parent=2)], 1)
     closed = {t.trace_id: t.late for t in asm.close_until(120 * S)}
     assert closed == {A: False, B: True}
 
 
 def test_new_refs_count_each_open_trace_taking_a_source_once() -> None:
     """add() returns one new reference per trace that takes the message as a new input, not one per span."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    _, refs = asm.add([span(A, 1, 100, 101), span(A, 2, 100, 101, parent=1), span(B, 3, 100, 101)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    _, refs = asm.feed([span(A, 1, 100, 101), span(A, 2, 100, 101, parent=1), span(B, 3, 100, 101)], 0)
     assert refs == 2  # A and B
-    _, refs = asm.add([span(A, 4, 100, 101, parent=1)], src(0))  # same message again (e.g. a re-add)
+    _, refs = asm.feed([span(A, 4, 100, 101, parent=1)], 0)  # same message again (e.g. a re-add)
     assert refs == 0
-    _, refs = asm.add([span(A, 5, 100, 101, parent=1), span(C, 6, 100, 101)], src(1))
+    _, refs = asm.feed([span(A, 5, 100, 101, parent=1), span(C, 6, 100, 101)], 1)
     assert refs == 2  # A takes offset 1 as a new input, C is new
-    _, refs = asm.add([], src(2))
+    _, refs = asm.feed([], 2)
     assert refs == 0
 
 
 def test_forced_close_and_reference_in_same_message_balance() -> None:
     """A message whose first span extends the trace that its second span's trace then forces closed is counted
     once for each trace, and the forced trace lists the message among its sources."""
-    asm = TraceAssembler(GAP, max_open=1, max_spans=10)
-    asm.add([span(A, 1, 100, 101)], src(0))
-    forced, refs = asm.add([span(A, 2, 100, 101.5, parent=1), span(B, 3, 101, 102)], src(1))
+    asm = Assembler(GAP, max_open=1, max_spans=10)
+    asm.feed([span(A, 1, 100, 101)], 0)
+    forced, refs = asm.feed([span(A, 2, 100, 101.5, parent=1), span(B, 3, 101, 102)], 1)
     assert refs == 2
-    assert only(forced).sources == frozenset({src(0), src(1)})
-    assert only(asm.close_until(1_000 * S)).sources == frozenset({src(1)})
+    assert asm.sources(only(forced)) == frozenset({src(0), src(1)})
+    assert asm.sources(only(asm.close_until(1_000 * S))) == frozenset({src(1)})
 
 
 def test_span_without_end_time_still_closes() -> None:
     """A span whose end time is 0 (unset in the OTLP message) does not keep its trace open forever."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 0, 0)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 0, 0)], 0)
     assert only(asm.close_until(1_000 * S)).trace_id == A
     assert len(asm) == 0
 
 
 def test_max_open_with_trace_lacking_end_time_does_not_crash() -> None:
     """The open-trace bound can force-close a trace whose only span has no end time."""
-    asm = TraceAssembler(GAP, max_open=1, max_spans=10)
-    asm.add([span(A, 1, 0, 0)], src(0))
-    forced, refs = asm.add([span(B, 2, 100, 101)], src(1))
+    asm = Assembler(GAP, max_open=1, max_spans=10)
+    asm.feed([span(A, 1, 0, 0)], 0)
+    forced, refs = asm.feed([span(B, 2, 100, 101)], 1)
     assert (only(forced).trace_id, refs) == (A, 1)
 
 
 def test_close_all_closes_everything_open() -> None:
     """close_all() (shutdown) returns every open trace regardless of the watermark."""
-    asm = TraceAssembler(GAP, max_open=10, max_spans=10)
-    asm.add([span(A, 1, 100, 101), span(B, 2, 100, 101)], src(0))
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(B, 2, 100, 101)], 0)
     assert {t.trace_id for t in asm.close_all()} == {A, B}
     assert len(asm) == 0
     assert asm.close_until(10_000 * S) == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.watermarks import Watermarks
+from processors.state.watermarks import UpstreamWatermarks, Watermarks
 from tests.fake_clock import FakeClock
 
 S = 1_000_000_000
@@ -59,22 +59,23 @@ def test_idle_partition_stops_holding_back() -> None:
     assert wm.observe(P0, T + 50 * S) is True  # when it speaks again, its old event time is late
 
 
-def test_all_idle_advances_with_the_clock_after_the_idle_timeout() -> None:
-    """When every partition is idle, event time follows the wall clock from the newest event on."""
+def test_all_idle_catches_up_with_the_clock_from_the_newest_event() -> None:
+    """When every partition is idle, event time is the newest event plus the wall time since the last input:
+    idle time and lateness do not stack on top of each other."""
     clock = FakeClock()
     wm = Watermarks(LATE, IDLE, clock)
     wm.observe(P0, T + 40 * S)
     wm.observe(P1, T + 100 * S)
-    clock.advance(30)  # both idle now, for exactly the timeout
-    assert wm.current() == T + 95 * S  # the newest partition's watermark, not the minimum
+    clock.advance(29)
+    assert wm.current() == T + 35 * S  # still active: the minimum minus the lateness
+    clock.advance(1)  # both idle now, for exactly the timeout
+    assert wm.current() == T + 130 * S
     clock.advance(12)
-    assert wm.current() == T + 107 * S
-    clock.advance(100)
-    assert wm.current() == T + 207 * S
+    assert wm.current() == T + 142 * S
 
 
 def test_all_idle_counts_from_the_most_recently_seen_partition() -> None:
-    """The clock-driven advance starts only once the last partition to speak has been idle for idle_s."""
+    """The catch-up starts once the last partition to speak has been idle for idle_s, from that moment on."""
     clock = FakeClock()
     wm = Watermarks(LATE, IDLE, clock)
     wm.observe(P0, T + 100 * S)
@@ -83,9 +84,20 @@ def test_all_idle_counts_from_the_most_recently_seen_partition() -> None:
     clock.advance(20)  # P0 idle, P1 active
     assert wm.current() == T + 35 * S
     clock.advance(10)  # both idle, P1 for exactly 30 s
-    assert wm.current() == T + 95 * S
+    assert wm.current() == T + 130 * S
     clock.advance(5)
-    assert wm.current() == T + 100 * S
+    assert wm.current() == T + 135 * S
+
+
+def test_input_behind_an_idle_catch_up_is_late() -> None:
+    """Events older than where the idle catch-up took event time are late when they arrive."""
+    clock = FakeClock()
+    wm = Watermarks(LATE, IDLE, clock)
+    wm.observe(P0, T + 100 * S)
+    clock.advance(40)
+    assert wm.current() == T + 140 * S
+    assert wm.observe(P0, T + 120 * S) is True
+    assert wm.observe(P0, T + 150 * S) is False
 
 
 def test_late_detection() -> None:
@@ -120,3 +132,22 @@ def test_forget_removes_a_partition() -> None:
     assert wm.current() == T + 95 * S
     wm.forget(P1)
     assert wm.current() == 0
+
+
+def test_upstream_is_the_minimum_over_upstream_partitions_and_expires_stale_ones() -> None:
+    """A downstream stage follows the slowest upstream input partition, never backwards; stale ones stop counting."""
+    clock = FakeClock()
+    up = UpstreamWatermarks(60 * S, clock)
+    assert up.current() == 0  # no upstream: no event time
+    up.update("otlp_spans/0", T + 10 * S)
+    up.update("otlp_spans/1", T + 4 * S)
+    assert up.current() == T + 4 * S
+    up.update("otlp_spans/1", T + 2 * S)  # an older report changes nothing
+    assert up.current() == T + 4 * S
+    clock.advance(59)
+    up.update("otlp_spans/0", T + 20 * S)
+    assert up.current() == T + 4 * S
+    clock.advance(1)  # otlp_spans/1 not refreshed for 60 s: nobody owns it any more
+    assert up.current() == T + 20 * S
+    up.update("otlp_spans/1", T + 6 * S)  # its new owner starts behind: event time does not move back
+    assert up.current() == T + 20 * S

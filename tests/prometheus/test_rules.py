@@ -17,6 +17,7 @@ import pytest
 import yaml
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
 
+from streamer.mcp.metrics import FAMILIES
 from streamer.runtime.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,14 @@ SCRAPE_METRICS = {"up"}
 SCRAPE_LABELS = {"job", "instance", "le", "__name__"}
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
 # Grafana's variables, replaced by values PromQL accepts before an expression is parsed.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h", "$job": ".*", "$instance": ".*"}
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$job": ".*",
+    "$instance": ".*",
+    "$mcp_job": ".*",
+}
 
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -49,6 +57,12 @@ def populated_metrics() -> Metrics:
     for attribute in Metrics.__slots__:
         metric = getattr(metrics, attribute)
         if attribute == "registry":
+            continue
+        if attribute == "telemetry":  # components' telemetry: a drop, an event and a state gauge of one component
+            t = metric("traces")
+            t.drop("max_open_traces")
+            t.count("closed")
+            t.gauge("open", 1)
             continue
         labels = {name: "x" for name in metric._labelnames}
         child = metric.labels(**labels) if labels else metric
@@ -71,6 +85,9 @@ def exposed() -> tuple[set[str], set[str]]:
         for sample in family.samples:
             names.add(sample.name)
             labels.update(sample.labels)
+    for name, label_names in FAMILIES.items():  # the topology analytics of ``trace-repro mcp``'s /metrics
+        names.add(name)
+        labels.update(label_names)
     return names, labels
 
 
@@ -133,15 +150,20 @@ def test_every_alert_has_labels_annotations_and_unit_tests() -> None:
         assert any(not c.get("exp_alerts") for c in mine), f"{name}: no silent case"
 
 
-def test_prometheus_config_is_valid() -> None:
-    """``promtool check config`` accepts prometheus.yml, which scrapes 127.0.0.1:9464 and loads alerts.yml."""
-    result = promtool("check", "config", str(PROMETHEUS / "prometheus.yml"))
+def test_prometheus_config_is_valid(tmp_path: Path) -> None:
+    """``promtool check config`` accepts prometheus.yml, which scrapes the daemon (127.0.0.1:9464) and the MCP
+    server's analytics (with its bearer token), and loads alerts.yml."""
+    for name in ("prometheus.yml", "alerts.yml"):  # as installed: with the token file the operator adds
+        shutil.copy(PROMETHEUS / name, tmp_path / name)
+    (tmp_path / "trace-repro-mcp.token").write_text("token\n")
+    result = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     assert config["rule_files"] == ["alerts.yml"]
-    (job,) = config["scrape_configs"]
-    assert job["job_name"] == "trace-repro"
-    assert job["static_configs"][0]["targets"] == ["127.0.0.1:9464"]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs.keys() == {"trace-repro", "trace-repro-mcp"}
+    assert jobs["trace-repro"]["static_configs"][0]["targets"] == ["127.0.0.1:9464"]
+    assert jobs["trace-repro-mcp"]["authorization"]["type"] == "Bearer"  # the MCP server refuses unauthenticated
 
 
 def test_daemon_metrics_follow_prometheus_conventions() -> None:
@@ -149,7 +171,8 @@ def test_daemon_metrics_follow_prometheus_conventions() -> None:
     metrics = populated_metrics()
     exposition = generate_latest(metrics.registry)
     families = [f for f in metrics.registry.collect() if f.samples]
-    assert len(families) == len(Metrics.__slots__) - 1
+    # every prometheus-client metric of Metrics, plus the three families of the components' telemetry
+    assert len(families) == len(Metrics.__slots__) - 2 + 3
     result = promtool("check", "metrics", stdin=exposition)
     problems = (result.stdout + result.stderr).strip()
     assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from processors.model.events import DbCall, LogRecord, Resource, SpanKind, StatusCode
+from processors.model.outputs import AccessInfo, IncidentEvent
+from processors.model.span import Span
 from processors.traces import ClosedTrace
-from streamer.events import DbCall, LogRecord, Resource, Span, SpanKind, StatusCode
-from streamer.schemas import AccessInfo, IncidentEvent
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -56,7 +57,7 @@ def request(
         db = Span(trace_id, f"{n:012x}0003", handler.span_id, "SELECT", SpanKind.CLIENT, db_end - int(db_ms * MS),
                   db_end, StatusCode.UNSET, res, db=DbCall("postgresql", "SELECT 1"))  # fmt: skip
         spans.append(db)
-    return ClosedTrace(trace_id, tuple(spans), frozenset({(TP, n)}))
+    return ClosedTrace(trace_id, tuple(spans))
 
 
 def log(at_ns: int, version: str, event: str, *, service: str = SERVICE) -> LogRecord:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from processors.contracts import ProofContract
+from processors.model.contract import ProofContract
 from streamer import contract_cli, gate
 
 Sent = list[tuple[str, str, bytes, bytes]]

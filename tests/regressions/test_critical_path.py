@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from processors.critical_path import critical_path, shares, shift
-from streamer.events import DbCall, Resource, Span, SpanKind, StatusCode
+from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.span import Span
 
 MS = 1_000_000
 

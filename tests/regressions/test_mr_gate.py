@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from processors.contracts import ProofContract
-from streamer.gate import check, is_test_path, main, parse_diff
+from processors.model.contract import ProofContract
+from streamer.diffs import parse_diff
+from streamer.gate import TestRun, check, is_test_path, main, read_junit
 
 CONTRACT = ProofContract(signature="error:*:RoundingError", fingerprint="fp", must_start="split.rounded")
 GOOD_DESCRIPTION = "Distribute leftover cents by largest remainder.\n\nProves #42\n"
@@ -65,6 +67,13 @@ def test_no_emission_outside_the_tests_fails() -> None:
     diff = GOOD_DIFF.replace('log.info("rounded", extra={"event.name": "split.rounded"})', "pass")
     result = check(diff, GOOD_DESCRIPTION, CONTRACT)
     assert result.reasons == ("no added line outside the tests emits the must-start event 'split.rounded'",)
+
+
+def test_a_contract_without_a_must_start_event_is_refused() -> None:
+    """An empty event name would be "emitted" by every line: the gate refuses the contract, saying why."""
+    result = check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT.model_copy(update={"must_start": ""}))
+    assert not result.ok
+    assert any("promises no must-start event" in r for r in result.reasons)
 
 
 def test_a_test_that_mentions_the_event_without_asserting_it_fails() -> None:
@@ -142,3 +151,68 @@ def test_main_exit_codes_and_readable_output(tmp_path: Path, capsys: pytest.Capt
     broken = ["--diff", str(tmp_path / "mr.diff"), "--description", str(tmp_path / "good.md"), "--contract",
               str(tmp_path / "broken.json")]  # fmt: skip
     assert main(broken) == 2
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="2">
+<testcase classname="tests.test_split" name="test_even" time="0.001" />
+<testcase classname="tests.test_split" name="test_rounded" time="0.001">{outcome}</testcase>
+</testsuite></testsuites>"""
+
+
+def test_the_contract_committed_with_the_fix_does_not_emit_the_event() -> None:
+    """The contract file names the event, but naming it in the contract or the CI job is not emitting it."""
+    committed = ("diff --git a/.trace-repro/contracts/42.json b/.trace-repro/contracts/42.json\n"
+                 "--- /dev/null\n+++ b/.trace-repro/contracts/42.json\n@@ -0,0 +1 @@\n"
+                 '+{"must_start": "split.rounded"}\n')  # fmt: skip
+    diff = GOOD_DIFF.replace('log.info("rounded", extra={"event.name": "split.rounded"})', "pass") + committed
+    result = check(diff, GOOD_DESCRIPTION, CONTRACT)
+    assert result.reasons == ("no added line outside the tests emits the must-start event 'split.rounded'",)
+
+
+def test_the_test_run_must_pass_the_asserting_test_function() -> None:
+    """With a JUnit report: the added test function that asserts the event must have passed, not just its file."""
+    green = read_junit(JUNIT.format(outcome=""))
+    assert check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT, green).ok
+    red = read_junit(JUNIT.format(outcome='<failure message="AssertionError: nope">trace</failure>'))
+    assert check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT, red).reasons == (
+        "a test failed: tests.test_split::test_rounded: AssertionError: nope",
+        "the test that asserts the must-start event did not pass in this run: tests/test_split.py::test_rounded",
+    )
+    skipped = read_junit(JUNIT.format(outcome='<skipped message="later" />'))
+    assert not check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT, skipped).ok
+    assert check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT, TestRun(0, frozenset(), ())).reasons == (
+        "no test ran: the JUnit report holds no test case",
+    )
+    with pytest.raises(ValueError, match="not a JUnit report"):
+        read_junit("<html/>")
+
+
+def test_a_contract_for_another_issue_fails() -> None:
+    """The description proves #42; a contract written for #41 is not its proof."""
+    result = check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT.model_copy(update={"issue": 41}))
+    assert result.reasons == ("the contract is for issue #41, the description proves #42",)
+    assert check(GOOD_DIFF, GOOD_DESCRIPTION, CONTRACT.model_copy(update={"issue": 42})).ok
+
+
+def test_code_quality_report_locates_each_failure(tmp_path: Path) -> None:
+    """--codequality writes one blocker per failure, at the diff line or else at the contract, and [] on a pass."""
+    (tmp_path / "mr.diff").write_text(GOOD_DIFF.replace(
+        '+    if sum(shares) != total:\n+        raise RoundingError(f"shares sum to {sum(shares)}")\n', "").replace(
+        "@@ -10,4 +10,8 @@", "@@ -10,4 +10,6 @@"))  # fmt: skip
+    (tmp_path / "good.md").write_text(GOOD_DESCRIPTION)
+    (tmp_path / "bad.md").write_text("Fixes #42")
+    (tmp_path / "c.json").write_text(CONTRACT.model_dump_json())
+    report = tmp_path / "reports" / "cq.json"
+    args = ["--diff", str(tmp_path / "mr.diff"), "--contract", "c.json", "--codequality", str(report)]
+    assert main([*args, "--description", str(tmp_path / "bad.md")]) == 2  # c.json relative to cwd: not there
+    [unusable] = json.loads(report.read_text())
+    assert unusable["location"]["path"] == "c.json" and "no proof contract at c.json" in unusable["description"]
+    args[3] = str(tmp_path / "c.json")
+    assert main([*args, "--description", str(tmp_path / "bad.md")]) == 1
+    issues = json.loads(report.read_text())
+    assert [(i["location"]["path"], i["location"]["lines"]["begin"]) for i in issues] == [
+        (str(tmp_path / "c.json"), 1), (str(tmp_path / "c.json"), 1), ("app/split.py", 12)]  # fmt: skip
+    assert all(i["severity"] == "blocker" and i["check_name"] == "trace-repro/gate" for i in issues)
+    (tmp_path / "mr.diff").write_text(GOOD_DIFF)
+    assert main([*args, "--description", str(tmp_path / "good.md")]) == 0
+    assert json.loads(report.read_text()) == []

@@ -5,20 +5,19 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from processors.contracts import (
-    CONTRACT_UPSERT,
-    DEFAULT_MIN_REQUESTS,
+from processors.connectors.proofs.contracts import (
     CollisionSignature,
     ErrorSignature,
-    ProofContract,
     collision_signature,
     contract_from_incident,
     contract_from_regression,
-    contract_row,
     min_requests_for,
     parse_signature,
 )
-from processors.regressions import Evidence, RegressionEvent
+from processors.model.contract import DEFAULT_MIN_REQUESTS, ProofContract
+from processors.model.regression import Evidence, RegressionEvent
+from sinks.graph import schema
+from sinks.graph.records import contract_row
 from tests.regressions.builders import access, incident, statement_params
 
 
@@ -88,13 +87,13 @@ def test_contract_from_an_error_regression_uses_the_regressed_rate_and_can_widen
         "error:POST /split/even:RoundingError", 59, ["/split/even"], ["RoundingError"])  # fmt: skip
     wide = contract_from_regression(event, "split.rounded", any_route=True)
     assert wide.signature == "error:*:RoundingError" and wide.routes == []
-    latency = event.model_copy(update={"metric": "latency", "signature": "latency:POST /split/even"})
-    with pytest.raises(ValueError, match="only error regressions"):
-        contract_from_regression(latency, "x")
+    other = event.model_copy(update={"metric": "throughput"})
+    with pytest.raises(ValueError, match="no contract for a 'throughput' regression"):
+        contract_from_regression(other, "x")
 
 
 def test_contract_validation_json_round_trip_and_graph_row() -> None:
-    """Contracts are strict versioned JSON; the row feeds every parameter of CONTRACT_UPSERT."""
+    """Contracts are strict versioned JSON; the row feeds every parameter of schema.RECORDS["contract"]."""
     c = ProofContract(signature="error:*:RoundingError", fingerprint="fp", must_start="split.rounded")
     assert (c.schema_version, c.kind, c.min_requests) == (1, "contract", 299)
     assert ProofContract.model_validate_json(c.model_dump_json()) == c
@@ -103,5 +102,5 @@ def test_contract_validation_json_round_trip_and_graph_row() -> None:
     assert ProofContract(signature="error:*:X", fingerprint="fp").must_start == ""  # no event promised
     with pytest.raises(ValidationError):
         ProofContract.model_validate({**c.model_dump(), "surprise": 1})
-    assert statement_params(CONTRACT_UPSERT) <= set(contract_row(c))
+    assert statement_params(schema.RECORDS["contract"]) <= set(contract_row(c))
     assert min_requests_for(None) == min_requests_for(0.0) == 299 and min_requests_for(0.5) == 5

@@ -8,20 +8,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from processors.contracts import ProofContract, contract_from_incident
-from processors.judge import (
-    FIXED,
-    INSUFFICIENT,
-    NOT_FIXED,
-    VERDICT_UPSERT,
-    WORSE,
-    ProofJudge,
-    verdict_row,
-    verdicts_by_version,
-)
+from processors.connectors.proofs.contracts import contract_from_incident
+from processors.connectors.proofs.judge import ProofJudge, verdicts_by_version
+from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE
+from processors.model.contract import ProofContract
+from processors.model.events import LogRecord, SpanKind, StatusCode
+from processors.model.outputs import IncidentEvent, VerdictEvent
+from processors.model.span import Span
 from processors.traces import ClosedTrace
-from streamer.events import LogRecord, Span, SpanKind, StatusCode
-from streamer.schemas import IncidentEvent, VerdictEvent
+from sinks.graph import schema
+from sinks.graph.records import verdict_row
 from tests.regressions.builders import MS, T0, S, access, incident, log, request, resource, statement_params
 
 Item = ClosedTrace | LogRecord | IncidentEvent
@@ -153,10 +149,12 @@ def test_a_build_that_fixes_the_bug_but_fails_elsewhere_is_worse_with_rollback(v
 def test_a_build_with_too_little_traffic_is_insufficient_with_the_requests_still_needed(
     verdicts: list[VerdictEvent],
 ) -> None:
-    """1.4 served 20 requests in its 60 s watch: INSUFFICIENT, 39 more requests needed."""
+    """1.4 served 20 requests in its 60 s watch: INSUFFICIENT. Against 10 in 200 before (1.1), a drop is significant
+    at 0.025 after 200 * (0.025 ** -0.1 - 1) = 89.2 clean requests, above the floor of 32 from the before rate's
+    exact upper bound 0.0896: 70 more needed."""
     v = _one(verdicts, "1.4")
-    assert v.receipt.after_requests == 20 and v.receipt.requests_needed == 39
-    assert "39 more needed" in v.reason
+    assert v.receipt.after_requests == 20 and v.receipt.requests_needed == 70 and v.receipt.floor == 32
+    assert "70 more" in v.reason
 
 
 def test_late_old_version_telemetry_does_not_count_against_the_new_build() -> None:
@@ -213,7 +211,7 @@ def _capture(at_ns: int, version: str, *, must_start_span: bool = False) -> Clos
     handler = trace.spans[1]
     mark = Span(trace.trace_id, handler.span_id[:-4] + "00ff", handler.span_id, LOCKED, SpanKind.INTERNAL,
                 at_ns + 2 * MS, at_ns + 3 * MS, StatusCode.UNSET, resource(version, "shop"))  # fmt: skip
-    return ClosedTrace(trace.trace_id, (*trace.spans, mark), trace.sources)
+    return ClosedTrace(trace.trace_id, (*trace.spans, mark))
 
 
 def _collision(at_ns: int, culprit_version: str, victim_version: str) -> IncidentEvent:
@@ -224,9 +222,12 @@ def _collision(at_ns: int, culprit_version: str, victim_version: str) -> Inciden
 
 
 def collisions(settle_ns: int) -> tuple[list[VerdictEvent], ProofJudge]:
-    """1.0 collides; 1.1 collides only with a draining 1.0 job; 1.2 collides with itself, reported 3 s late.
+    """1.0 collides 10 times in 30 requests; 1.1 collides only with a draining 1.0 job; 1.2 collides with itself,
+    reported 3 s late.
 
-    1.2's collision happens among its first 20 requests (the floor), 500 ms into its rollout, and is found 3 s later.
+    Against 10 in 30 before, 14 clean requests make a drop significant at alpha/2 (30 * (0.025 ** -0.1 - 1) = 13.4),
+    above the floor of 4 from the before rate's upper bound. 1.2's collision happens 500 ms into its rollout (5
+    requests), before that, and is found 3 s later.
     """
     first = _collision(T0 + S, "1.0", "1.0")
     judge = ProofJudge(settle_ns=settle_ns)
@@ -237,6 +238,8 @@ def collisions(settle_ns: int) -> tuple[list[VerdictEvent], ProofJudge]:
             trace = _capture(start + j * 100 * MS, version, must_start_span=version != "1.0")
             feed.add(trace.end_ns, trace)
     feed.add(T0 + 2 * S, first)
+    for j in range(1, 10):
+        feed.add(T0 + 2 * S + j * 100 * MS, _collision(T0 + S + j * 200 * MS, "1.0", "1.0"))
     feed.add(T0 + 102 * S, _collision(T0 + 101 * S, "1.1", "1.0"))  # mixed: counts for neither build
     feed.add(T0 + 203_500 * MS, _collision(T0 + 200_500 * MS, "1.2", "1.2"))  # found downstream 3 s later
     return feed.run(T0, T0 + 300 * S), judge
@@ -249,8 +252,10 @@ def test_collision_contract_mixed_versions_do_not_count_and_settling_waits_for_l
     fixed = _one(verdicts, "1.1")
     assert fixed.contract == "lost_update:orders:shop.handlers.capture_payment+shop.jobs.expire_cart"
     assert fixed.receipt.must_start_seen >= 1  # spans named after the event count
-    assert (fixed.receipt.before_errors, fixed.receipt.before_requests) == (1, 30)
-    assert fixed.receipt.after_errors == 0 and fixed.receipt.after_requests >= 20
+    assert (fixed.receipt.before_errors, fixed.receipt.before_requests) == (10, 30)
+    assert fixed.receipt.after_errors == 0 and fixed.receipt.after_requests >= 14
+    assert fixed.receipt.p_value is not None and fixed.receipt.p_value <= fixed.receipt.alpha / 2
+    assert fixed.receipt.floor == 4
     assert judge.counters["mixed_incidents"] == 1
     [where] = _one(verdicts, "1.2").receipt.still_happens_at
     assert where == ("shop.handlers.capture_payment (/orders/{id}/capture) vs "
@@ -266,5 +271,5 @@ def test_without_settling_a_late_collision_supersedes_an_early_fixed() -> None:
 def test_verdict_rows_feed_every_parameter_of_the_statement(verdicts: list[VerdictEvent]) -> None:
     """One Verdict node per (contract, build, outcome), linked to its Contract."""
     rows = [verdict_row(v) for v in verdicts]
-    assert all(statement_params(VERDICT_UPSERT) <= set(r) for r in rows)
+    assert all(statement_params(schema.RECORDS["verdict"]) <= set(r) for r in rows)
     assert len({r["key"] for r in rows}) == len(rows)

@@ -14,15 +14,19 @@ from aiokafka.structs import ConsumerRecord
 
 from bench.shop.proof.service import EVENT, revision_of
 from bench.shop.proof.traffic import BuildRun, run_scenario
-from processors.contracts import ProofContract, contract_from_regression
-from processors.judge import FIXED, INSUFFICIENT, NOT_FIXED, WORSE, ProofJudge, verdicts_by_version
-from processors.regressions import RegressionDetector, RegressionEvent
-from processors.stat_tests import zero_error_floor
-from processors.stats import ServiceStats
+from processors.connectors.proofs.contracts import contract_from_regression
+from processors.connectors.proofs.judge import ProofJudge, verdicts_by_version
+from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE
+from processors.detectors.regressions.detector import RegressionDetector
+from processors.detectors.regressions.stats import ServiceStats
+from processors.model.contract import ProofContract
+from processors.model.outputs import VerdictEvent
+from processors.model.regression import RegressionEvent
+from processors.model.units import zero_error_floor
+from processors.stat_tests import requests_to_show_drop
 from processors.traces import ClosedTrace, TraceAssembler
 from streamer.decode import decode_logs_proto, decode_traces_proto
 from streamer.runtime.topics import create_topics
-from streamer.schemas import VerdictEvent
 
 pytestmark = pytest.mark.engines
 
@@ -52,7 +56,7 @@ class Pipeline:
             if r.topic == self.spans_topic:
                 spans = decode_traces_proto(r.value)
                 self.spans += len(spans)
-                self.traces.add(spans, ((r.topic, r.partition), r.offset))
+                self.traces.add(spans)
                 self.watermark = max([self.watermark, *(s.end_ns for s in spans)])
             else:
                 for record in decode_logs_proto(r.value):
@@ -142,7 +146,6 @@ def test_each_build_gets_its_verdict_with_a_receipt(proof: tuple[Pipeline, dict[
     """1.1 NOT_FIXED on /split/custom, 1.2 FIXED, 1.3 WORSE with rollback, 1.4 INSUFFICIENT; 0.9/1.0 not judged."""
     pipeline, runs = proof
     assert pipeline.contract is not None
-    floor = pipeline.contract.min_requests
     outcomes = verdicts_by_version(pipeline.verdicts)
     assert outcomes == {"1.1": [NOT_FIXED], "1.2": [FIXED], "1.3": [WORSE], "1.4": [INSUFFICIENT]}, outcomes
     final = _final(pipeline.verdicts)
@@ -153,16 +156,18 @@ def test_each_build_gets_its_verdict_with_a_receipt(proof: tuple[Pipeline, dict[
     assert 1 <= not_fixed.receipt.after_errors <= runs["1.1"].errors[("/split/custom", "RoundingError")]
 
     fixed = final["1.2"].receipt
-    assert fixed.after_errors == 0 and floor <= fixed.after_requests <= runs["1.2"].requests
+    assert fixed.after_errors == 0 and fixed.floor <= fixed.after_requests <= runs["1.2"].requests
     assert fixed.must_start_seen >= 1 and fixed.before_errors > 0 and fixed.p_value is not None
+    assert fixed.p_value <= fixed.alpha / fixed.looks  # significant at its share of alpha
 
     worse = final["1.3"]
     assert worse.rollback and worse.receipt.after_errors > 0 and worse.receipt.before_errors == 0
     assert worse.receipt.p_value is not None and worse.receipt.p_value <= pipeline.contract.alpha / 2
     assert "signature is gone" in worse.reason and "KeyError" in worse.reason
 
-    low = final["1.4"].receipt
-    assert low.after_requests == runs["1.4"].requests == 20 and low.requests_needed == floor - 20
+    low = final["1.4"].receipt  # the clean requests the drop from 1.1's count needs, at alpha / 2
+    needed = max(low.floor, requests_to_show_drop(low.before_errors, low.before_requests, low.alpha / 2) or 0)
+    assert low.after_requests == runs["1.4"].requests == 20 and low.requests_needed == needed - 20 > 0
 
 
 def test_the_draining_old_pod_never_counts_against_the_new_build(proof: tuple[Pipeline, dict[str, BuildRun]]) -> None:

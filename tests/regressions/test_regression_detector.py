@@ -7,16 +7,12 @@ import random
 
 import pytest
 
-from processors.regressions import (
-    REGRESSION_UPSERT,
-    DetectorSettings,
-    RegressionDetector,
-    RegressionEvent,
-    regression_fingerprint,
-    regression_row,
-)
-from processors.stats import ServiceStats, StatsWindow
+from processors.detectors.regressions.detector import DetectorSettings, RegressionDetector, regression_fingerprint
+from processors.detectors.regressions.stats import ServiceStats, StatsWindow
+from processors.model.regression import RegressionEvent
 from processors.traces import ClosedTrace
+from sinks.graph import schema
+from sinks.graph.records import regression_row
 from tests.regressions.builders import T0, S, request, statement_params
 
 SIZE = 10 * S
@@ -148,7 +144,7 @@ def test_benjamini_hochberg_controls_false_discoveries_across_operations() -> No
 
 
 def test_regression_event_round_trips_and_feeds_its_graph_statement() -> None:
-    """The event is versioned JSON (kind 'regression'); its row has every parameter of REGRESSION_UPSERT."""
+    """The event is versioned JSON (kind 'regression'); its row has every parameter of schema.RECORDS["regression"]."""
     w0, w1 = windows(traffic(0, "0.9", 400), traffic(1, "1.0", 400, errors=12, exception="RoundingError"))
     detector = RegressionDetector()
     detector.on_window(w0)
@@ -157,7 +153,7 @@ def test_regression_event_round_trips_and_feeds_its_graph_statement() -> None:
     assert (data["schema_version"], data["kind"]) == (1, "regression")
     assert RegressionEvent.model_validate_json(event.model_dump_json()) == event
     row = regression_row(event)
-    assert statement_params(REGRESSION_UPSERT) <= set(row)
+    assert statement_params(schema.RECORDS["regression"]) <= set(row)
     assert row["operation_key"] == "split:/split/even"
 
 

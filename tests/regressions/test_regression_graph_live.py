@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from falkordb import FalkorDB
 
-from processors.contracts import CONTRACT_UPSERT, ProofContract, contract_row
-from processors.judge import VERDICT_UPSERT, ProofJudge, verdict_row
-from processors.regressions import REGRESSION_UPSERT, RegressionDetector, regression_row
-from processors.stats import STATS_STATEMENT, ServiceStats, stats_rows
-from sinks.falkordb_graph import STATEMENTS
-from streamer.schemas import VerdictEvent
+from processors.connectors.proofs.judge import ProofJudge
+from processors.detectors.regressions.detector import RegressionDetector
+from processors.detectors.regressions.stats import ServiceStats, stats_rows
+from processors.model.contract import ProofContract
+from processors.model.outputs import VerdictEvent
+from sinks.graph import schema
+from sinks.graph.records import contract_row, regression_row, verdict_row
 from tests.regressions.builders import MS, T0, S, log, request
 
 pytestmark = pytest.mark.engines
@@ -69,13 +70,13 @@ def test_statements_write_the_feature_subgraph_idempotently(graph: Any) -> None:
     rows = _feature_rows()
     assert rows["regressions"] and rows["verdicts"]
     for _ in range(2):
-        graph.query(STATEMENTS["operations"], {"rows": [{"key": "split:/split/even", "service": "split",
+        graph.query(schema.UPSERTS["operations"], {"rows": [{"key": "split:/split/even", "service": "split",
                                                          "name": "/split/even"}]})  # fmt: skip
-        graph.query(STATS_STATEMENT, {"rows": rows["stats"]})
-        graph.query(REGRESSION_UPSERT, {"rows": rows["regressions"]})
-        graph.query(CONTRACT_UPSERT, {"rows": rows["contracts"]})
-        graph.query(VERDICT_UPSERT, {"rows": rows["verdicts"]})
-    stats = _rows(graph, "MATCH (s:Service)-[:EXPOSES]->(o:Operation)-[x:STATS]->(w:Window) "
+        graph.query(schema.UPSERTS["stats"], {"rows": rows["stats"]})
+        graph.query(schema.RECORDS["regression"], {"rows": rows["regressions"]})
+        graph.query(schema.RECORDS["contract"], {"rows": rows["contracts"]})
+        graph.query(schema.RECORDS["verdict"], {"rows": rows["verdicts"]})
+    stats = _rows(graph, "MATCH (s:Service)-[:EXPOSES]->(o:Operation)-[x:STATS_PART]->(w:Window) "
                          "RETURN s.name, o.key, x.version, x.requests, x.errors ORDER BY x.version")  # fmt: skip
     assert stats == [["split", "split:/split/even", "0.9", 200, 0], ["split", "split:/split/even", "1.0", 200, 20],
                      ["split", "split:/split/even", "1.2", 200, 0]]  # fmt: skip

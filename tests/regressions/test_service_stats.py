@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 import random
 
-from processors.stats import (
-    STATS_STATEMENT,
-    Reservoir,
-    ServiceStats,
-    error_signature,
-    merge,
-    operation_key_of,
-    requests_of,
-    stats_rows,
-)
+from processors.detectors.regressions.stats import Reservoir, ServiceStats, merge, stats_rows
+from processors.model.events import Resource, SpanKind, StatusCode
+from processors.model.span import Span
+from processors.requests import error_signature, operation_key_of, requests_of
 from processors.traces import ClosedTrace
-from streamer.events import Resource, Span, SpanKind, StatusCode
-from tests.regressions.builders import MS, T0, TP, S, request, statement_params
+from sinks.graph import schema
+from tests.regressions.builders import MS, T0, S, request, statement_params
 
 SIZE = 10 * S
 GRACE = 2 * S
@@ -70,9 +64,8 @@ def test_windows_close_on_the_watermark_and_late_traces_are_counted_out() -> Non
     assert op.sites == {"error:POST /split/even:RoundingError": {"POST /split/even in split.handlers.even": 3}}
     assert window.ops[("split", "/split/even", "1.1")].requests == 1
     assert window.window_id == f"{T0 // MS}-{(T0 + SIZE) // MS}"
-    assert window.sources == frozenset((TP, i) for i in {s[1] for s in window.sources})
-    assert w.add(request(T0 + 3 * S, "1.0")) is None
-    assert w.counters["late_traces"] == 1
+    assert w.add(request(T0 + 3 * S, "1.0")) is False
+    assert w.telemetry.dropped["stats_late"] == 1
 
 
 def test_latency_samples_are_bounded_and_drops_counted() -> None:
@@ -83,7 +76,7 @@ def test_latency_samples_are_bounded_and_drops_counted() -> None:
     [window] = w.close_until(T0 + 2 * SIZE)
     op = window.ops[("split", "/split/even", "1.0")]
     assert len(op.samples.values) == 8 and op.samples.seen == 50
-    assert w.counters["samples_dropped"] == 42
+    assert w.telemetry.events["samples_replaced"] == 42
     assert op.latency.count == 50
     assert len(op.slow.heap) == 4 and min(h[0] for h in op.slow.heap) == 47 * MS
 
@@ -96,7 +89,7 @@ def test_signatures_beyond_the_bound_fold_into_other() -> None:
     [window] = w.close_until(T0 + 2 * SIZE)
     sigs = window.ops[("split", "/split/even", "1.0")].signatures
     assert sigs == {"error:POST /split/even:A": 1, "error:POST /split/even:B": 1, "error:POST /split/even:(other)": 2}
-    assert w.counters["signatures_folded"] == 2
+    assert w.telemetry.dropped["max_signatures"] == 2
 
 
 def test_critical_path_of_the_slowest_requests_is_kept_per_window() -> None:
@@ -141,7 +134,7 @@ def test_stats_rows_feed_every_parameter_of_the_statement() -> None:
     w.add(request(T0, "1.0", exception="E"))
     [window] = w.close_until(T0 + 2 * SIZE)
     [row] = stats_rows(window)
-    assert statement_params(STATS_STATEMENT) <= set(row)
+    assert statement_params(schema.UPSERTS["stats"]) <= set(row)
     assert row["operation_key"] == operation_key_of("split", "/split/even") == "split:/split/even"
     assert (row["requests"], row["errors"], row["version"]) == (1, 1, "1.0")
     assert json.loads(row["signatures"]) == {"error:POST /split/even:E": 1}

@@ -8,6 +8,7 @@ import random
 import pytest
 from scipy import stats
 
+from processors.model.units import zero_error_floor
 from processors.stat_tests import (
     benjamini_hochberg,
     conditional_binomial,
@@ -16,7 +17,6 @@ from processors.stat_tests import (
     poisson_e_test,
     rate_interval,
     requests_to_show_drop,
-    zero_error_floor,
     zero_error_upper_bound,
 )
 

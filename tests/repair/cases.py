@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from processors.sql_access import SqlAccessExtractor
-from streamer.schemas import AccessInfo, IncidentEvent
+from processors.model.outputs import AccessInfo, IncidentEvent
+from processors.sql import SqlAccessExtractor
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("golden")
@@ -39,7 +39,7 @@ Access = Callable[..., AccessInfo]
 
 def incident(anomaly: str, table: str, entity: str, culprit: AccessInfo, victim: AccessInfo,
              accesses: list[AccessInfo], **kwargs: Any) -> IncidentEvent:  # fmt: skip
-    """An incident as ``processors.incidents.incident_event`` publishes it."""
+    """An incident as ``processors.detectors.collisions.incident.incident_event`` publishes it."""
     writers = [a for a in accesses if a.operation != "read"]
     return IncidentEvent(
         fingerprint="f" * 16,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamer.schemas import AccessInfo, IncidentEvent
+from processors.model.outputs import AccessInfo, IncidentEvent
 from tests.repair.cases import (
     CAPTURE,
     CHARGE,

@@ -9,9 +9,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.repair import apply, plan_repairs, revert
-from processors.repair.locate import SourceIndex
-from streamer.schemas import AccessInfo, IncidentEvent
+from processors.repair.locate import call_sites
+from processors.repair.source import SourceIndex
 from tests.repair.cases import incident
 
 READ = "SELECT stock FROM inventory WHERE sku = %s"
@@ -41,11 +42,14 @@ def race(
     return incident(anomaly, table, f"{table}:1", accesses[-2], accesses[-1], accesses)
 
 
-def patched(root: Path, event: IncidentEvent, **kwargs: object) -> str:
-    """The module text after applying the primary plan (and checks that revert restores it)."""
+def patched(root: Path, event: IncidentEvent, strategy: str = "", **kwargs: object) -> str:
+    """The module text after applying the primary plan, or its alternative ``strategy`` (and checks that revert
+    restores it)."""
     path = Path(event.culprit.file)
     before = path.read_bytes()
     plan = plan_repairs(event, root=root, **kwargs)  # type: ignore[arg-type]
+    if strategy:
+        (plan,) = [a for a in plan.alternatives if a.strategy == strategy]
     apply(plan, root)
     text = path.read_text()
     revert(plan, root)
@@ -94,8 +98,10 @@ def test_assigned_fetch_without_handling_gets_a_none_check(tmp_path: Path) -> No
     assert '        if row is None:\n            return {"booked": False}\n        return {"booked": True' in text
 
 
-def test_write_skew_runs_serializable_with_a_retry_and_imports_psycopg(tmp_path: Path) -> None:
-    """Write skew: the transaction block is retried on SerializationFailure at SERIALIZABLE; psycopg gets imported."""
+def test_write_skew_locks_what_it_counts_or_runs_serializable_with_a_retry(tmp_path: Path) -> None:
+    """Write skew: the count reads the rows through a subquery that locks them (FOR UPDATE is refused next to an
+    aggregate); the alternative retries the transaction block on SerializationFailure at SERIALIZABLE, importing
+    psycopg."""
     path = write_module(tmp_path, "oncall", '''
         """On-call rota."""
 
@@ -116,8 +122,11 @@ def test_write_skew_runs_serializable_with_a_retry_and_imports_psycopg(tmp_path:
     )
     event = race("write_skew", "doctors", "svc.oncall.go_off_call", path, count, leave)
     plan = plan_repairs(event, root=tmp_path)
-    assert plan.strategy == "stricter_isolation" and not plan.alternatives  # count(*) cannot be locked FOR UPDATE
-    apply(plan, tmp_path)
+    assert plan.strategy == "row_lock" and [r.statement_after for r in plan.repairs] == [
+        "SELECT count(*) FROM (SELECT * FROM doctors WHERE shift = %s AND on_call FOR UPDATE) AS doctors"]  # fmt: skip
+    assert '(SELECT * FROM doctors WHERE shift = %s AND on_call"\n' in plan.diff  # split at the line length
+    (serializable,) = plan.alternatives
+    apply(serializable, tmp_path)
     text = path.read_text()
     assert "from typing import Any\nimport psycopg\n" in text
     assert textwrap.dedent('''
@@ -144,7 +153,7 @@ def test_async_transactions_await_the_isolation_statement(tmp_path: Path) -> Non
                 await cur.execute("UPDATE doctors SET on_call = false WHERE id = %s", (doctor,))
     ''')  # fmt: skip
     read, write = "SELECT on_call FROM doctors WHERE shift = %s", "UPDATE doctors SET on_call = false WHERE id = %s"
-    text = patched(tmp_path, race("write_skew", "doctors", "svc.rota.leave", path, read, write))
+    text = patched(tmp_path, race("write_skew", "doctors", "svc.rota.leave", path, read, write), "stricter_isolation")
     assert '                await cur.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")\n' in text
     assert text.count("import psycopg") == 1
 
@@ -288,6 +297,6 @@ def test_the_rewrite_lands_wherever_the_sql_is_split(
     plan = plan_repairs(event, root=root)
     apply(plan, root)
     index = SourceIndex(root)
-    assert index.call_sites(path, "svc.split.f", statement + " FOR UPDATE")
-    assert index.call_sites(path, "svc.split.other", statement + " FOR SHARE")  # the other user is untouched
+    assert call_sites(index, path, "svc.split.f", statement + " FOR UPDATE")
+    assert call_sites(index, path, "svc.split.other", statement + " FOR SHARE")  # the other user is untouched
     compile(path.read_text(), str(path), "exec")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.repair import apply, plan_repairs
-from streamer.schemas import AccessInfo, IncidentEvent
 from tests.repair.cases import INVARIANTS
 
 pytestmark = pytest.mark.engines

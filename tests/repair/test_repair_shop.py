@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.repair import PatchError, RepairPlan, apply, plan_repairs, revert
 from processors.repair.classify import lock_of
-from processors.repair.locate import SourceIndex
-from streamer.schemas import AccessInfo, IncidentEvent
+from processors.repair.locate import call_sites
+from processors.repair.source import SourceIndex
 from tests.repair.cases import (
     CAPTURE,
     CHARGE,
@@ -178,8 +179,8 @@ def test_patched_code_runs_only_protected_statements(
         index = SourceIndex(shop)  # a fresh parse of the patched files
         for repair in plan.repairs:
             path = shop / "bench" / "shop" / f"{repair.function.split('.')[1]}.py"
-            assert index.call_sites(path, repair.function, repair.statement_after), repair
-            assert not index.call_sites(path, repair.function, repair.statement_before), repair
+            assert call_sites(index, path, repair.function, repair.statement_after), repair
+            assert not call_sites(index, path, repair.function, repair.statement_before), repair
             assert lock_of(repair.statement_after, extractor) in PROTECTED
             assert lock_of(repair.statement_before, extractor) == "none"
         compile((shop / "bench" / "shop" / "handlers.py").read_text(), "handlers.py", "exec")
@@ -213,11 +214,28 @@ def test_recorded_paths_are_mapped_onto_the_root(shop: Path, access: Access) -> 
     assert not unmapped.repairs and any("not under the root" in n for n in unmapped.notes)
 
 
-def test_without_invariant_the_oversell_falls_back_to_a_row_lock(shop: Path, oversell: IncidentEvent) -> None:
-    """No configured invariant: the guard cannot be derived, so the read-check takes the row lock instead."""
+def test_without_invariant_the_oversell_guard_comes_from_the_decrement(shop: Path, oversell: IncidentEvent) -> None:
+    """No configured invariant (the default): the decrement implies ``stock >= 0``, so the guard is ``stock >= 1``,
+    the same as with the invariant configured; the note says where it came from."""
     plan = plan_repairs(oversell, root=shop)
+    configured = plan_repairs(oversell, root=shop, invariants=INVARIANTS)
+    assert [(r.strategy, r.statement_after) for r in plan.repairs] == [
+        ("atomic_update", "UPDATE inventory SET stock = stock - 1 WHERE sku = %s AND stock >= 1 RETURNING stock")
+    ]
+    assert plan.diff == configured.diff
+    assert any("stock >= 0, implied by the decrement" in n for n in plan.notes)
+
+
+def test_an_increment_implies_no_guard(shop: Path, access: Access) -> None:
+    """Without an invariant, an UPDATE that only increments has no bound to guard: the row lock repairs it."""
+    accesses = [access(CHECKOUT, READ_STOCK, "read", t) for t in "ab"]
+    restock = "UPDATE inventory SET stock = stock + 1 WHERE sku = %s"
+    accesses += [access(CHECKOUT, restock, "write", "a", at=1), access(CHECKOUT, restock, "write", "b", at=2)]
+    event = incident("invariant_violation", "inventory", "inventory:x", accesses[2], accesses[3], accesses)
+    plan = plan_repairs(event, root=shop)
     assert [(r.strategy, r.statement_after) for r in plan.repairs] == [("row_lock", READ_STOCK + " FOR UPDATE")]
-    assert any("atomic_update does not apply" in n for n in plan.notes)
+    assert any("atomic_update does not apply: no invariant configured for the table, and none implied" in n
+               for n in plan.notes)  # fmt: skip
 
 
 def test_duplicate_apply_without_a_key_in_scope_falls_back(shop: Path, access: Access) -> None:
@@ -233,7 +251,7 @@ def test_duplicate_apply_without_a_key_in_scope_falls_back(shop: Path, access: A
 def test_unknown_anomaly_is_refused(shop: Path, oversell: IncidentEvent) -> None:
     """An anomaly class without strategies is an error, not an empty plan."""
     with pytest.raises(ValueError, match="no repair strategy"):
-        plan_repairs(oversell.model_copy(update={"anomaly": "phantom"}), root=shop)
+        plan_repairs(oversell.model_copy(update={"anomaly": "regression"}), root=shop)
 
 
 def test_repairs_name_the_recorded_statements(lost_update_plan: RepairPlan, double_charge_plan: RepairPlan) -> None:

@@ -7,20 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.repair.classify import lock_of
-from processors.repair.sql_rewrite import (
-    CopyParam,
-    RewriteError,
-    SqlEdit,
-    VarParam,
-    atomic_update,
+from processors.repair.sql_edit import CopyParam, RewriteError, SqlEdit, VarParam, parse, placeholders, render
+from processors.repair.sql_inserts import (
+    equality_columns,
     existing_row_query,
     idempotency_guard,
-    optimistic,
-    parse,
-    placeholders,
-    render,
-    row_lock,
+    inserted_values,
+    on_conflict_do_nothing,
+    unique_index,
 )
+from processors.repair.sql_rewrite import atomic_update, implied_invariants, locked_aggregate, optimistic, row_lock
 
 
 def test_row_lock_appends_for_update_after_limit_and_before_semicolon() -> None:
@@ -158,6 +154,97 @@ def test_identifiers_from_configuration_are_quoted_when_needed() -> None:
     assert 'ON CONFLICT ("Request Key") DO NOTHING' in edit.after
 
 
+def test_share_lock_appends_for_share() -> None:
+    """A reader's lock: ``FOR SHARE`` (writers wait, other readers do not)."""
+    edit = row_lock("SELECT balance FROM ledger WHERE acct = %s", share=True)
+    assert edit.after == "SELECT balance FROM ledger WHERE acct = %s FOR SHARE"
+    assert lock_of(edit.after) == "for_share"
+
+
+@pytest.mark.parametrize(
+    ("statement", "after"),
+    [
+        ("SELECT count(*) FROM doctors WHERE shift = %s AND on_call",
+         "SELECT count(*) FROM (SELECT * FROM doctors WHERE shift = %s AND on_call FOR UPDATE) AS doctors"),
+        ("select sum(d.hours) from public.doctors d where d.shift = %s;",
+         "select sum(d.hours) from (SELECT * FROM public.doctors d where d.shift = %s FOR UPDATE) AS d;"),
+        ('SELECT count(*) FROM "On Call"', 'SELECT count(*) FROM (SELECT * FROM "On Call" FOR UPDATE) AS "On Call"'),
+    ],
+)  # fmt: skip
+def test_an_aggregate_locks_its_rows_in_a_subquery(statement: str, after: str) -> None:
+    """FOR UPDATE is refused next to an aggregate: the aggregate reads the rows through a subquery that locks them,
+    under the table's name or alias (so qualified columns still resolve)."""
+    edit = locked_aggregate(statement)
+    assert edit.after == after
+    assert render(parse(edit.after))[0] == edit.canonical
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["SELECT a FROM t WHERE id = %s", "SELECT count(*) FROM t GROUP BY a", "SELECT count(*) FROM t ORDER BY 1",
+     "SELECT count(*) FROM t JOIN u ON u.id = t.id", "SELECT count(*) FROM (SELECT 1) AS s",
+     "SELECT count(*) FROM t FOR UPDATE", "UPDATE t SET a = 1"],
+)  # fmt: skip
+def test_locked_aggregate_refusals(statement: str) -> None:
+    """Not an aggregate (lock it directly), grouped or ordered, several tables, a subquery, a lock: refused."""
+    with pytest.raises(RewriteError):
+        locked_aggregate(statement)
+
+
+def test_an_insert_conflicts_on_the_columns_its_lookup_pins() -> None:
+    """``ON CONFLICT (cols) DO NOTHING`` before RETURNING; the migration is an idempotent unique index on them."""
+    insert = "INSERT INTO bookings (room, day, guest) VALUES (%s, %s, %s) RETURNING id"
+    lookup = "SELECT id FROM bookings WHERE room = %s AND day = %s"
+    columns = equality_columns(lookup)
+    assert columns == ["room", "day"]
+    edit = on_conflict_do_nothing(insert, columns)
+    assert edit.after == (
+        "INSERT INTO bookings (room, day, guest) VALUES (%s, %s, %s) ON CONFLICT (room, day) DO NOTHING RETURNING id"
+    )
+    assert edit.new_params == () and lock_of(edit.after) == "upsert"
+    assert unique_index(insert, columns) == (
+        "CREATE UNIQUE INDEX IF NOT EXISTS bookings_room_day_key ON bookings(room, day)"
+    )
+    assert unique_index('INSERT INTO app.t ("Day") VALUES (%s)', ["Day"]) == (
+        'CREATE UNIQUE INDEX IF NOT EXISTS "t_Day_key" ON app.t("Day")'
+    )
+    assert inserted_values(insert, ["day", "room"]) == [1, 0]
+    assert existing_row_query(insert, columns) == "SELECT id FROM bookings WHERE room = %s AND day = %s"
+
+
+@pytest.mark.parametrize(
+    ("lookup", "insert"),
+    [("SELECT id FROM b WHERE room = %s AND day > %s", "INSERT INTO b (room, day) VALUES (%s, %s)"),
+     ("SELECT id FROM b WHERE room = %s OR day = %s", "INSERT INTO b (room, day) VALUES (%s, %s)"),
+     ("SELECT id FROM b", "INSERT INTO b (room) VALUES (%s)"),
+     ("SELECT id FROM b WHERE room = %s", "INSERT INTO b (day) VALUES (%s)"),
+     ("SELECT id FROM b WHERE room = %s", "INSERT INTO b (room) VALUES (%s) ON CONFLICT DO NOTHING")],
+)  # fmt: skip
+def test_no_unique_key_without_equalities_the_insert_sets(lookup: str, insert: str) -> None:
+    """A range, an OR, no WHERE, a column the INSERT does not set, an INSERT already guarded: no conflict clause."""
+    with pytest.raises(RewriteError):
+        on_conflict_do_nothing(insert, equality_columns(lookup))
+
+
+@pytest.mark.parametrize(
+    ("statement", "guarded"),
+    [("UPDATE inventory SET stock = stock - 1 WHERE sku = %s RETURNING stock",
+      "UPDATE inventory SET stock = stock - 1 WHERE sku = %s AND stock >= 1 RETURNING stock"),
+     ("UPDATE inventory SET stock = stock - %s WHERE sku = %s",
+      "UPDATE inventory SET stock = stock - %s WHERE sku = %s AND stock >= %s"),
+     ("UPDATE seats SET free = free - 2, sold = sold + 2 WHERE id = %s",
+      "UPDATE seats SET free = free - 2, sold = sold + 2 WHERE id = %s AND free >= 2")],
+)  # fmt: skip
+def test_a_decrement_implies_its_guard(statement: str, guarded: str) -> None:
+    """With no invariant configured, a column decremented in place is kept non-negative (increments are not bounded)."""
+    assert atomic_update(statement, implied_invariants(statement)).after == guarded
+
+
+def test_an_increment_implies_nothing() -> None:
+    with pytest.raises(RewriteError):
+        implied_invariants("UPDATE seats SET sold = sold + 1 WHERE id = %s")
+
+
 # -- properties --------------------------------------------------------------------------------------------------
 _COLUMNS = st.sampled_from(["id", "sku", "status", "amount", "owner_id", '"Mixed Case"'])
 _VALUES = st.sampled_from(["%s", "%s", "7", "-2", "'a''b'", "'x%%'", "NULL"])
@@ -206,6 +293,27 @@ def updates(draw: st.DrawFn) -> tuple[str, bool]:
     returning = draw(st.sampled_from(["", f"{gap}RETURNING stock", f"{gap}RETURNING id, version"]))
     sets = f"stock = stock - {amount}{extra}, version = version + 1"
     return f"UPDATE inventory{gap}SET {sets}{gap}{where}{returning}", plain
+
+
+@st.composite
+def aggregates(draw: st.DrawFn) -> tuple[str, bool]:
+    """A single-table aggregate with placeholders and odd spacing, maybe an alias, maybe a semicolon."""
+    gap = draw(_GAP)
+    function = draw(st.sampled_from(["count(*)", "sum(amount)", "max(id)", "COUNT(1)"]))
+    table = draw(st.sampled_from(["orders", "public.orders", '"Stock Items"', "orders o"]))
+    where, plain = draw(_where())
+    end = draw(st.sampled_from(["", ";"]))
+    return f"SELECT {function}{gap}FROM {table}{gap}{where}{end}", plain
+
+
+@settings(max_examples=150, deadline=None)
+@given(aggregates(), st.booleans())
+def test_locked_aggregate_property(case: tuple[str, bool], share: bool) -> None:
+    """Any generated aggregate becomes a valid, placeholder-preserving aggregate over a locking subquery."""
+    statement, _ = case
+    edit = locked_aggregate(statement, share=share)
+    _check_insertions(statement, edit)
+    assert ("FOR SHARE) AS " if share else "FOR UPDATE) AS ") in edit.after
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from processors.model.outputs import IncidentEvent, RunInfo
 from processors.repro import ExecutedStatement, SqlRewrite
-from streamer.schemas import IncidentEvent, RunInfo
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

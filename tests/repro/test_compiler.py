@@ -76,10 +76,12 @@ def test_a_statement_refused_by_the_gate_refuses_the_whole_repro() -> None:
 
 
 def test_unsupported_anomalies_and_levels_are_refused() -> None:
-    """Write skew has no repro yet; the level must be sql or app; app needs CallSpecs for the recorded functions."""
+    """A regression has no repro; the level must be sql or app; app needs CallSpecs for the recorded functions."""
     event = incident("lost_update")
-    with pytest.raises(ReproError, match="write_skew"):
-        compile_repro(event.model_copy(update={"anomaly": "write_skew"}))
+    with pytest.raises(ReproError, match="regression"):
+        compile_repro(event.model_copy(update={"anomaly": "regression"}))
+    with pytest.raises(ReproError, match="isolation"):
+        compile_repro(event, session_isolation={"shop.jobs.expire_cart": "read_uncommitted"})
     with pytest.raises(ReproError, match="level"):
         compile_repro(event, level="java")
     with pytest.raises(ReproError, match="call_specs"):
@@ -132,6 +134,16 @@ def test_generated_files_import_only_the_standard_library_pytest_and_psycopg(ano
             modules.add(node.module.split(".")[0])
     assert "psycopg" in modules and modules - set(sys.stdlib_module_names) <= {"psycopg", "pytest"}
     assert "time.sleep" not in test.source and "sleep(" not in test.source
+
+
+@pytest.mark.parametrize("level", ["sql", "app"])
+def test_each_module_is_imported_on_one_line_across_the_templates(level: str) -> None:
+    """The harness templates' imports are merged: one ``from m import ...`` per module unless a name is aliased."""
+    test = compile_repro(incident("lost_update"), level=level, schema_sql=SCHEMA_SQL, call_specs=CALL_SPECS)
+    plain = [n.module for n in ast.parse(test.source).body
+             if isinstance(n, ast.ImportFrom) and all(a.asname is None for a in n.names)]  # fmt: skip
+    assert len(plain) == len(set(plain))
+    assert "from collections.abc import Callable, Iterator\n" in test.source
 
 
 def test_app_arguments_come_from_the_recorded_parameters_by_the_call_specs() -> None:

@@ -35,6 +35,20 @@ def test_generated_source_matches_its_golden_file(anomaly: str, level: str) -> N
     assert normalised(test) == golden.read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("level", ["sql", "app"])
+def test_the_captured_phantom_matches_its_golden_file(level: str) -> None:
+    """The shop's double charge as the pipeline now reports it (a phantom over two inserted rows): the SQL level
+    carries the stale-read check; the application level calls the charge with its INSERT's parameters (the lookup
+    that found nothing is not counted by the shop's call specs)."""
+    schema = SCHEMA_SQL if level == "app" else None
+    test = compile_repro(incident("phantom"), level=level, schema_sql=schema, call_specs=CALL_SPECS)
+    golden = GOLDEN / f"phantom_{level}.py.txt"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        golden.write_text(normalised(test), encoding="utf-8")
+    assert golden.exists(), f"{golden.name} is missing: run with UPDATE_GOLDEN=1"
+    assert normalised(test) == golden.read_text(encoding="utf-8")
+
+
 def test_compiling_is_deterministic() -> None:
     """The same incident compiles to the same bytes every time."""
     first, second = (compile_repro(incident("lost_update")).source for _ in range(2))

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.model.events import LockMode as Lock
+from processors.model.events import SpanKind
+from processors.model.outputs import IncidentEvent
 from processors.repro import ReproError, compile_repro
 from processors.repro.literals import LiteralError, literal_source, plain
-from streamer.events import LockMode as Lock
-from streamer.events import SpanKind
-from streamer.schemas import IncidentEvent
 from tests.repro.cases import incident
 
 PAYLOADS = (

@@ -6,9 +6,9 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from processors.model.outputs import RunInfo
 from processors.repro import compile_repro
-from sinks.repro_files import code_quality, junit_xml, write_repro_files
-from streamer.schemas import RunInfo
+from processors.repro.ci_files import code_quality, junit_xml, write_repro_files
 from tests.repro.cases import REPO, incident
 
 RED = RunInfo(status="failed", failure="t.DefectReproduced: lost update on orders:1000\x00\x1b[31m", duration_ms=612.5)
@@ -51,6 +51,23 @@ def test_code_quality_lists_each_unprotected_writer_at_its_statement() -> None:
     assert [(i["location"]["path"], i["location"]["lines"]["begin"]) for i in double] == [
         ("bench/shop/handlers.py", 84)]  # fmt: skip
     json.dumps(issues)
+
+
+def test_code_quality_points_at_the_check_then_write_and_at_a_skewed_reader() -> None:
+    """A write skew flags each doctor's UPDATE; a read skew flags the audit's reads, not the transfer that did
+    nothing wrong; the captured phantom flags the charge's INSERT."""
+    from tests.repro.anomalies import CASES
+
+    skew = code_quality(CASES["write_skew"](), REPO)
+    assert [i["location"]["path"] for i in skew] == ["tests/repair/clinic/oncall.py"]
+    assert "clinic.oncall.go_off_call writes without a lock or guard: UPDATE doctors" in skew[0]["description"]
+    reads = code_quality(CASES["read_skew"](), REPO)
+    assert [(i["location"]["path"], i["check_name"]) for i in reads] == [
+        ("tests/repair/clinic/ledger.py", "trace-repro/read_skew")]  # fmt: skip
+    assert "clinic.ledger.audit reads it in separate statements, unlocked: SELECT balance" in reads[0]["description"]
+    phantom = code_quality(incident("phantom"), REPO)
+    assert [(i["location"]["path"], i["location"]["lines"]["begin"]) for i in phantom] == [
+        ("bench/shop/handlers.py", 84)]  # fmt: skip
 
 
 def test_a_hostile_fingerprint_cannot_leave_the_output_directory(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from processors.model.outputs import IncidentEvent
 from processors.repair import apply, plan_repairs
 from streamer.engines import LocalEngines
-from streamer.schemas import IncidentEvent
 from tests.runtime.test_collisions_live import ROUNDS, _incidents, _shop_harness
 
 pytestmark = pytest.mark.engines

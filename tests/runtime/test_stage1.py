@@ -6,7 +6,6 @@ import itertools
 import random
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -15,11 +14,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind
 
-from streamer import config, wire
-from streamer.events import Access, DbOperation, LockMode
+from processors.model.events import Access, DbOperation, LockMode
+from streamer import config
+from streamer.decode import internal as wire
+from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
-from streamer.runtime.records import Outbound, Record, StageOutput
-from streamer.runtime.stage1 import IngestStage
+from streamer.runtime.records import Message, Record, StageOutput
 from tests.fake_clock import FakeClock
 from tests.otlp_factory import ShopTelemetry, ids, to_json, to_proto
 
@@ -67,9 +67,10 @@ class Pipe:
 
     def __init__(self, **env: str) -> None:
         self.settings = config.load(None, env={**ENV, **env})
-        self.clock = FakeClock()
+        self.clock = FakeClock(T0)
         self.metrics = Metrics()
         self.stage = IngestStage(self.settings, self.metrics, self.clock)
+        self.stage.extractor.keys.load([("orders", ["id"])])  # as if loaded from the graph (learned before)
         self.positions: defaultdict[tuple[str, int], int] = defaultdict(int)
         self.encode = to_json if self.settings.kafka.span_encoding == "otlp_json" else to_proto
 
@@ -189,7 +190,7 @@ def test_trace_crossing_the_window_end_counts_in_its_window() -> None:
     out2 = p.tick(12)  # watermark T0 + 11.501 s: the slow trace closes
     calls = [c for out in (out1, out2) for c in out.graph.calls if c["window"] == W0]
     assert [(c["caller"], c["callee"], c["count"]) for c in calls] == [("checkout", "postgresql", 1)]
-    assert p.metric("trace_repro_dropped_total", component="windows", reason="late_trace") == 0
+    assert p.metric("trace_repro_dropped_total", component="calls", reason="calls_late") == 0
 
 
 # ---- (c) late messages ----------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ def test_late_message_is_counted_and_kept_out_of_closed_window() -> None:
     out = p.spans(late)
     assert p.metric("trace_repro_late_events_total", kind="span") == 3
     assert closed_ids(out) == {trace_id(late)}  # assembled and written all the same
-    assert p.metric("trace_repro_dropped_total", component="windows", reason="late_trace") == 1
+    assert p.metric("trace_repro_dropped_total", component="calls", reason="calls_late") == 1
     assert out.graph.calls == []
 
 
@@ -268,7 +269,7 @@ def test_malformed_message_goes_to_dlq_with_original_bytes(kind: str, encoding: 
     ]
     out = p.stage.process(records)
     [dead] = out.produce
-    assert dead == Outbound(p.settings.kafka.dlq_topic, b"k1", bad, dead.headers)
+    assert dead == Message(p.settings.kafka.dlq_topic, b"k1", bad, dead.headers)
     assert dead.value is bad  # the very bytes consumed
     headers = dict(dead.headers)
     assert headers["reason"] == reason.encode()
@@ -327,7 +328,7 @@ def test_committable_waits_for_open_traces_and_windows() -> None:
     assert p.committable() == 3
     p.stage.release(out.release)
     assert p.committable() == 4 == p.positions[TP]
-    assert p.stage.pins.pinned(TP) == 0
+    assert p.stage.tracker.pins.pinned(TP) == 0
 
 
 def test_partitions_commit_independently() -> None:
@@ -342,18 +343,18 @@ def test_partitions_commit_independently() -> None:
     assert (p.committable(0), p.committable(1)) == (1, 1)
 
 
-def test_span_without_end_time_does_not_pin_its_offset_forever() -> None:
-    """A span whose end time is unset (0) still closes with the watermark and releases its message."""
+def test_span_without_end_time_is_dead_lettered_and_pins_nothing() -> None:
+    """A span whose end time is unset (0, so it ends before it starts) is never assembled: its message goes to
+    the DLQ (clock_skew) with its bytes, it is counted, and its offset is committable at once."""
     p = Pipe()
     broken = SHOP.tracer.start_span("broken", start_time=T0 + S)
     broken.end(end_time=0)
-    p.spans(SHOP.take())  # offset 0
-    out = p.tick(5)  # offset 1
-    assert len(out.graph.traces) == 1
-    p.stage.release(out.release)
-    out = p.tick(12)  # offset 2: W0 (the broken span started at T0 + 1 s) closes
-    p.stage.release(out.release)
-    assert p.committable() == 2
+    out = p.spans(SHOP.take())  # offset 0
+    [dead] = out.produce
+    assert dict(dead.headers)["reason"] == b"clock_skew"
+    assert p.metric("trace_repro_dropped_total", component="clock", reason="absurd_duration") == 1
+    assert len(p.stage.traces) == 0
+    assert p.committable() == 1
 
 
 # ---- (f) accesses ---------------------------------------------------------------------------------------------
@@ -412,7 +413,7 @@ def test_open_trace_bound_force_closes_and_counts() -> None:
     out = p.spans(second)
     assert closed_ids(out) == {trace_id(first)}
     assert out.release == [(TP, 0)]
-    assert p.metric("trace_repro_dropped_total", component="traces", reason="forced_close") == 1
+    assert p.metric("trace_repro_dropped_total", component="traces", reason="max_open_traces") == 1
     assert p.metric("trace_repro_open_traces") == 1
     p.stage.release(out.release)
     assert p.committable() == 0  # the forced trace's window still holds it
@@ -427,7 +428,7 @@ def test_span_bound_drops_and_counts() -> None:
     p = Pipe(TRACE_REPRO_WINDOWS__MAX_SPANS_PER_TRACE="2")
     spans = request(1, statements=[(UPDATE, "('paid', 8812)")])  # 3 spans: db, handler, server
     p.spans(spans)
-    assert p.metric("trace_repro_dropped_total", component="traces", reason="dropped_spans") == 1
+    assert p.metric("trace_repro_dropped_total", component="traces", reason="max_spans_per_trace") == 1
     out = p.tick(3)
     assert {r["id"] for r in out.graph.spans} == ids(spans[:2])[1]
 
@@ -460,13 +461,20 @@ def test_message_delivered_twice_counts_once() -> None:
 # ---- pins, whatever the order -----------------------------------------------------------------------------------
 
 
-def _open_offsets(stage: IngestStage) -> dict[tuple[str, int], int]:
-    """The oldest offset per partition that an open trace or open window still needs (white-box)."""
+def _open_offsets(stage: IngestStage, fed: dict[str, set[tuple[tuple[str, int], int]]],
+                  unflushed: dict[str, set[tuple[tuple[str, int], int]]],
+                  root_start: dict[str, int]) -> dict[tuple[str, int], int]:  # fmt: skip
+    """The oldest offset per partition that an open trace or open window still needs, from what the test sent:
+    an open trace needs every message that carried its spans since it was last flushed (a trace evicted early by
+    the open-trace bound is written as a fragment, and its later spans reopen it); an open CALLS window needs the
+    messages of every trace whose root starts in it."""
+    size = int(float(ENV["TRACE_REPRO_WINDOWS__WINDOW_S"]) * S)
+    open_windows = set(stage.calls._windows._state)
+    needed = [unflushed[t] for t in stage.traces._open]
+    needed += [fed[t] for t, start in root_start.items() if start - start % size in open_windows]
     oldest: dict[tuple[str, int], int] = {}
-    holders = [t.sources for t in stage.traces._open.values()] + [w.sources for w in stage.windows._windows.values()]
-    for sources in holders:
-        for handle, offset in sources:
-            tp = cast(tuple[str, int], handle)
+    for sources in needed:
+        for tp, offset in sources:
             oldest[tp] = min(offset, oldest.get(tp, offset))
     return oldest
 
@@ -492,23 +500,104 @@ def test_commit_never_passes_a_message_still_needed(
     still needs, and once everything has closed and been released every position is committable."""
     IDS.reset()
     p = Pipe(TRACE_REPRO_WINDOWS__MAX_OPEN_TRACES=str(max_open))
-    messages: list[tuple[int, bytes]] = []
+    messages: list[tuple[int, bytes, str]] = []
+    root_start: dict[str, int] = {}
     for half_s, partition, split, db in reqs:
         spans = request(half_s / 2, statements=[(UPDATE, "('paid', 8812)")] if db else [])
+        tid = trace_id(spans)
+        root_start[tid] = T0 + int(half_s / 2 * S)
         parts = [spans[:-1], spans[-1:]] if split else [spans]
-        messages += [(partition, p.encode(part)) for part in parts]
+        messages += [(partition, p.encode(part), tid) for part in parts]
     rnd.shuffle(messages)
+    fed: dict[str, set[tuple[tuple[str, int], int]]] = defaultdict(set)
+    unflushed: dict[str, set[tuple[tuple[str, int], int]]] = defaultdict(set)
+    sent: dict[str, int] = {}
     while messages:
         size = rnd.randint(1, 3)
         batch, messages = messages[:size], messages[size:]
-        out = p.stage.process([p.record(value, partition=partition) for partition, value in batch])
+        records = [p.record(value, partition=partition) for partition, value, _ in batch]
+        for record, (_, _, tid) in zip(records, batch, strict=True):
+            fed[tid].add(record.source)
+            unflushed[tid].add(record.source)
+            sent[tid] = root_start[tid]
+        out = p.stage.process(records)
         p.stage.release(out.release)
-        for tp, oldest in _open_offsets(p.stage).items():
+        for tid in [t for t in unflushed if t not in p.stage.traces._open]:
+            del unflushed[tid]  # flushed (closed or evicted): its spans are in the graph rows this batch emitted
+        for tp, oldest in _open_offsets(p.stage, fed, unflushed, sent).items():
             assert p.stage.committable(tp, p.positions[tp]) <= oldest
     p.clock.advance(30 + 100)
     out = p.send()
     p.stage.release(out.release)
-    assert len(p.stage.traces) == len(p.stage.windows) == 0
+    assert len(p.stage.traces) == len(p.stage.calls) == 0
     for tp, position in p.positions.items():
         assert p.stage.committable(tp, position) == position
-        assert p.stage.pins.pinned(tp) == 0
+        assert p.stage.tracker.pins.pinned(tp) == 0
+
+
+@pytest.mark.parametrize("end_ns", [T0 + 2 * 86_400 * S, 2**62], ids=["two_days_ahead", "end_2_62"])
+def test_a_span_from_a_clock_far_ahead_never_reaches_event_time(end_ns: int) -> None:
+    """A host two days ahead (or a span ending at 2^62) is dropped and dead-lettered, counted; the watermark and the
+    retention cut-off stay where the good spans put them, and every window still closes."""
+    p = Pipe()
+    bad = SHOP.tracer.start_span("future", start_time=end_ns - S)
+    bad.end(end_time=end_ns)
+    p.spans(SHOP.take())  # offset 0: the bad span alone
+    good = p.tick(5)  # offset 1
+    assert p.metric("trace_repro_dropped_total", component="clock", reason="future_time") == 1
+    assert p.stage.watermarks.current() < T0 + 10 * S
+    p.stage.release(good.release)
+    out = p.tick(40)  # offset 2: the window of the tick closes
+    assert len(out.graph.windows) == 1
+    assert out.expire_before_ms is None or out.expire_before_ms < p.clock() / MS
+    p.stage.release(out.release)
+    assert p.committable() == 2
+
+
+def test_low_watermark_is_published_to_every_internal_partition() -> None:
+    """Stage 1 sends its low watermark (held back to the oldest open trace's start) for the spans partitions it
+    owns into every partition of the internal topic, after the accesses it covers."""
+    p = Pipe()
+    p.stage.broadcast_partitions = 3
+    p.stage.assign([(SPANS, 0), (SPANS, 1), ("shop.public.orders", 0)])
+    p.clock.advance(31)  # spans partition 1 stays silent past the idle timeout: it stops holding the watermark back
+    out = p.spans(request(10, statements=[(UPDATE, "('paid', 8812)")]))  # watermark T0 + 9.501 s
+    topic = p.settings.kafka.accesses_topic
+    marks = [(m.partition, wire.decode(m.value or b"")) for m in out.produce if m.topic == topic]
+    assert [part for part, _ in marks] == [0, 1, 2]
+    for _, mark in marks:
+        assert isinstance(mark, wire.Watermark)
+        assert mark.partitions == (f"{SPANS}/0", f"{SPANS}/1")
+        assert mark.watermark_ns == T0 + 9_501 * MS  # the watermark: the open trace started after it
+    long = SHOP.tracer.start_span("GET /export", start_time=T0 + 12 * S)  # a long request, still open ...
+    long.end(end_time=T0 + 19_200 * MS)
+    out = p.spans(SHOP.take())  # watermark T0 + 18.7 s: the first request closes, the long one stays open
+    decoded = [(m.partition, wire.decode(m.value or b"")) for m in out.produce if m.topic == topic]
+    kinds = [type(event).__name__ for _, event in decoded]
+    assert kinds == ["Access", "Watermark", "Watermark", "Watermark"]  # the closed trace's access comes first
+    mark = decoded[1][1]
+    assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 12 * S  # ... held back to its start
+
+
+def test_a_newly_assigned_partition_holds_event_time_back_until_it_delivers() -> None:
+    """After a rebalance the partition taken over replays from its committed offset, behind the others: its traces
+    must assemble whole, not close span by span as late against the other partitions' progress."""
+    p = Pipe()
+    p.stage.assign([(SPANS, 0)])
+    p.send(p.encode(request(30)), partition=0)
+    assert p.stage.event_time() == T0 + 30 * S + MS - 500 * MS  # partition 0's newest event - lateness
+    p.stage.assign([(SPANS, 0), (SPANS, 1)])  # takes over partition 1
+    assert p.stage.event_time() == 0  # held back until partition 1 delivers
+    replayed = request(5, statements=[(UPDATE, "('paid', 8812)")])
+    half = len(replayed) // 2
+    out = p.stage.process([p.record(p.encode(replayed[:half]), partition=1)])
+    assert closed_ids(out) == set() and p.metric("trace_repro_late_events_total", kind="span") == 0
+    out = p.stage.process([p.record(p.encode(replayed[half:]), partition=1)])
+    assert p.metric("trace_repro_late_events_total", kind="span") == 0
+    out = p.stage.process([p.record(p.encode(request(31)), partition=1)])  # partition 1 moves past the trace
+    [trace] = [r for r in out.graph.traces if r["id"] == trace_id(replayed)]
+    assert (
+        trace["rooted"]
+        and trace["root"] != ""
+        and len([s for s in out.graph.spans if s["trace"] == trace_id(replayed)]) == len(replayed)
+    )

@@ -1,20 +1,28 @@
-"""EntityStage without engines: wire-encoded Access and RowChange records in, correlated change rows and pins out."""
+"""EntityStage without engines: internal Access, RowChange and Watermark records in; credited changes and pins out.
+
+Event time here is only what upstream (stage 1) publishes: ``Pipe.upstream(at_s)`` sends its low watermark.
+A change is credited once that has passed its commit time plus max_commit_delay + skew (2.005 s by default).
+"""
 
 from __future__ import annotations
 
 import itertools
 import random
 from collections import defaultdict
-from typing import cast
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer import config, wire
-from streamer.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from streamer import config
+from streamer.components import default
+from streamer.decode import internal as wire
+from streamer.runtime.context import stage_processors
+from streamer.runtime.entities import EntityStage
 from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker
 from streamer.runtime.records import Record, StageOutput
-from streamer.runtime.stage2 import EntityStage
 from tests.fake_clock import FakeClock
 
 S = 1_000_000_000
@@ -22,12 +30,8 @@ MS = 1_000_000
 T0 = 1_700_000_000 * S
 TOPIC = "trace-repro.accesses"
 TP = (TOPIC, 0)
-# watermark = newest event - 0.5 s; a change waits until the watermark passes its commit + 2 s
-ENV = {
-    "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0.5",
-    "TRACE_REPRO_WINDOWS__IDLE_S": "30",
-    "TRACE_REPRO_CORRELATION__WAIT_S": "2",
-}
+ENV = {"TRACE_REPRO_WINDOWS__IDLE_S": "30"}
+CREDIT_S = 2.005  # max_commit_delay_ms + skew_ms
 _span_ids = itertools.count(1)
 
 
@@ -37,9 +41,12 @@ class Pipe:
     def __init__(self, **env: str) -> None:
         self.settings = config.load(None, env={**ENV, **env})
         assert self.settings.kafka.accesses_topic == TOPIC
-        self.clock = FakeClock()
+        self.clock = FakeClock(T0)
         self.metrics = Metrics()
-        self.stage = EntityStage(self.settings, self.metrics, self.clock)
+        tracker = PinTracker()
+        processors = stage_processors(self.settings, self.metrics, self.clock, "entities", tracker,
+                                      default().factories)  # fmt: skip
+        self.stage = EntityStage(self.settings, self.metrics, self.clock, tracker=tracker, processors=processors)
         self.positions: defaultdict[tuple[str, int], int] = defaultdict(int)
 
     def record(self, key: str, value: bytes, partition: int = 0) -> Record:
@@ -56,6 +63,12 @@ class Pipe:
                 records.append(self.record(e.entity_key, wire.encode_row_change(e), partition))
         return self.stage.process(records)
 
+    def upstream(self, at_s: float, partition: int = 0) -> StageOutput:
+        """Stage 1 says: every trace of otlp_spans/0 before T0 + at_s has closed and its accesses were sent."""
+        self.clock.now = max(self.clock.now, T0 + int(at_s * S))  # upstream never reports a time ahead of the clock
+        value = wire.encode_watermark(wire.Watermark(T0 + int(at_s * S), ("otlp_spans/0",)))
+        return self.stage.process([self.record("", value, partition)])
+
     def committable(self, partition: int = 0) -> int:
         tp = (TOPIC, partition)
         return self.stage.committable(tp, self.positions[tp])
@@ -64,10 +77,9 @@ class Pipe:
         """How many row changes wait for their access."""
         return self.stage.pending_changes
 
-    def drain(self) -> StageOutput:
-        """No input for a long time: the idle watermark settles everything; release what the stage gives back."""
-        self.clock.advance(10_000)
-        out = self.stage.process([])
+    def drain(self, partition: int = 0) -> StageOutput:
+        """Upstream far ahead: everything is credited and judged; release what the stage gives back."""
+        out = self.upstream(10_000, partition)
         self.stage.release(out.release)
         return out
 
@@ -112,96 +124,97 @@ def change(key: int = 8812, *, commit_s: float = 1.0, tx: str = "771") -> RowCha
     )
 
 
-def test_change_waits_for_an_access_that_arrives_after_it() -> None:
-    """A change with no access yet is pending and pinned; the access arriving later correlates it and releases
-    its pending pin."""
+def test_change_is_credited_only_once_upstream_has_passed_its_commit_plus_the_delay() -> None:
+    """A change waits (pinned) although its writer's access is already there: every trace that could have written
+    it is known only when upstream has passed commit + delay; then it is credited and its pin released."""
     p = Pipe()
-    out = p.send(change())  # offset 0
-    assert out.graph.changes == []
-    assert out.release == []
-    assert p.committable() == 0
-    assert p.pending() == 1
     a = access(end_s=0.999)
-    out = p.send(a)  # offset 1
+    p.send(a)  # offset 0
+    out = p.send(change(commit_s=1.0))  # offset 1
+    assert out.graph.changes == [] and p.pending() == 1
+    out = p.upstream(1.0 + CREDIT_S - 0.001)  # offset 2: not yet
+    assert out.graph.changes == [] and p.committable() == 0
+    out = p.upstream(1.0 + CREDIT_S)  # offset 3
     [row] = out.graph.changes
     assert (row["entity"], row["span"], row["strength"], row["tx"]) == ("orders:8812", a.span_id, "tx_id", "771")
-    assert (TP, 0) in out.release
+    assert (TP, 1) in out.release
     assert p.metric("trace_repro_row_changes_correlated_total", strength="tx_id") == 1
-    assert p.pending() == 0
-    assert p.committable() == 0  # still pinned until the runtime has written the row and releases
     p.stage.release(out.release)
     p.drain()
-    assert p.committable() == 2
+    assert p.committable() == 5
 
 
-def test_change_after_its_access_correlates_at_once() -> None:
-    """When the access is already known the change is written immediately and never waits."""
+def test_arrival_order_of_change_and_access_does_not_matter() -> None:
+    """The access arriving after its change gets the same credit as one that arrived before it."""
     p = Pipe()
+    p.send(change(commit_s=1.0))
     a = access(end_s=0.999)
     p.send(a)
-    out = p.send(change())
+    out = p.upstream(5)
     assert [(r["span"], r["strength"]) for r in out.graph.changes] == [(a.span_id, "tx_id")]
-    assert p.pending() == 0
-    p.stage.release(out.release)
-    p.drain()
-    assert p.committable() == 2
 
 
-def test_unmatched_change_is_written_uncorrelated_once_watermark_passes_commit_plus_wait() -> None:
-    """An unmatched change stays pending (pinned) until the watermark passes commit + wait_s, then is written
-    uncorrelated and released."""
+def test_event_time_comes_only_from_upstream() -> None:
+    """Accesses and changes, however late their times, never move this stage's event time: no credit without
+    upstream, and the idle clock does not replace it."""
+    p = Pipe()
+    p.send(change(commit_s=1.0), access("orders:1", end_s=500, tx=""))
+    p.clock.advance(10_000)
+    out = p.stage.process([])
+    assert out.graph.changes == [] and p.pending() == 1
+    assert p.metric("trace_repro_watermark_seconds", stage="entities") == 0
+
+
+def test_unmatched_change_is_written_uncorrelated_once_upstream_passes_commit_plus_delay() -> None:
+    """A change nobody's access explains is written uncorrelated (counted) once its writers would all be known."""
     p = Pipe()
     p.send(change(commit_s=1.0))  # offset 0
-    out = p.send(access("orders:1", end_s=3.5, tx=""))  # watermark T0 + 3.0 s = commit + wait: not past it
-    assert out.graph.changes == []
-    assert p.committable() == 0
-    out = p.send(access("orders:1", end_s=3.502, tx=""))  # watermark T0 + 3.002 s
+    out = p.upstream(3.0)
+    assert out.graph.changes == [] and p.committable() == 0
+    out = p.upstream(3.01)
     [row] = out.graph.changes
     assert (row["entity"], row["span"], row["strength"], row["skew_ms"]) == ("orders:8812", None, "none", None)
     assert (TP, 0) in out.release
-    assert p.pending() == 0
     assert p.metric("trace_repro_row_changes_correlated_total", strength="none") == 1
-    assert p.committable() == 0
-    p.stage.release(out.release)
-    p.drain()
-    assert p.committable() == 3
 
 
-def test_pending_change_expires_with_the_clock_when_input_stops() -> None:
-    """With no more input, the idle watermark follows the fake clock and expires the pending change."""
+def test_two_writers_of_the_same_value_are_credited_in_commit_order() -> None:
+    """A lost update where both transactions wrote the same value: each commit goes to its own writer (commit order
+    follows statement order on one row), not both to the first whose access arrived."""
     p = Pipe()
-    p.send(change(commit_s=1.0))  # watermark T0 + 0.5 s
-    p.clock.advance(30 + 2.5)  # idle: watermark T0 + 3.0 s, not past commit + wait
-    assert p.stage.process([]).graph.changes == []
-    p.clock.advance(0.01)  # watermark T0 + 3.01 s
-    out = p.stage.process([])
+    first = access(end_s=1.000, tx="")
+    second = replace(access(end_s=1.007, tx=""), trace_id="cd" * 16)  # it waited for the first one's row lock
+    one = replace(change(commit_s=1.005, tx="901"), lsn=10)
+    two = replace(change(commit_s=1.008, tx="902"), lsn=11)
+    p.send(first, one)  # the first commit arrives when only the first writer is known ...
+    p.send(second, two)
+    out = p.upstream(10)
+    credit = {r["lsn"]: (r["span"], r["strength"]) for r in out.graph.changes}
+    assert credit == {10: (first.span_id, "commit_order"), 11: (second.span_id, "commit_order")}
+
+
+def test_ambiguous_writers_stay_uncorrelated() -> None:
+    """Two writers of the same value and only one change: nothing decides between them, so it is not guessed."""
+    p = Pipe()
+    p.send(access(end_s=1.000, tx=""), replace(access(end_s=1.002, tx=""), trace_id="cd" * 16))
+    p.send(change(commit_s=1.003, tx="901"))
+    out = p.upstream(10)
     assert [r["strength"] for r in out.graph.changes] == ["none"]
-    assert (TP, 0) in out.release
-    p.stage.release(out.release)
-    p.drain()
-    assert p.committable() == 1
+    assert p.stage.correlator.counters["ambiguous_values_time"] == 1
 
 
 def test_pins_hold_the_oldest_pending_change() -> None:
-    """The committable offset stays at the oldest pending change while later changes and accesses pass."""
+    """The committable offset stays at the oldest pending change while later records pass."""
     p = Pipe()
-    p.send(change(1, commit_s=1.0, tx="1"))  # offset 0: pending
-    a2 = access("orders:2", end_s=1.0, tx="2")
-    p.send(a2)  # offset 1
-    out = p.send(change(2, commit_s=1.001, tx="2"))  # offset 2: correlates at once
-    assert [r["span"] for r in out.graph.changes] == [a2.span_id]
-    p.stage.release(out.release)
-    p.send(change(3, commit_s=1.2, tx="3"))  # offset 3: pending
-    assert p.pending() == 2
-    assert p.committable() == 0
-    out = p.send(access("orders:1", end_s=0.999, tx="1"))  # offset 4: resolves offset 0
+    p.send(change(1, commit_s=1.0, tx="1"))  # offset 0
+    p.send(access("orders:2", end_s=1.0, tx="2"))  # offset 1
+    p.send(change(2, commit_s=5.0, tx="2b"))  # offset 2
+    out = p.upstream(4)  # offset 3: credits offset 0 only
+    assert [r["entity"] for r in out.graph.changes] == ["orders:1"]
     assert (TP, 0) in out.release
-    assert (TP, 3) not in out.release
     p.stage.release(out.release)
-    assert p.pending() == 1
-    assert p.committable() <= 3  # offset 3 still waits for its access
-    out = p.send(access("orders:3", end_s=1.1, tx="3"))  # offset 5
-    assert (TP, 3) in out.release
+    assert p.committable() == 2  # offset 2 still waits
+    out = p.upstream(8)
     p.stage.release(out.release)
     assert p.pending() == 0
     p.drain()
@@ -209,28 +222,28 @@ def test_pins_hold_the_oldest_pending_change() -> None:
 
 
 def test_pending_changes_are_bounded() -> None:
-    """Past max_pending_changes the oldest entity's pending changes are written uncorrelated and released."""
+    """Past max_pending_changes the oldest pending change is written uncorrelated and released."""
     p = Pipe(TRACE_REPRO_CORRELATION__MAX_PENDING_CHANGES="2")
-    out = p.send(change(1, tx="1"), change(1, tx="1b"), change(2, tx="2"))  # entity 1 (2 changes) evicted
-    assert [(r["entity"], r["tx"]) for r in out.graph.changes] == [("orders:1", "1"), ("orders:1", "1b")]
-    assert {(TP, 0), (TP, 1)} <= set(out.release)
-    assert (TP, 2) not in out.release
-    assert p.pending() == 1
-    out = p.send(change(3, tx="3"))  # offset 3
-    assert out.graph.changes == []  # 2 pending is within the bound
+    out = p.send(change(1, tx="1"), change(1, tx="1b"), change(2, tx="2"))  # the first change is evicted
+    assert [(r["entity"], r["tx"]) for r in out.graph.changes] == [("orders:1", "1")]
+    assert (TP, 0) in out.release
+    assert {(TP, 1), (TP, 2)}.isdisjoint(out.release)
     assert p.pending() == 2
-    assert p.metric("trace_repro_dropped_total", component="correlation", reason="pending_bound") == 2
+    out = p.send(change(3, tx="3"))  # offset 3 evicts the next oldest
+    assert [(r["entity"], r["tx"]) for r in out.graph.changes] == [("orders:1", "1b")]
+    assert p.pending() == 2
+    assert p.metric("trace_repro_dropped_total", component="correlation", reason="max_pending_changes") == 2
 
 
 def test_pending_bound_eviction_writes_and_releases_oldest_entity() -> None:
-    """The evicted changes are written uncorrelated in the same batch and their offsets released."""
+    """The evicted change is written uncorrelated in the same batch and its offset released."""
     p = Pipe(TRACE_REPRO_CORRELATION__MAX_PENDING_CHANGES="2")
     p.send(change(1, tx="1"), change(2, tx="2"))  # offsets 0, 1: both pending
     out = p.send(change(3, tx="3"))  # offset 2: evicts entity orders:1
     assert [(r["entity"], r["strength"]) for r in out.graph.changes] == [("orders:1", "none")]
     assert (TP, 0) in out.release
     assert (TP, 1) not in out.release
-    assert p.metric("trace_repro_dropped_total", component="correlation", reason="pending_bound") == 1
+    assert p.metric("trace_repro_dropped_total", component="correlation", reason="max_pending_changes") == 1
     assert p.metric("trace_repro_row_changes_correlated_total", strength="none") == 1
     p.stage.release(out.release)
     assert p.committable() <= 1  # orders:2 still waits
@@ -260,10 +273,10 @@ def test_forget_drops_pending_changes_of_a_revoked_partition() -> None:
     p.stage.forget(TP)
     assert p.committable(0) == 1
     assert p.committable(1) == 0
-    out = p.send(access("orders:2", end_s=0.999, tx="2"), partition=1)
-    assert out.release == [((TOPIC, 1), 0)]
-    p.clock.advance(100)
-    assert p.stage.process([]).graph.changes == []  # the forgotten change is not written by this owner
+    p.send(access("orders:2", end_s=0.999, tx="2"), partition=1)
+    out = p.upstream(10, partition=1)
+    assert [r["entity"] for r in out.graph.changes] == ["orders:2"]  # the forgotten change is not written here
+    assert ((TOPIC, 1), 0) in out.release
 
 
 events_strategy = st.lists(
@@ -293,12 +306,14 @@ def _feed(p: Pipe, events: list[Event], rnd: random.Random, max_pending: int) ->
             else:
                 c = change(n, commit_s=tenth_s / 10, tx=str(tx))
                 records.append(p.record(c.entity_key, wire.encode_row_change(c), partition))
+        value = wire.encode_watermark(wire.Watermark(T0 + rnd.randint(0, 100) * S // 10, ("otlp_spans/0",)))
+        records.append(p.record("", value, rnd.randint(0, 1)))  # upstream moves on now and then
         out = p.stage.process(records)
         p.stage.release(out.release)
         assert p.pending() <= max_pending
-        for pending in p.stage._pending.values():
-            for _, (tp, offset) in pending:
-                assert p.stage.committable(tp, p.positions[cast(tuple[str, int], tp)]) <= offset
+        for _, topic, partition, offset in p.stage._pending:  # a pending change's key is its record's position
+            tp = (topic, partition)
+            assert p.stage.committable(tp, p.positions[tp]) <= offset
 
 
 @settings(max_examples=60, deadline=None)
@@ -316,30 +331,32 @@ def test_every_offset_is_released_once_all_is_settled(
     """Once the idle watermark has settled everything, every position is committable with no pin left."""
     p = Pipe(TRACE_REPRO_CORRELATION__MAX_PENDING_CHANGES=str(max_pending))
     _feed(p, events, rnd, max_pending)
-    p.drain()
+    p.drain(0)
+    p.drain(1)
     assert p.pending() == 0
     for tp, position in p.positions.items():
         assert p.stage.committable(tp, position) == position
-        assert p.stage.pins.pinned(tp) == 0
+        assert p.stage.tracker.pins.pinned(tp) == 0
 
 
 def test_commit_for_an_already_judged_entity_is_released() -> None:
-    """A row change correlated with an access whose entity was already judged is released once settled."""
+    """A change credited to an access whose row was judged already is released once settled."""
     p = Pipe()
-    p.send(change(1, commit_s=3.5, tx="1"))  # offset 0: watermark T0 + 3.0 s
-    out = p.send(access("orders:2", end_s=0.0, tx="2"))  # offset 1: orders:2 judged at once (deadline T0 + 3 s)
+    p.send(access("orders:2", end_s=0.0, tx="2"))  # offset 0
+    out = p.upstream(3.5)  # offset 1: orders:2 is judged (its deadline T0 + 3 s has passed)
     p.stage.release(out.release)
-    out = p.send(change(2, commit_s=0.0, tx="2"))  # offset 2: correlates with that access
+    out = p.send(change(2, commit_s=0.0, tx="2"))  # offset 2: upstream is past its commit + delay already
     assert [r["strength"] for r in out.graph.changes] == ["tx_id"]
     p.stage.release(out.release)
     p.drain()
-    assert p.committable() == 3
+    assert p.committable() == 4
 
 
 def test_pinned_offsets_gauge_follows_the_pins() -> None:
     """trace_repro_pinned_offsets shows the input still held by open state, and drops to 0 once all settled."""
     p = Pipe()
     p.send(change(commit_s=1.0))
+    p.upstream(2.0)
     assert p.metric("trace_repro_pinned_offsets", stage="entities") == 1
     p.drain()
     assert p.metric("trace_repro_pinned_offsets", stage="entities") == 0

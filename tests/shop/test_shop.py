@@ -18,9 +18,10 @@ from aiokafka.structs import ConsumerRecord
 from bench.shop import db
 from bench.shop.evidence import Summary
 from bench.shop.traffic import KINDS, run_traffic
+from processors.model.events import CdcOp, RowChange, SpanKind
+from processors.model.span import Span
 from streamer.decode import decode_row_change, decode_traces_proto
 from streamer.engines import LocalEngines
-from streamer.events import CdcOp, RowChange, Span, SpanKind
 
 pytestmark = pytest.mark.engines
 

@@ -1,0 +1,61 @@
+"""The row accesses of a closed trace: each DB span analysed into per-row reads and writes, stamped with its request.
+
+The code site of an access is the ``code.function.name`` / ``code.file.path`` of its span or of the nearest
+ancestor that has them (instrumented drivers record no code attributes on the DB span itself). Every access then
+carries its request (the root span): route, interval, outcome and span links, which is what the collision detector
+judges in stage 2, where the rest of the trace is not at hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from processors.model.events import Access
+from processors.model.span import Span
+from processors.sql import SqlAccessExtractor
+from processors.traces import ClosedTrace
+
+_MAX_DEPTH = 64
+
+
+def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
+    """code.function.name / code.file.path of the span or its nearest ancestor that has them."""
+    seen = 0
+    node: Span | None = span
+    while node is not None and seen < _MAX_DEPTH:
+        if node.code_function:
+            return node.code_function, node.code_file
+        node = by_id.get(node.parent_id)
+        seen += 1
+    return "", ""
+
+
+def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
+    """Stamp each access with its request: route, interval and outcome (what the collision detector judges)."""
+    root = trace.root
+    exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
+    links = tuple(sorted({t for s in trace.spans for t in s.links}))
+    return [
+        replace(
+            a,
+            route=root.route or root.name,
+            request_start_ns=root.start_ns,
+            request_end_ns=max(root.end_ns, trace.end_ns),
+            trace_error=any(s.is_error for s in trace.spans),
+            trace_exception=exception,
+            trace_status=root.http_status,
+            links=links,
+        )
+        for a in accesses
+    ]
+
+
+def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor) -> list[Access]:
+    """Every row access the trace's DB spans made, with code sites and the request."""
+    by_id = {s.span_id: s for s in trace.spans}
+    accesses: list[Access] = []
+    for span in trace.spans:
+        if span.db is not None:
+            function, file = function_of(span, by_id)
+            accesses.extend(extractor.accesses(span, function=function, file=file))
+    return with_request(trace, accesses) if accesses else accesses

@@ -1,0 +1,1 @@
+"""Connectors: components that consume one pipeline and produce into another (the proof desk, the repro worker)."""

@@ -1,0 +1,419 @@
+"""The proof judge: did a deployed build fix the defect its proof contract names, judged on its own telemetry.
+
+Everything is keyed by the telemetry's own ``(service, service.version)``: a request by its span's resource, a
+log record by its resource, a collision by the versions of its culprit and victim. Old-version traffic that
+arrives after a deploy (a draining pod, a late exporter) counts for the old build, never against the new one.
+A collision between two builds (culprit on one version, victim on another) counts for neither: it is reported.
+
+Input arrives in event time; the judge keeps it in slices and only decides on slices older than the watermark
+minus ``settle`` (collisions are found downstream, later than the traces they are about). Every build of a
+contract's service first seen after the build the defect was seen on is judged, against:
+
+* the build first seen just before it (``WORSE``: its total error rate is higher, one-sided conditional binomial
+  test at ``alpha / 2`` at each of two looks: when it reaches ``min_requests``, and when the watch ends);
+* the latest earlier build where the signature occurred (the receipt's *before*).
+
+Outcomes, each at most once per (contract, build): ``NOT_FIXED`` as soon as the signature occurs on the build
+(with where: routes and functions, or the colliding functions); ``FIXED`` once the build served ``min_requests``
+matching requests without it and the must-start event was seen; ``WORSE`` (rollback) when the error-rate test
+says so, whatever the fix does; ``INSUFFICIENT`` when the watch (``watch_s`` of event time from the build's first
+request) ends without another verdict, with the requests still needed. A ``FIXED`` can be followed by a
+``NOT_FIXED`` (a late collision) or a ``WORSE``; nothing follows a ``WORSE``.
+
+Latency contracts (a regression's) are judged on each build's latency histogram, by the rule of
+:mod:`~processors.connectors.proofs.latency`.
+
+The must-start event is a log record's ``event.name`` or, for spans, a span named after it. State is bounded:
+``max_builds`` builds per service, ``max_keys`` routes, error kinds and event names per build (overflow counted).
+
+Counts are kept per input partition (a trace's ``part``, a log's or an incident's topic partition): an open slice
+is keyed state that holds its input (so a crash replays it whole); a settled slice is added to the cumulative
+*contribution* of its (build, partition), which the desk writes to the graph. Every instance loads the others'
+contributions (``load``): a build's counts are the sum over partitions, so N ingest replicas judge on the traffic
+one process would see, and a restarted daemon resumes with what it had counted (a partition it takes over starts
+from the stored contribution and skips the slices it already holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import TypeVar
+
+from processors.connectors.proofs.contracts import (
+    ErrorSignature,
+    LatencySignature,
+    collision_signature,
+    latency_bucket,
+    parse_signature,
+)
+from processors.connectors.proofs.latency import judge_latency, slow_requests
+from processors.connectors.proofs.ledger import Ledger
+from processors.connectors.proofs.tallies import Bound, Build, Contribution, Matched, PartKey, Tally, Watch
+from processors.connectors.proofs.verdicts import (
+    FIXED,
+    INSUFFICIENT,
+    LOOKS,
+    NOT_FIXED,
+    SIGNATURE_TEST,
+    WORSE,
+    WORSE_TEST,
+    new_errors,
+    ranked,
+    receipt,
+    verdict,
+)
+from processors.model.contract import ANY_ROUTE, ProofContract
+from processors.model.events import LogRecord
+from processors.model.outputs import IncidentEvent, VerdictEvent
+from processors.model.units import zero_error_floor
+from processors.requests import error_part, requests_of, site
+from processors.stat_tests import conditional_binomial, rate_interval, requests_to_show_drop
+from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.telemetry import Telemetry
+from processors.traces import ClosedTrace
+
+NS = 1_000_000_000
+K = TypeVar("K", bound=Hashable)
+
+
+class ProofJudge:
+    """Pure event-time processor: feed it traces, logs, incidents and contracts; ``close_until`` gives verdicts."""
+
+    def __init__(
+        self,
+        *,
+        settle_ns: int = 0,
+        slice_ns: int = NS,
+        max_builds: int = 16,
+        max_keys: int = 1024,
+        max_sites: int = 16,
+        max_open_slices: int = 100_000,
+        telemetry: Telemetry | None = None,
+        events: StateEvents = NO_EVENTS,
+    ) -> None:
+        self.settle_ns = settle_ns
+        self.slice_ns = slice_ns
+        self.max_builds = max_builds
+        self.max_keys = max_keys
+        self.max_sites = max_sites
+        self._builds: dict[str, dict[str, Build]] = {}  # service -> version -> build
+        self._contracts: dict[str, Bound] = {}  # by incident fingerprint
+        self._watches: dict[tuple[str, str, str], Watch] = {}  # (fingerprint, service, version)
+        self._fingerprint_signatures: dict[str, set[str]] = {}  # incident fingerprint -> collision signatures
+        self._collision_routes: dict[str, set[str]] = {}  # collision signature -> routes of its requests
+        self._must_start: set[str] = set()  # span names that count as must-start events
+        self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
+        self.ledger = Ledger(slice_ns, max_open_slices, self.telemetry, events, self._build,
+                             lambda service, version: self._builds.get(service, {}).get(version))  # fmt: skip
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """What was counted (requests, logs, incidents, verdicts, ...); drops are in ``telemetry.dropped``."""
+        return self.telemetry.events
+
+    # ---- input ---------------------------------------------------------------------------------------------
+
+    def on_contract(self, contract: ProofContract) -> None:
+        """Start (or replace) the watch of one incident's contract."""
+        old = self._contracts.get(contract.fingerprint)
+        service = contract.service or (old.service if old else "")
+        version = contract.version or (old.version if old else "")
+        self._contracts[contract.fingerprint] = Bound(contract, parse_signature(contract.signature), service, version)
+        if contract.must_start:
+            self._must_start.add(contract.must_start)
+
+    def on_trace(self, trace: ClosedTrace) -> None:
+        """Count the trace's requests (and spans named after a must-start event) under their own builds."""
+        part = trace.part
+        for req in requests_of(trace):
+            self.telemetry.count("requests", 1)
+            build = self._build(req.service, req.version, req.start_ns, req.revision)
+            t = self.ledger.slice(build, req.start_ns, part)
+            t.requests += 1
+            if self._bump(t.routes, (req.label, req.operation)):
+                buckets = t.latency.setdefault((req.label, req.operation), {})
+                bucket = latency_bucket(req.end_ns - req.start_ns)
+                buckets[bucket] = buckets.get(bucket, 0) + 1
+            if req.error:
+                t.errors += 1
+                key = (req.label, req.operation, error_part(req.exception, req.http_status))
+                if self._bump(t.failures, key):
+                    self._site(t.sites.setdefault(key, {}), site(req.label, req.function))
+        for span in trace.spans:
+            if span.name in self._must_start:
+                r = span.resource
+                build = self._build(r.service, r.version, span.start_ns, r.revision)
+                self._bump(self.ledger.slice(build, span.start_ns, part).events, span.name)
+
+    def on_log(self, record: LogRecord, part: str = "") -> None:
+        """Count a log record's event name under its own build."""
+        if not record.event_name:
+            return
+        self.telemetry.count("logs", 1)
+        r = record.resource
+        build = self._build(r.service, r.version, record.time_ns, r.revision)
+        self._bump(self.ledger.slice(build, record.time_ns, part).events, record.event_name)
+
+    def on_incident(self, incident: IncidentEvent, part: str = "") -> None:
+        """Count a collision on the build both its parties ran, or as mixed on each of theirs."""
+        self.telemetry.count("incidents", 1)
+        sig = collision_signature(incident)
+        fps = self._fingerprint_signatures.setdefault(incident.fingerprint, set())
+        if len(fps) < self.max_sites:
+            fps.add(sig)
+        routes = self._collision_routes.setdefault(sig, set())
+        for a in (incident.culprit, incident.victim):
+            if a.route and len(routes) < self.max_sites:
+                routes.add(a.route)
+        at = int(incident.culprit.start_unix_ms * 1e6)
+        parties = {(a.service, a.version) for a in (incident.culprit, incident.victim)}
+        c, v = incident.culprit, incident.victim
+        where = f"{c.function or c.service} ({c.route}) vs {v.function or v.service} ({v.route}) on {incident.table}"
+        if len(parties) == 1:
+            build = self._build(c.service, c.version, at, "")
+            t = self.ledger.slice(build, at, part)
+            if self._bump(t.collisions, sig):
+                self._site(t.collision_sites.setdefault(sig, {}), where)
+            return
+        self.telemetry.count("mixed_incidents", 1)
+        for service, version in sorted(parties):
+            self._bump(self.ledger.slice(self._build(service, version, at, ""), at, part).mixed, sig)
+
+    def requests_on(self, service: str, version: str, routes: Iterable[str]) -> int:
+        """Requests counted so far (settled or not) for ``routes`` of one build: the traffic behind a rate."""
+        build = self._builds.get(service, {}).get(version)
+        if build is None:
+            return 0
+        wanted = set(routes)
+        pending = self.ledger.open_slices(service, version)
+        return sum(n for t in (self.ledger.settled(build), *pending) for (label, op), n in t.routes.items()
+                   if label in wanted or op in wanted)  # fmt: skip
+
+    def newer(self, service: str, version: str, than: str) -> bool:
+        """Whether build ``version`` of ``service`` was first seen after build ``than`` (False if either is unknown)."""
+        builds = self._builds.get(service, {})
+        a, b = builds.get(version), builds.get(than)
+        return a is not None and b is not None and (a.first_ns, a.version) > (b.first_ns, b.version)
+
+    # ---- state ---------------------------------------------------------------------------------------------
+
+    def _bump(self, counts: dict[K, int], key: K) -> bool:
+        """Count one under ``key``; False (and counted as overflow) when the map is full."""
+        if key not in counts and len(counts) >= self.max_keys:
+            self.telemetry.drop("max_keys")
+            return False
+        counts[key] = counts.get(key, 0) + 1
+        return True
+
+    def _site(self, places: dict[str, int], where: str) -> None:
+        if where in places or len(places) < self.max_sites:
+            places[where] = places.get(where, 0) + 1
+        else:
+            self.telemetry.drop("max_sites")
+
+    def _build(self, service: str, version: str, at_ns: int, revision: str) -> Build:
+        builds = self._builds.setdefault(service, {})
+        build = builds.get(version)
+        if build is None:
+            build = builds[version] = Build(service, version, at_ns, at_ns, revision)
+            if len(builds) > self.max_builds:
+                oldest = min(builds.values(), key=lambda b: b.first_ns)
+                del builds[oldest.version]
+                self.telemetry.drop("max_builds")
+                for key in [k for k in self._watches if k[1] == service and k[2] == oldest.version]:
+                    del self._watches[key]
+        build.first_ns = min(build.first_ns, at_ns)
+        build.last_ns = max(build.last_ns, at_ns)
+        build.revision = build.revision or revision
+        return build
+
+    def contributions(self) -> list[tuple[PartKey, Contribution]]:
+        return self.ledger.contributions()
+
+    def load(self, stored: list[tuple[PartKey, Contribution]]) -> None:
+        self.ledger.load(stored)
+
+    def revoke(self, part: str) -> None:
+        self.ledger.revoke(part)
+
+    # ---- matching ------------------------------------------------------------------------------------------
+
+    def _matched(self, bound: Bound, t: Tally) -> Matched:
+        sig = bound.signature
+        if isinstance(sig, ErrorSignature):
+            requests = sum(n for (label, op), n in t.routes.items() if sig.matches_route(label, op))
+            hits = {k: n for k, n in t.failures.items() if sig.matches_route(k[0], k[1]) and sig.matches_error(k[2])}
+            places: dict[str, int] = {}
+            for k in hits:
+                for where, n in t.sites.get(k, {}).items():
+                    places[where] = places.get(where, 0) + n
+            return Matched(sum(hits.values()), requests, ranked(places))
+        if isinstance(sig, LatencySignature):
+            return slow_requests(sig, t)
+        sigs = self._collision_signatures(bound)
+        routes = set(bound.contract.routes)
+        for s in sigs:
+            routes |= self._collision_routes.get(s, set())
+        requests = sum(n for (label, op), n in t.routes.items() if label in routes or op in routes)
+        places = {}
+        for s in sigs:
+            for where, n in t.collision_sites.get(s, {}).items():
+                places[where] = places.get(where, 0) + n
+        count = sum(t.collisions.get(s, 0) for s in sigs)
+        return Matched(count, requests if routes else t.requests, ranked(places))
+
+    def _collision_signatures(self, bound: Bound) -> set[str]:
+        return {str(bound.signature)} | self._fingerprint_signatures.get(bound.contract.fingerprint, set())
+
+    def _bind(self, bound: Bound) -> None:
+        """A contract without service or version takes those of the earliest build its signature occurred on."""
+        if bound.service and bound.version:
+            return
+        found: list[tuple[int, str, str]] = []
+        for service, builds in self._builds.items():
+            if bound.service and service != bound.service:
+                continue
+            for build in builds.values():
+                if self._matched(bound, self.ledger.settled(build)).count:
+                    found.append((build.first_ns, service, build.version))
+        if found:
+            _, service, version = min(found)
+            bound.service = bound.service or service
+            bound.version = bound.version or version
+
+    # ---- verdicts ------------------------------------------------------------------------------------------
+
+    def close_until(self, watermark_ns: int) -> list[VerdictEvent]:
+        """Settle what is older than ``watermark - settle`` and judge every watched build on it."""
+        self.ledger.settle(watermark_ns - self.settle_ns)
+        out: list[VerdictEvent] = []
+        for fingerprint in sorted(self._contracts):
+            bound = self._contracts[fingerprint]
+            self._bind(bound)
+            if not bound.service:
+                continue
+            builds = sorted(self._builds.get(bound.service, {}).values(), key=lambda b: (b.first_ns, b.version))
+            reference = next((b for b in builds if b.version == bound.version), None)
+            for i, build in enumerate(builds):
+                if build.version == bound.version or (reference is not None and build.first_ns <= reference.first_ns):
+                    continue
+                watch = self._watches.setdefault((fingerprint, bound.service, build.version), Watch())
+                if not watch.closed:
+                    out.extend(self._judge(bound, build, builds[:i], watch))
+        self.telemetry.count("verdicts", len(out))
+        return out
+
+    def _judge(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch) -> list[VerdictEvent]:
+        c = bound.contract
+        t = self.ledger.settled(build)
+        now = self._matched(bound, t)
+        reached = now.requests >= c.min_requests
+        over = self.ledger.horizon >= build.first_ns + int(c.watch_s * NS)
+        must = t.events.get(c.must_start, 0)
+        out: list[VerdictEvent] = []
+        if WORSE in watch.emitted:
+            watch.closed = watch.closed or over
+            return out
+        look = over or (reached and not watch.looked)
+        watch.looked = watch.looked or reached
+        previous = earlier[-1] if earlier else None
+        if look and previous is not None and self.ledger.settled(previous).requests and t.requests:
+            p = self.ledger.settled(previous)
+            test = conditional_binomial(p.errors, p.requests, t.errors, t.requests, "greater")
+            if test.p_value <= c.alpha / 2:
+                gone = "the contract's signature is gone" if now.count == 0 else f"{str(bound.signature)!r} remains"
+                reason = (f"{build.version} fails {t.errors}/{t.requests} requests vs {p.errors}/{p.requests} on "
+                          f"{previous.version}: worse overall (p={test.p_value:.3g} <= {c.alpha / 2:g}), roll back; "
+                          f"{gone}; new errors at {', '.join(new_errors(t, p)) or 'n/a'}")  # fmt: skip
+                numbers = receipt(build, now, must, c, p.errors, p.requests, t.errors, t.requests, WORSE_TEST,
+                                  test.p_value, self.ledger.horizon)  # fmt: skip
+                out.append(verdict(bound, build, WORSE, reason, numbers))
+        if not out and isinstance(bound.signature, LatencySignature):
+            out += self._latency(bound, build, earlier, watch, now, must, over)
+        elif not out:
+            out += self._signature(bound, build, earlier, watch, now, t, must, reached, over)
+        watch.emitted.extend(v.outcome for v in out)
+        watch.closed = watch.closed or over
+        return out
+
+    def _signature(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, t: Tally,
+                   must: int, reached: bool, over: bool) -> list[VerdictEvent]:  # fmt: skip
+        """NOT_FIXED, FIXED or INSUFFICIENT on the contract's signature (see :data:`FIXED_RULE`)."""
+        c, sig = bound.contract, str(bound.signature)
+        before = next((b for b in reversed(earlier) if self._matched(bound, self.ledger.settled(b)).count), None)
+        old = self._matched(bound, self.ledger.settled(before)) if before is not None else Matched(0, 0, [])
+        was = f"before: {old.count}/{old.requests} on {before.version}" if before is not None else "never seen before"
+        alpha_look = c.alpha / LOOKS
+        floor = zero_error_floor(rate_interval(old.count, old.requests)[1], c.alpha) if old.count else 0
+        needed = max(floor, requests_to_show_drop(old.count, old.requests, alpha_look) or 0)
+        p_value = (conditional_binomial(old.count, old.requests, now.count, now.requests, "less").p_value
+                   if old.requests and now.requests else None)  # fmt: skip
+        moved = self._moved(bound, t, self.ledger.settled(before) if before is not None else None)
+        outcome, reason = "", ""
+        if now.count:
+            outcome = NOT_FIXED
+            reason = (f"{sig!r} still happens on {build.version}: {now.count} of {now.requests} requests, at "
+                      f"{'; '.join(now.sites) or 'unknown site'} ({was})")  # fmt: skip
+        elif moved:
+            outcome = NOT_FIXED
+            now = Matched(0, now.requests, moved)
+            reason = (f"{sig!r} is gone from its route on {build.version}, but its error moved: {'; '.join(moved)} "
+                      f"({was})")  # fmt: skip
+        elif old.count and now.requests >= needed and (must or not c.must_start) and p_value is not None \
+                and p_value <= alpha_look:  # fmt: skip
+            outcome = FIXED
+            seen = f"{c.must_start!r} seen {must} time(s)" if c.must_start else "no must-start event promised"
+            reason = (f"{sig!r} not seen in {now.requests} requests of {build.version} ({was}): p = {p_value:.3g} <= "
+                      f"{alpha_look:g} (alpha {c.alpha:g} over {LOOKS} looks), floor {floor} from the before rate's "
+                      f"upper bound; {seen}")  # fmt: skip
+        elif over and not watch.emitted:
+            outcome = INSUFFICIENT
+            if not old.count:
+                reason = (f"{sig!r} was never counted on an earlier build of {build.service} (nothing to show a drop "
+                          f"from); {now.requests} requests of {build.version} without it")  # fmt: skip
+            elif now.requests >= needed:
+                reason = (f"{sig!r} not seen in {now.requests} requests, but {c.must_start!r} never was: "
+                          "no evidence that the fix ran")  # fmt: skip
+            else:
+                reason = (f"{now.requests} of the {needed} requests needed ({was}; floor {floor}, test at "
+                          f"{alpha_look:g}) in {c.watch_s:g}s of {build.version}: "
+                          f"{needed - now.requests} more")  # fmt: skip
+        if not outcome or outcome in watch.emitted or (outcome == FIXED and NOT_FIXED in watch.emitted):
+            return []
+        numbers = receipt(build, now, must, c, old.count, old.requests, now.count, now.requests, SIGNATURE_TEST,
+                          p_value, self.ledger.horizon, floor=floor, needed=needed, looks=LOOKS)  # fmt: skip
+        return [verdict(bound, build, outcome, reason, numbers)]
+
+    def _latency(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, must: int,
+                 over: bool) -> list[VerdictEvent]:  # fmt: skip
+        """A latency contract's verdict on ``build``: the regressed and the baseline builds' shares are the evidence."""
+        c = bound.contract
+        regressed = next((b for b in earlier if b.version == bound.version), None)
+        baseline = next((b for b in earlier if c.baseline_version and b.version == c.baseline_version), None)
+        old = self._matched(bound, self.ledger.settled(regressed)) if regressed is not None else None
+        base = self._matched(bound, self.ledger.settled(baseline)) if baseline is not None else None
+        return judge_latency(bound, build, watch, now, must, over, old, base, self.ledger.horizon)
+
+    def _moved(self, bound: Bound, t: Tally, before: Tally | None) -> list[str]:
+        """Where the contract's error now happens on *other* routes, at a higher rate than before (a fix that moved
+        the error rather than removing it); [] for collision contracts and route-less signatures."""
+        sig = bound.signature
+        if not isinstance(sig, ErrorSignature) or sig.route == ANY_ROUTE or not t.requests:
+            return []
+        places: dict[str, int] = {}
+        for (label, op, error), n in t.failures.items():
+            if sig.matches_route(label, op) or not sig.matches_error(error):
+                continue
+            earlier = before.failures.get((label, op, error), 0) / before.requests if before and before.requests else 0
+            if n / t.requests > earlier:
+                for where, m in t.sites.get((label, op, error), {label: n}).items():
+                    places[where] = places.get(where, 0) + m
+        return ranked(places)
+
+
+def verdicts_by_version(verdicts: Iterable[VerdictEvent]) -> dict[str, list[str]]:
+    """Outcomes per version, in emission order (a reading aid for logs and tests)."""
+    out: dict[str, list[str]] = {}
+    for v in verdicts:
+        out.setdefault(v.version, []).append(v.outcome)
+    return out

@@ -1,0 +1,403 @@
+"""Classifying collisions: the dependencies between two independent traces, in Adya's terms.
+
+Two traces are independent when neither is an ancestor of the other (different traces, no span link between
+them). What each did to a row is read from three sources: its keyed statements on the row, its *predicate*
+statements on the row's table (a WHERE that names no row by its key, an INSERT whose key the database assigns)
+whose predicate covers an image of the row, and the committed row changes credited to it. Between two traces:
+
+* **rw** (anti-dependency) A → B: A read a version of a row (by key, or a predicate that selects it) and B
+  committed the next one after A's statement ended; for a predicate read, also when B's change makes the row
+  enter or leave the predicate (a phantom). A read under ``FOR UPDATE``/``FOR SHARE`` waits and reads the newest
+  version, so it gives no rw edge on an existing row (it still misses a row inserted meanwhile).
+* **ww** B → A: both wrote the row; B's write came first (commit order, else statement order).
+* **wr** B → A: A's statement started after B's commit and read the row B wrote.
+
+Classes (Elle's vocabulary; Adya's phenomenon in parentheses), each only with the evidence it needs:
+
+``lost_update`` (G-single: A →rw B →ww A on one row)
+    Both read the row unlocked, each before the other's write, and the second writer *sets* a value (a column
+    assigned a parameter or literal). A relative update (``x = x - 1``) reads the row under its lock and keeps the
+    other's change: never a lost update. Manifest when a written value is gone from the committed image, or a
+    writer failed.
+``invariant_violation`` (G-single with its damage)
+    The same stale-read race where a committed image breaks a configured invariant, or, for relative updates,
+    where the victim failed. Without that evidence two relative updates are nothing.
+``duplicate_apply``
+    Two unguarded INSERTs of one configured identity (``sql.insert_identity``).
+``write_skew`` (G2-item: A →rw B →rw A over two rows)
+    Each read (by key or by predicate) a row the other then changed, and both committed.
+``phantom`` (G2: the same cycle through inserts)
+    Each read a predicate that matched no row (or fewer), and each inserted a row the other's predicate selects,
+    and both committed: the predicate double insert.
+``read_skew`` (G-single: A →rw B →wr A over two rows)
+    A read row x before B's transaction committed and row y after it, B having written both: A saw half of it.
+    Manifest when A failed.
+
+The *culprit* is the first committed conflicting write; the *victim* is the trace that acted on what it read (the
+one that failed, when one did). The victim is never the culprit. Multi-row classes are reported once per pair of
+traces, whichever of their rows is judged first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from processors.detectors.collisions.views import (
+    ADYA,
+    UNGUARDED,
+    WRITES,
+    Collision,
+    EntityHistory,
+    Memory,
+    View,
+    absolute_columns,
+    add_access,
+    commit_line,
+    commit_ns,
+    credited_statement,
+    failure_text,
+    fingerprint,
+    image_at,
+    independent,
+    lost_value,
+    moves_row,
+    ms_from,
+    occurrence_id,
+    reads_row,
+    what_read,
+    write_order,
+)
+from processors.invariants import Invariant
+from processors.model.anomaly import Anomaly
+from processors.model.events import Access, CdcOp, Commit, DbOperation, scope_key
+from processors.model.units import MS_NS
+from processors.sql.values import covers
+
+
+class PairJudge:
+    """Judges one row's history, pair by pair of independent traces; see the module docstring."""
+
+    def __init__(self, window_ns: int, invariants: Mapping[str, list[Invariant]] | None = None,
+                 skew_ns: int = 5 * MS_NS) -> None:  # fmt: skip
+        self.window_ns = window_ns
+        self.skew_ns = skew_ns
+        self.invariants = dict(invariants or {})
+        self._row_writes: list[Access] = []  # the row being judged: its writes, by key or credited
+
+    # ---- the row's participants -----------------------------------------------------------------------------
+
+    def views(self, key: str, state: EntityHistory, memory: Memory) -> dict[str, View]:
+        """Every trace that read or wrote the row: by key, by a predicate that covers one of its images, or by a
+        change credited to it."""
+        commits = sorted(state.commits, key=lambda c: c.change.lsn)
+        views: dict[str, View] = {}
+
+        def view(trace: str) -> View:
+            return views.setdefault(trace, View(trace))
+
+        for a in state.accesses:
+            add_access(view(a.trace_id), a)
+        table = key.partition(":")[0]
+        scope = memory.scope(scope_key(table))
+        if scope is not None and commits:
+            for p in scope.accesses:
+                if p.operation is not DbOperation.READ:
+                    continue  # a predicate write is known here by the change credited to it
+                at = image_at(commits, p.start_ns)
+                if at is not None and covers(p.predicates, p.exact, at) is True:
+                    add_access(view(p.trace_id), p)  # it read the row's version through its predicate
+                elif any(moves_row(p, c) for c in commits if c.trace_id != p.trace_id):
+                    v = view(p.trace_id)
+                    v.moved.append(p)
+                    v.all.append(p)
+        for c in commits:
+            if not c.trace_id:
+                continue
+            v = view(c.trace_id)
+            v.commits.append(c)
+            made = next((a for a in memory.by_trace.peek(c.trace_id) or () if a.span_id == c.span_id), None)
+            if made is not None and made not in v.writes:
+                v.writes.append(made)
+                if made not in v.all:
+                    v.all.append(made)
+        return views
+
+    def judge(self, key: str, state: EntityHistory, memory: Memory, *, until_ns: int | None = None) -> list[Collision]:
+        """The collisions on row ``key`` between traces whose statements there all ended by ``until_ns`` (their
+        commits are credited), at least one of them not judged before (those are added to ``state.judged``)."""
+        views = self.views(key, state, memory)
+        self._row_writes = sorted({w for v in views.values() for w in v.writes if w.operation in WRITES},
+                                  key=lambda w: (w.start_ns, w.span_id))  # fmt: skip
+        ready = sorted(
+            (v for v in views.values() if v.all or v.commits),
+            key=lambda v: (min((a.start_ns for a in v.all), default=0), v.trace),
+        )
+        if until_ns is not None:
+            ready = [v for v in ready if v.end_ns <= until_ns]
+        out = []
+        for i, first in enumerate(ready):
+            for second in ready[i + 1 :]:
+                if first.trace in state.judged and second.trace in state.judged:
+                    continue  # this pair was judged before
+                if not independent(first.trace, second.trace, memory):
+                    continue
+                found = (
+                    self._same_row(key, state, first, second)
+                    or self._duplicate(key, state, first, second)
+                    or self._cycle(key, first.trace, second.trace, memory)
+                    or self._read_skew(key, first.trace, second.trace, memory)
+                )
+                if found is not None:
+                    out.append(found)
+        state.judged.update(v.trace for v in ready)
+        return out
+
+    # ---- one row: lost update, invariant violation, duplicate apply ------------------------------------------
+
+    def _same_row(self, key: str, state: EntityHistory, a: View, b: View) -> Collision | None:
+        wa = [w for w in a.writes if w.operation is DbOperation.WRITE and not w.error]
+        wb = [w for w in b.writes if w.operation is DbOperation.WRITE and not w.error]
+        if not (a.reads and b.reads and wa and wb):
+            return None
+        if any(w.lock is not UNGUARDED for w in (*wa, *wb)) or a.locked or b.locked:
+            return None  # a guarded write or a locked read: the database serialised them
+        ra, rb = a.reads[0], b.reads[0]
+        if not (ra.start_ns < wb[0].start_ns and rb.start_ns < wa[0].start_ns):
+            return None  # one read after the other's write: it saw it (or waited for it)
+        if abs(wa[0].start_ns - wb[0].start_ns) > self.window_ns:
+            return None
+        first, second = write_order(a, b, wa[0], wb[0])
+        (fv, fw, fr), (sv, sw, sr) = first, second
+        culprit, victim = fw, sw
+        relative = bool(sw.set_exprs) and not absolute_columns(sw)  # (nothing known of what it set: not relative)
+        correlated = bool(fv.commits and sv.commits)
+        broken = self._broken(culprit.table, state, culprit, victim)
+        failed = victim if victim.trace_error else culprit if culprit.trace_error else None
+        if failed is culprit:
+            culprit, victim = victim, culprit  # the request that failed is the victim, never the culprit
+        evidence = [
+            f"{x.function or x.service} read {key} without a lock at {ms_from(x.start_ns, fw.start_ns)} ms: "
+            f"{x.statement}"
+            for x in (fr, sr)
+        ]
+        evidence.append(f"first conflicting write by {fw.function or fw.service}: {fw.statement}")
+        how = (
+            f"relative to its current value ({', '.join(sw.set_exprs)}): no value of the first write is lost"
+            if relative
+            else f"setting {', '.join(absolute_columns(sw))} to what it computed from its stale read"
+        )
+        evidence.append(f"then {sw.function or sw.service} wrote it {how}")
+        commits = sorted(fv.commits + sv.commits, key=lambda c: c.change.lsn)
+        evidence += [commit_line(c) for c in commits]
+        if not correlated:
+            evidence.append("the row changes are not correlated with both traces: classified by the statements")
+        if broken:
+            anomaly, damage = Anomaly.INVARIANT_VIOLATION, broken
+            if failed is not None:
+                damage += f"; {failure_text(victim)}"
+        elif relative:
+            if failed is None:
+                return None  # two relative updates after a stale read, and nothing broke: not an anomaly
+            anomaly, damage = Anomaly.INVARIANT_VIOLATION, failure_text(victim)
+            evidence.append("the check its read made no longer held when it wrote: it failed")
+        else:
+            anomaly = Anomaly.LOST_UPDATE
+            damage = lost_value(commits, fv.trace, sv.trace, sw) or (failure_text(victim) if failed else "")
+        confidence = 0.6 + 0.2 * correlated + 0.1 * bool(damage) + 0.1 * bool(fr.read_version or sr.read_version)
+        conflicting = [fr, fw, sr, sw]
+        involved = [x for x in (*a.all, *b.all)]
+        return self._collision(anomaly, key, state, culprit, victim, involved, conflicting, commits, damage,
+                               confidence, evidence, (key,), correlated)  # fmt: skip
+
+    def _broken(self, table: str, state: EntityHistory, culprit: Access, victim: Access) -> str:
+        rules = self.invariants.get(table, [])
+        if not rules:
+            return ""
+        lo = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
+        for c in state.commits:
+            if c.change.after is None or c.change.commit_ts_ms < lo:
+                continue
+            for rule in rules:
+                if rule.holds(c.change.after) is False:
+                    shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
+                    return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
+        return ""
+
+    def _duplicate(self, key: str, state: EntityHistory, a: View, b: View) -> Collision | None:
+        ia = [x for x in a.writes if x.operation is DbOperation.INSERT and x.lock is UNGUARDED and x.keyed]
+        ib = [x for x in b.writes if x.operation is DbOperation.INSERT and x.lock is UNGUARDED and x.keyed]
+        if not (ia and ib) or abs(ia[0].start_ns - ib[0].start_ns) > self.window_ns or "=" not in key:
+            return None  # only inserts of a configured identity (``table:col=value``) share a row key
+        culprit, victim = (ia[0], ib[0]) if ia[0].start_ns <= ib[0].start_ns else (ib[0], ia[0])
+        created = [c for c in state.commits if c.change.op is CdcOp.CREATE]
+        applied = sum(1 for x in (culprit, victim) if not x.error)
+        damage = ""
+        if len(created) >= 2:
+            lsns = ", ".join(str(c.change.lsn) for c in created)
+            damage = f"{len(created)} rows committed for one {key} (lsn {lsns})"
+        elif applied == 2 and not created:
+            damage = f"both inserts for {key} succeeded"
+        evidence = [f"{x.function or x.service} inserted {key} unguarded: {x.statement}" for x in (culprit, victim)]
+        evidence += [commit_line(c) for c in created]
+        confidence = 0.7 + 0.2 * (len(created) >= 2) + 0.1 * bool(culprit.idempotency_key or victim.idempotency_key)
+        return self._collision(Anomaly.DUPLICATE_APPLY, key, state, culprit, victim, [*a.all, *b.all],
+                               [culprit, victim], created, damage, confidence, evidence, (key,),
+                               bool(created))  # fmt: skip
+
+    # ---- two rows: write skew, phantom, read skew ----------------------------------------------------------------
+
+    def _before(self, read: Access, commit: Commit, made: Access | None) -> bool:
+        """Whether ``read`` ended before ``commit`` could be seen: before the statement that made it started (span
+        clocks), or before the commit time by more than the tolerated skew (the database's clock)."""
+        if made is not None and read.end_ns < made.start_ns:
+            return made.start_ns - read.end_ns <= self.window_ns
+        at = commit_ns(commit) - self.skew_ns
+        return read.end_ns < at and at - read.end_ns <= self.window_ns
+
+    def _after(self, read: Access, commits: Sequence[Commit], made: Sequence[Access]) -> bool:
+        """Whether ``read`` started after every one of ``commits`` was visible: after the writer's request ended
+        (span clocks), or after the last commit time by more than the tolerated skew."""
+        if made and all(m.request_end_ns and read.start_ns > m.request_end_ns for m in made):
+            return True
+        return read.start_ns > max(map(commit_ns, commits)) + MS_NS + self.skew_ns
+
+    def _rw(self, reader: str, commit: Commit, row: str, made: Access | None, memory: Memory) -> Access | None:
+        """The read of ``reader`` that ``commit`` (of another trace, on ``row``) came after and changed, if any."""
+        table = row.partition(":")[0]
+        inserted = commit.change.op is CdcOp.CREATE
+        for r in memory.by_trace.peek(reader) or ():
+            if r.table != table or not self._before(r, commit, made):
+                continue
+            if r.operation is not DbOperation.READ and r.keyed:
+                continue
+            if r.keyed:
+                if r.entity == row and r.lock is UNGUARDED:
+                    return r  # read the row by key before it changed
+            elif r.operation is DbOperation.READ and (inserted or r.lock is UNGUARDED) and moves_row(r, commit):
+                return r  # the change moved the row into or out of what its predicate selects
+        return None
+
+    def _cycle(self, key: str, a: str, b: str, memory: Memory) -> Collision | None:
+        """A →rw B →rw A over two different rows, both committed: write skew, or a phantom through inserts."""
+        ca = [(row, c) for row, c in memory.commits.peek(a) or () if c.change.op is not CdcOp.READ]
+        cb = [(row, c) for row, c in memory.commits.peek(b) or () if c.change.op is not CdcOp.READ]
+        for x, commit_a in ca:
+            read_b = self._rw(b, commit_a, x, credited_statement(a, commit_a, memory), memory)
+            if read_b is None:
+                continue
+            for y, commit_b in cb:
+                if y == x or key not in (x, y):
+                    continue
+                read_a = self._rw(a, commit_b, y, credited_statement(b, commit_b, memory), memory)
+                if read_a is None:
+                    continue
+                found = self._skew(key, (a, x, commit_a, read_a), (b, y, commit_b, read_b), memory)
+                if found is not None:
+                    return found
+        return None
+
+    def _skew(self, key: str, one: tuple[str, str, Commit, Access], other: tuple[str, str, Commit, Access],
+              memory: Memory) -> Collision | None:  # fmt: skip
+        first, second = sorted((one, other), key=lambda side: side[2].change.lsn)
+        (t1, row1, c1, read1), (t2, row2, c2, read2) = first, second
+        w1, w2 = credited_statement(t1, c1, memory), credited_statement(t2, c2, memory)
+        if w1 is None or w2 is None:
+            return None
+        culprit, victim = (w1, w2) if not (w1.trace_error and not w2.trace_error) else (w2, w1)
+        inserts = CdcOp.CREATE in (c1.change.op, c2.change.op)
+        anomaly = Anomaly.PHANTOM if inserts else Anomaly.WRITE_SKEW
+        rows = tuple(sorted({row1, row2}))
+        verb = "inserted" if inserts else "changed"
+        damage = (
+            f"both committed: {w1.function or w1.service} {verb} {row1} (lsn {c1.change.lsn}) and "
+            f"{w2.function or w2.service} {verb} {row2} (lsn {c2.change.lsn}), each after reading what the "
+            f"other's change altered"
+        )
+        evidence = [
+            f"{read2.function or read2.service} read {what_read(read2, row1)} before {row1} changed: {read2.statement}",
+            f"{read1.function or read1.service} read {what_read(read1, row2)} before {row2} changed: {read1.statement}",
+            commit_line(c1),
+            commit_line(c2),
+        ]
+        tables = {read1.table, read2.table, w1.table, w2.table}
+        involved = [x for t in (t1, t2) for x in memory.by_trace.peek(t) or () if x.table in tables]
+        confidence = 0.7 + 0.1 * (read1.exact and read2.exact) + 0.2 * (c1.strength != "none" and c2.strength != "none")
+        return self._collision(anomaly, key, None, culprit, victim, involved, [read1, read2, w1, w2], [c1, c2], damage,
+                               confidence, evidence, rows, True)  # fmt: skip
+
+    def _read_skew(self, key: str, a: str, b: str, memory: Memory) -> Collision | None:
+        """A reader saw one row before a writer's transaction committed and another row after it: read skew."""
+        for reader, writer in ((a, b), (b, a)):
+            by_tx: dict[str, list[tuple[str, Commit]]] = {}
+            for row, c in memory.commits.peek(writer) or ():
+                if c.change.tx_id and c.change.op is not CdcOp.READ:
+                    by_tx.setdefault(c.change.tx_id, []).append((row, c))
+            reads = [r for r in memory.by_trace.peek(reader) or () if r.operation is DbOperation.READ
+                     and r.lock is UNGUARDED]  # fmt: skip
+            for changes in by_tx.values():
+                if len({row for row, _ in changes}) < 2 or key not in {row for row, _ in changes}:
+                    continue
+                commits = [c for _, c in sorted(changes, key=lambda rc: rc[1].change.lsn)]
+                made = [m for c in commits if (m := credited_statement(writer, c, memory)) is not None]
+                if not made:
+                    continue
+                first = min(made, key=lambda m: m.start_ns)
+                old = [(r, row) for r in reads for row, c in changes
+                       if self._before(r, c, first) and reads_row(r, row, c.change.before)]  # fmt: skip
+                new = [(r, row) for r in reads for row, c in changes
+                       if self._after(r, commits, made) and reads_row(r, row, c.change.after)]  # fmt: skip
+                pair = next(((o, n) for o in old for n in new if o[1] != n[1]
+                             and n[0].start_ns - o[0].end_ns <= self.window_ns), None)  # fmt: skip
+                if pair is None:
+                    continue
+                (before, row_old), (after, row_new) = pair
+                culprit, victim = made[0], after
+                damage = failure_text(after) if after.trace_error else ""
+                evidence = [
+                    f"{before.function or before.service} read {row_old} before the transaction of "
+                    f"{culprit.function or culprit.service} committed: {before.statement}",
+                    f"and read {row_new} after it committed: {after.statement}",
+                    *(commit_line(c) for c in commits),
+                ]
+                rows = tuple(sorted({row_old, row_new}))
+                return self._collision(Anomaly.READ_SKEW, key, None, culprit, victim, [before, after, *made],
+                                       [before, after, *made], commits, damage, 0.8, evidence, rows, True)  # fmt: skip
+        return None
+
+    # ---- the collision ---------------------------------------------------------------------------------------
+
+    def _collision(self, anomaly: str, key: str, state: EntityHistory | None, culprit: Access, victim: Access,
+                   involved: Sequence[Access], conflicting: Sequence[Access], commits: Sequence[Commit], damage: str,
+                   confidence: float, evidence: list[str], rows: tuple[str, ...],
+                   correlated: bool) -> Collision:  # fmt: skip
+        fp = fingerprint(anomaly, culprit.table, conflicting)
+        where = key if len(rows) == 1 else "+".join(rows)
+        return Collision(
+            anomaly=anomaly,
+            manifest=bool(damage),
+            entity=key,
+            table=culprit.table,
+            culprit=culprit,
+            victim=victim,
+            writers=self._writers(state, culprit, victim) if state is not None else tuple(
+                x for x in conflicting if x.operation in WRITES),
+            accesses=tuple(sorted(dict.fromkeys(involved), key=lambda x: (x.start_ns, x.span_id))),
+            commits=tuple(commits),
+            damage=damage,
+            confidence=round(min(confidence, 1.0), 2),
+            evidence=tuple(evidence),
+            fingerprint=fp,
+            occurrence=occurrence_id(fp, where, *sorted((culprit, victim), key=lambda x: x.trace_id)),
+            adya=ADYA.get(Anomaly(anomaly), ""),
+            entities=rows,
+            correlated=correlated,
+        )  # fmt: skip
+
+    def _writers(self, state: EntityHistory, culprit: Access, victim: Access) -> tuple[Access, ...]:
+        """Every write of the row around the pair (by key, or credited with one of its changes)."""
+        lo = min(culprit.start_ns, victim.start_ns) - self.window_ns
+        hi = max(culprit.end_ns, victim.end_ns) + self.window_ns
+        return tuple(x for x in self._row_writes if lo <= x.start_ns <= hi)
+
+
+__all__ = ["PairJudge"]

@@ -1,0 +1,221 @@
+"""The collision detector: independent traces that touched the same row inside the causal window.
+
+Stage 2 feeds it, per entity, the accesses of closed traces (reads and writes with their lock modes) and the
+committed row changes credited to them. Judging is incremental, so that a busy row is judged as the watermark
+passes its history, not only once it falls quiet: an entity is due one causal window plus the settle time after
+its oldest event not judged yet; then every pair of traces whose accesses there all ended by ``watermark - window
+- settle`` and that was not judged before is judged (:class:`~processors.detectors.collisions.classify.PairJudge`),
+and each new collision becomes an incident.
+
+Predicate statements (no row named by its key) arrive keyed by their table's scope (``table:*``) and are kept in a
+history of their own; a row's judging looks there for the predicates that selected one of its images or that its
+changes moved (phantoms). A scope's input is held one window longer than a row's, since every row it can pair with
+is judged within two windows of it.
+
+State, all bounded and counted: per-entity histories (``max_entities`` rows and scopes, each
+``history_per_entity`` deep), every recent trace's accesses and credited commits for the classes that span rows
+(``max_traces``), the occurrences already reported (so that an occurrence is reported once) and the input behind
+what is not judged yet, one key per (row, trace) and per (row, commit) (``max_entities`` keys): a row's input is
+released as soon as it has been judged, so the pins of a busy row stay within one judging horizon. History stays
+for later pairs until it falls out of ``2 x window``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from processors.component import Emit, Processor
+from processors.detectors.collisions.classify import PairJudge
+from processors.detectors.collisions.incident import incident_event
+from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
+from processors.invariants import Invariant
+from processors.model.events import Access, Commit
+from processors.model.units import MS_NS
+from processors.state.keyed import Deadlines, KeyedState
+from processors.state.lru import CountedLRU
+from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.telemetry import Telemetry
+
+
+class CollisionDetector(Processor):
+    """Per-entity bounded histories judged on the watermark; see the module docstring."""
+
+    name = "collisions"
+
+    def __init__(
+        self,
+        *,
+        window_ns: int,
+        settle_ns: int,
+        invariants: Mapping[str, list[Invariant]] | None = None,
+        history_per_entity: int = 256,
+        history_per_table: int = 4096,
+        max_entities: int = 100_000,
+        max_traces: int = 200_000,
+        max_reported: int = 100_000,
+        skew_ns: int = 5 * MS_NS,
+        telemetry: Telemetry | None = None,
+        events: StateEvents = NO_EVENTS,
+    ) -> None:
+        self.window_ns = window_ns
+        self.settle_ns = settle_ns
+        self.history = history_per_entity
+        self.history_per_table = history_per_table
+        self.telemetry = (telemetry or Telemetry("collisions")).declare("history_per_entity", "history_per_table")
+        self.judge = PairJudge(window_ns, invariants, skew_ns)
+        self._entities: KeyedState[str, EntityHistory] = KeyedState(
+            "entities", bound=max_entities, new=self._new_entity, telemetry=self.telemetry,
+            on_evict=self._evicted, reason="max_entities",
+        )  # fmt: skip
+        # The input behind what is not judged yet: (row, trace id) and (row, "@lsn") -> its event time.
+        self._inputs: KeyedState[tuple[str, str], int] = KeyedState(
+            "entity_inputs", bound=max_entities, new=lambda _key: 0, telemetry=self.telemetry, events=events,
+            reason="max_pinned_inputs",
+        )  # fmt: skip
+        self._deadlines: Deadlines[str] = Deadlines()
+        self._by_trace: CountedLRU[str, list[Access]] = CountedLRU(max_traces, self.telemetry, "max_traces")
+        self._commits: CountedLRU[str, list[tuple[str, Commit]]] = CountedLRU(max_traces, self.telemetry,
+                                                                              "max_traces")  # fmt: skip
+        self.memory = Memory(self._by_trace, self._commits, self._entities.get)
+        self._reported: CountedLRU[str, None] = CountedLRU(max_reported, self.telemetry, "max_reported")
+
+    def __len__(self) -> int:
+        return len(self._entities)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.telemetry.events
+
+    def _new_entity(self, key: str) -> EntityHistory:
+        depth = self.history_per_table if key.endswith(":*") else self.history
+        return EntityHistory(deque(maxlen=depth), deque(maxlen=self.history))
+
+    def _evicted(self, key: str, state: EntityHistory) -> None:
+        self._deadlines.cancel(key)
+        for slot in state.inputs:
+            self._inputs.discard(slot)
+
+    def _hold(self, entity: str, state: EntityHistory, slot: str, event_ns: int) -> None:
+        """The input being processed is needed until the row is judged past ``event_ns``."""
+        key = (entity, slot)
+        self._inputs.put(key, max(self._inputs.get(key) or 0, event_ns))
+        state.inputs.add(key)
+
+    # ---- Processor hooks ----------------------------------------------------------------------------------------
+
+    def on_access(self, access: Access) -> None:
+        """Add an access to its entity's history (the input being processed is held until the entity is judged)."""
+        if access.error and access.operation in WRITES:
+            self.telemetry.count("failed_writes")
+            return  # a statement that failed wrote nothing: nothing to keep, no input to hold
+        state = self._entities.retain(access.entity)
+        self._hold(access.entity, state, access.trace_id, access.end_ns)
+        if len(state.accesses) == state.accesses.maxlen:
+            self.telemetry.drop("history_per_entity" if access.keyed else "history_per_table")
+        state.accesses.append(access)
+        self.telemetry.count("accesses")
+        self._touch(access.entity, state, access.end_ns)
+        trace = self._by_trace.get(access.trace_id)
+        if trace is None:
+            self._by_trace.put(access.trace_id, [access])
+        else:
+            trace.append(access)
+
+    def on_commit(self, entity: str, commit: Commit) -> None:
+        state = self._entities.retain(entity)
+        at = commit.change.commit_ts_ms * MS_NS
+        self._hold(entity, state, f"@{commit.change.lsn}", at)
+        if len(state.commits) == state.commits.maxlen:
+            self.telemetry.drop("history_per_entity")
+        state.commits.append(commit)
+        self.telemetry.count("commits")
+        self._touch(entity, state, at)
+        if commit.trace_id:
+            mine = self._commits.get(commit.trace_id)
+            if mine is None:
+                self._commits.put(commit.trace_id, [(entity, commit)])
+            elif (entity, commit) not in mine:
+                mine.append((entity, commit))
+
+    def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
+        out.events.extend(incident_event(c, watermark_ns) for c in self.close_until(watermark_ns))
+
+    # ---- judging ------------------------------------------------------------------------------------------------
+
+    def _lead(self, key: str) -> int:
+        """How long after an event its entity is due: a window and the settle time; a scope one window more."""
+        return self.window_ns * (2 if key.endswith(":*") else 1) + self.settle_ns
+
+    def _touch(self, key: str, state: EntityHistory, event_ns: int) -> None:
+        """The entity is due one window plus the settle time after its oldest event not judged yet."""
+        state.last_ns = max(state.last_ns, event_ns)
+        due = max(event_ns, state.judged_until_ns) + self._lead(key)  # late input: judged soon
+        current = self._deadlines.at(key)
+        if current is None or due < current:
+            self._deadlines.set(key, due)
+
+    def close_until(self, watermark_ns: int) -> list[Collision]:
+        """Judge what the watermark has passed on every due entity; release its input; prune what is too old."""
+        found: list[Collision] = []
+        until = watermark_ns - self.window_ns - self.settle_ns
+        due = self._deadlines.due(watermark_ns)
+        # Rows first: a row judged now may pair with a scope's predicate statements that this call prunes after.
+        for key in sorted(due, key=lambda k: k.endswith(":*")):
+            state = self._entities.get(key)
+            if state is None:
+                continue
+            scope = key.endswith(":*")
+            cut = watermark_ns - self._lead(key)
+            if not scope:  # a scope is not judged itself: the rows its predicates cover look it up
+                self.telemetry.count("judged")
+                for collision in self.judge.judge(key, state, self.memory, until_ns=until):
+                    if self._reported.add(collision.occurrence):
+                        found.append(collision)
+                    else:
+                        self.telemetry.count("already_reported")
+            state.judged_until_ns = max(state.judged_until_ns, cut)
+            later = self._release_judged(state, cut)
+            if later is not None:  # events not judged yet: due again one window after the oldest of them
+                self._deadlines.set(key, later + self._lead(key))
+            horizon = until - 2 * self.window_ns
+            while state.accesses and state.accesses[0].end_ns < horizon:
+                state.accesses.popleft()
+            state.judged &= {a.trace_id for a in state.accesses}
+            while state.commits and state.commits[0].change.commit_ts_ms * MS_NS < horizon:
+                state.commits.popleft()
+            if not state.accesses and not state.commits and not state.inputs and key not in self._deadlines:
+                self._entities.discard(key)  # nothing left to pair with: the row's history goes
+            elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
+                newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
+                self._deadlines.set(key, newest + watermark_ns - horizon + 1)
+        self._forget_traces(until - 3 * self.window_ns)
+        t = self.telemetry
+        t.gauge("rows", len(self._entities))
+        t.gauge("traces", len(self._by_trace))
+        t.gauge("pinned_inputs", len(self._inputs))
+        return found
+
+    def _forget_traces(self, before_ns: int) -> None:
+        """Traces whose statements all ended before ``before_ns`` (no row they touched can be judged against
+        them any more), oldest first: their accesses and credited commits go."""
+        while (oldest := self._by_trace.oldest()) is not None and max(a.end_ns for a in oldest[1]) < before_ns:
+            self._by_trace.pop(oldest[0])
+        while (old := self._commits.oldest()) is not None and all(
+            c.change.commit_ts_ms * MS_NS < before_ns for _, c in old[1]
+        ):
+            self._commits.pop(old[0])
+
+    def _release_judged(self, state: EntityHistory, until_ns: int) -> int | None:
+        """Release the input of what is judged; the oldest event time still waiting, if any."""
+        later: int | None = None
+        for slot in list(state.inputs):
+            at = self._inputs.get(slot)
+            if at is None:
+                state.inputs.discard(slot)
+            elif at <= until_ns:
+                self._inputs.discard(slot)
+                state.inputs.discard(slot)
+            else:
+                later = at if later is None else min(later, at)
+        return later

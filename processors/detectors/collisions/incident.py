@@ -1,0 +1,88 @@
+"""From a :class:`Collision` to the published :class:`IncidentEvent`."""
+
+from __future__ import annotations
+
+from processors.detectors.collisions.views import Collision
+from processors.graph_rows import clean
+from processors.model.anomaly import title
+from processors.model.events import Access, Commit
+from processors.model.outputs import AccessInfo, CommitInfo, IncidentEvent
+from processors.sql.values import predicate_text
+
+
+def _access(a: Access, origin_ns: int) -> AccessInfo:
+    return AccessInfo(
+        trace_id=a.trace_id,
+        span_id=a.span_id,
+        service=a.service,
+        version=a.version,
+        function=a.function,
+        file=a.file,
+        route=a.route,
+        operation=a.operation.value,
+        lock=a.lock.value,
+        statement=a.statement,
+        params=[clean(p) for p in a.params],
+        set_values={k: clean(v) for k, v in a.set_values},
+        start_unix_ms=a.start_ns / 1e6,
+        offset_ms=round((a.start_ns - origin_ns) / 1e6, 3),
+        error=a.error or a.trace_error,
+        exception=a.trace_exception,
+        http_status=a.trace_status,
+        entity=a.entity,
+        predicate="" if a.keyed else predicate_text(a.predicates, a.exact),
+        idempotency_key=a.idempotency_key,
+    )
+
+
+def _commit(c: Commit, origin_ns: int) -> CommitInfo:
+    ch = c.change
+    return CommitInfo(
+        lsn=ch.lsn,
+        tx_id=ch.tx_id,
+        commit_unix_ms=ch.commit_ts_ms,
+        offset_ms=round(ch.commit_ts_ms - origin_ns / 1e6, 3),
+        op=ch.op.value,
+        before=ch.before,
+        after=ch.after,
+        trace_id=c.trace_id,
+        span_id=c.span_id,
+        correlation=c.strength,
+        skew_ms=c.skew_ms,
+    )
+
+
+def summary(c: Collision) -> str:
+    who = f"{c.culprit.function or c.culprit.service} ({c.culprit.route})"
+    victim = f"{c.victim.function or c.victim.service} ({c.victim.route})"
+    gap = (c.victim.start_ns - c.culprit.start_ns) / 1e6
+    state = "manifest" if c.manifest else "latent"
+    where = " and ".join(c.entities) if len(c.entities) > 1 else c.entity
+    return f"{title(c.anomaly)} on {where}: {who} wrote first, {victim} {gap:+.1f} ms ({state})"
+
+
+def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
+    origin = c.culprit.start_ns
+    return IncidentEvent(
+        fingerprint=c.fingerprint,
+        occurrence=c.occurrence,
+        anomaly=c.anomaly,
+        severity="high" if c.manifest else "low",
+        manifest=c.manifest,
+        entity=c.entity,
+        table=c.table,
+        window_ms=round(c.window_ms, 3),
+        summary=summary(c),
+        damage=c.damage,
+        confidence=c.confidence,
+        culprit=_access(c.culprit, origin),
+        victim=_access(c.victim, origin),
+        writers=[_access(a, origin) for a in c.writers],
+        accesses=[_access(a, origin) for a in c.accesses],
+        commits=[_commit(x, origin) for x in c.commits],
+        evidence=list(c.evidence),
+        detected_at_unix_ms=watermark_ns / 1e6,
+        adya=c.adya,
+        entities=list(c.entities or (c.entity,)),
+        correlated=c.correlated,
+    )

@@ -1,0 +1,198 @@
+"""Typed, frozen events: what decoders produce and processors consume.
+
+Hot-path events (one per span, per log record, per row change) are slotted frozen dataclasses, not pydantic
+models: the daemon builds ~50k of them a second and validation already happened in the decoder. Output events
+that leave the process (incidents, repros, verdicts, dead letters) are pydantic models in
+``processors.model.outputs`` with a ``schema_version`` field.
+
+Times are integers in nanoseconds since the Unix epoch (``*_ns``), as OTLP carries them; Debezium's
+millisecond times are kept in milliseconds (``*_ms``) and converted where compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+# A scalar value as it appears in span attributes, statement parameters and row images.
+Scalar = str | int | float | bool | None
+
+
+class SpanKind(IntEnum):
+    """OTLP ``Span.SpanKind`` values."""
+
+    UNSPECIFIED = 0
+    INTERNAL = 1
+    SERVER = 2
+    CLIENT = 3
+    PRODUCER = 4
+    CONSUMER = 5
+
+
+class StatusCode(IntEnum):
+    """OTLP ``Status.StatusCode`` values."""
+
+    UNSET = 0
+    OK = 1
+    ERROR = 2
+
+
+class DbOperation(StrEnum):
+    """What a statement does to the rows it names."""
+
+    READ = "read"
+    WRITE = "write"
+    INSERT = "insert"
+    DELETE = "delete"
+
+
+class LockMode(StrEnum):
+    """How a statement protects the rows it touches against concurrent writers."""
+
+    NONE = "none"
+    FOR_UPDATE = "for_update"
+    FOR_SHARE = "for_share"
+    OPTIMISTIC = "optimistic"  # UPDATE ... WHERE version = ?
+    ATOMIC = "atomic"  # UPDATE ... SET x = x - 1 WHERE x >= 1 (conditional in-place update)
+    UPSERT = "upsert"  # INSERT ... ON CONFLICT (idempotency guard)
+
+
+class CdcOp(StrEnum):
+    """Debezium ``op`` values."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # snapshot
+    TRUNCATE = "t"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """The OTel resource a span or log came from (semantic-convention attributes only)."""
+
+    service: str
+    version: str = ""
+    environment: str = ""
+    revision: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DbCall:
+    """The database part of a DB client span, before SQL analysis."""
+
+    system: str  # db.system.name / db.system
+    statement: str  # db.query.text / db.statement
+    namespace: str = ""  # db.namespace / db.name
+    collection: str = ""  # db.collection.name / db.sql.table
+    operation: str = ""  # db.operation.name / db.operation
+    # Positional parameters (db.statement.parameters tuple repr, or db.query.parameter.<n>) ...
+    params: tuple[Scalar, ...] = ()
+    # ... and named ones (db.query.parameter.<name>).
+    named_params: tuple[tuple[str, Scalar], ...] = ()
+    tx_id: str = ""  # transaction id recorded by the app (configured attribute), matches Debezium txId
+    row_version: str = ""  # row version the app recorded as read (configured attribute)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One decoded OTLP log record."""
+
+    time_ns: int
+    resource: Resource
+    severity_number: int
+    severity_text: str
+    body: str
+    event_name: str = ""  # event.name attribute or LogRecord.event_name
+    trace_id: str = ""
+    span_id: str = ""
+    exception_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """One committed row change from a Debezium envelope."""
+
+    table: str  # "<schema>.<table>" as Debezium's source block names it
+    op: CdcOp
+    key: tuple[tuple[str, Scalar], ...]  # primary key columns and values, in key order
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    commit_ts_ms: int  # source.ts_ms: when the database committed
+    ts_ms: int  # envelope ts_ms: when Debezium processed it
+    lsn: int
+    tx_id: str  # source.txId, as a string ("" when absent)
+    topic: str = ""
+    partition: int = 0
+    offset: int = 0
+
+    @property
+    def entity_key(self) -> str:
+        """``<table>:<key values joined by '|'>``, the table without its schema."""
+        return entity_key(self.table, tuple(v for _, v in self.key))
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A read or a write of one row by one DB client span: the unit the collision detector works on."""
+
+    entity: str  # entity key, e.g. "orders:8812"
+    table: str  # table name without schema
+    operation: DbOperation
+    lock: LockMode
+    trace_id: str
+    span_id: str
+    service: str
+    version: str
+    start_ns: int
+    end_ns: int
+    statement: str
+    params: tuple[Scalar, ...] = ()
+    # Column → value the statement sets (UPDATE ... SET / INSERT VALUES), where they are literal or parameters.
+    set_values: tuple[tuple[str, Scalar], ...] = ()
+    # Column predicates in the WHERE clause other than the key (e.g. version = 3, stock >= 1); of a predicate
+    # access, every term of the WHERE (IN's value is a tuple of values).
+    predicates: tuple[tuple[str, str, Scalar | tuple[Scalar, ...]], ...] = ()
+    read_version: str = ""
+    tx_id: str = ""
+    error: bool = False
+    function: str = ""  # code.function.name of the nearest ancestor that has one
+    file: str = ""
+    idempotency_key: str = ""
+    links: tuple[str, ...] = field(default=())
+    # Columns of set_values whose value is SQL expression text (e.g. "stock - 1"), not a bound value.
+    set_exprs: tuple[str, ...] = ()
+    # The request (root span) the access belongs to, filled in by stage 1 when the trace closes.
+    route: str = ""  # http.route or name of the root span
+    request_start_ns: int = 0
+    request_end_ns: int = 0
+    trace_error: bool = False  # some span of the trace failed
+    trace_exception: str = ""  # the first exception type recorded in the trace
+    trace_status: int = 0  # http.response.status_code of the root span
+    # A predicate access: the statement names no row by its key (a range, a non-key column, an INSERT whose key
+    # the database assigns); ``entity`` is then the table's scope key (``table:*``) and ``predicates`` the WHERE.
+    keyed: bool = True
+    exact: bool = True  # ``predicates`` are the whole WHERE (False: it had terms that could not be read)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A committed row change, with the trace and span that made it when correlation found them."""
+
+    change: RowChange
+    trace_id: str = ""
+    span_id: str = ""
+    strength: str = "none"  # trace_column | tx_id | values_time | commit_order | tied | none
+    skew_ms: float | None = None
+
+
+def scope_key(table: str) -> str:
+    """The entity key of a table's predicate accesses, e.g. ``orders:*``."""
+    return table.rsplit(".", 1)[-1] + ":*"
+
+
+def entity_key(table: str, key_values: tuple[Scalar, ...]) -> str:
+    """The graph's Entity key: table name (no schema) and key values, e.g. ``orders:8812``."""
+    bare = table.rsplit(".", 1)[-1]
+    return bare + ":" + "|".join("" if v is None else str(v) for v in key_values)

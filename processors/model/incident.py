@@ -1,0 +1,78 @@
+"""A cross-trace collision on one row, as published on ``trace-repro.incidents``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from processors.model.base import SCHEMA_VERSION, Frozen, Published
+
+
+class AccessInfo(Frozen):
+    """One statement of one trace on the entity, as evidence."""
+
+    trace_id: str
+    span_id: str
+    service: str
+    version: str
+    function: str
+    file: str
+    route: str
+    operation: str
+    lock: str
+    statement: str
+    params: list[Any]
+    set_values: dict[str, Any]
+    start_unix_ms: float
+    offset_ms: float  # from the culprit's conflicting write
+    error: bool
+    exception: str
+    http_status: int
+    entity: str = ""  # the row it touched (``table:*`` for a predicate statement)
+    predicate: str = ""  # a predicate statement's WHERE as read (empty for a statement naming its row by key)
+    idempotency_key: str = ""  # the request's idempotency key, when the span carried one
+
+
+class CommitInfo(Frozen):
+    """One committed row change (Debezium), with the trace it was correlated with."""
+
+    lsn: int
+    tx_id: str
+    commit_unix_ms: int
+    offset_ms: float
+    op: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    trace_id: str
+    span_id: str
+    correlation: str  # trace_column | tx_id | values_time | none
+    skew_ms: float | None
+
+
+class IncidentEvent(Published):
+    """A cross-trace collision on one row: one occurrence of a defect identified by its fingerprint."""
+
+    identity: ClassVar[tuple[str, ...]] = ("occurrence",)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["incident"] = "incident"
+    fingerprint: str
+    occurrence: str
+    anomaly: str  # an Anomaly: lost_update | invariant_violation | duplicate_apply | write_skew | phantom | read_skew
+    severity: str  # high (manifest) | low (latent)
+    manifest: bool
+    entity: str
+    table: str
+    window_ms: float
+    summary: str
+    damage: str
+    confidence: float
+    culprit: AccessInfo
+    victim: AccessInfo
+    writers: list[AccessInfo]
+    accesses: list[AccessInfo]
+    commits: list[CommitInfo]
+    evidence: list[str]
+    detected_at_unix_ms: float  # event time (the watermark) when it was judged
+    adya: str = ""  # Adya's phenomenon: G-single, G2-item, G2
+    entities: list[str] = []  # every row involved (two for write skew, phantoms and read skew)
+    correlated: bool = True  # False: the row changes were not credited to the traces; classified by statements

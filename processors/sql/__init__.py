@@ -1,0 +1,15 @@
+"""SQL analysis: DB spans into row accesses (``access``), the SQL text helpers (``syntax``), ``[sql]`` (``config``)."""
+
+from processors.sql.access import SqlAccessExtractor
+from processors.sql.config import SqlConfig
+from processors.sql.syntax import conjuncts, identity_entity_key, normalise_key_value, number_qmarks, psycopg_to_qmark
+
+__all__ = [
+    "SqlAccessExtractor",
+    "SqlConfig",
+    "conjuncts",
+    "identity_entity_key",
+    "normalise_key_value",
+    "number_qmarks",
+    "psycopg_to_qmark",
+]

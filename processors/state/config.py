@@ -1,0 +1,28 @@
+"""Event-time settings of the stages: windows, lateness, trace assembly, idleness (``[windows]``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from processors.component import Section
+
+
+class WindowConfig(Section):
+    """Event-time bounds: windows, lateness, trace assembly."""
+
+    window_s: float = Field(60.0, gt=0, description="length of aggregate windows (CALLS edges, stats)")
+    allowed_lateness_s: float = Field(5.0, ge=0, description="watermark = max event time - this")
+    trace_gap_s: float = Field(10.0, gt=0, description="a trace closes after this much event-time inactivity")
+    max_open_traces: int = Field(200_000, ge=1, description="bound on traces being assembled")
+    max_spans_per_trace: int = Field(5_000, ge=1, description="spans kept per trace; the rest are dropped (counted)")
+    max_windows: int = Field(1_000, ge=2, description="open windows per aggregate; the oldest is dropped (counted)")
+    idle_s: float = Field(5.0, gt=0, description="wall time without input after which event time follows the clock")
+    max_future_skew_s: float = Field(
+        300.0, gt=0, description="a span or commit further ahead of the wall clock is dropped (counted, dead-lettered)"
+    )
+    max_span_duration_s: float = Field(
+        86_400.0, gt=0, description="a span longer than this (or ending before it starts) is dropped (counted)"
+    )
+    upstream_expiry_s: float = Field(
+        60.0, gt=0, description="stage 2: an upstream partition not reported for this long stops holding event time"
+    )

@@ -1,0 +1,162 @@
+"""Per-key processor state with a counted bound, and event-time deadlines per key.
+
+:class:`KeyedState` is the one way a processor keeps state about keys (a trace id, an entity, a window start):
+``retain`` when input feeds a key, ``release`` when the key's input is no longer needed (state kept, e.g. an
+entity judged but remembered), ``discard`` when the key goes. The runtime hears of each through
+:class:`~processors.state.provenance.StateEvents` and turns them into offset pins; processors never see offsets.
+At ``bound`` keys, retaining a new one evicts the least recently retained (counted as a drop, ``reason`` naming
+the bound), after ``on_evict`` has seen it (a trace assembler closes the evicted trace early instead of losing it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Generic, TypeVar
+
+from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.telemetry import Telemetry
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class KeyedState(Generic[K, V]):
+    """Named per-key state; see the module docstring."""
+
+    __slots__ = ("_data", "bound", "events", "name", "new", "on_evict", "reason", "telemetry")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        bound: int,
+        new: Callable[[K], V],
+        telemetry: Telemetry | None = None,
+        events: StateEvents = NO_EVENTS,
+        on_evict: Callable[[K, V], None] | None = None,
+        reason: str = "",
+    ) -> None:
+        if bound < 1:
+            raise ValueError(f"{name}: bound must be >= 1, got {bound}")
+        self.name = name
+        self.bound = bound
+        self.new = new
+        self.reason = reason or name + "_bound"  # the drop reason counted when the bound evicts a key
+        self.telemetry = (telemetry or Telemetry(name)).declare(self.reason)
+        self.events = events
+        self.on_evict = on_evict
+        self._data: OrderedDict[K, V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(list(self._data))
+
+    def get(self, key: K) -> V | None:
+        """The state of ``key`` without retaining anything."""
+        return self._data.get(key)
+
+    def items(self) -> list[tuple[K, V]]:
+        return list(self._data.items())
+
+    def retain(self, key: K) -> V:
+        """The state of ``key`` (created if new), now holding the input being processed."""
+        data = self._data
+        value = data.get(key)
+        if value is None:
+            if len(data) >= self.bound:
+                self._evict()
+            value = data[key] = self.new(key)
+        else:
+            data.move_to_end(key)
+        self.events.retained(self.name, key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        """Retain ``key`` with ``value`` as its state (replacing any), holding the input being processed."""
+        data = self._data
+        if key not in data and len(data) >= self.bound:
+            self._evict()
+        data[key] = value
+        data.move_to_end(key)
+        self.events.retained(self.name, key)
+
+    def release(self, key: K) -> None:
+        """The input that fed ``key`` so far is no longer needed; its state stays."""
+        if key in self._data:
+            self.events.released(self.name, key)
+
+    def discard(self, key: K) -> V | None:
+        """Drop ``key`` and release its input."""
+        value = self._data.pop(key, None)
+        if value is not None:
+            self.events.released(self.name, key)
+        return value
+
+    def _evict(self) -> None:
+        key, value = self._data.popitem(last=False)
+        self.telemetry.drop(self.reason)
+        if self.on_evict is not None:
+            self.on_evict(key, value)
+        self.events.released(self.name, key)
+
+
+class Deadlines(Generic[K]):
+    """One event-time deadline per key, the earliest found in O(log n); rescheduling invalidates lazily."""
+
+    __slots__ = ("_at", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._at: dict[K, int] = {}
+        self._heap: list[tuple[int, int, K]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._at
+
+    def at(self, key: K) -> int | None:
+        return self._at.get(key)
+
+    def set(self, key: K, at: int) -> None:
+        """The deadline of ``key`` is now ``at`` (earlier or later than before)."""
+        if self._at.get(key) == at:
+            return
+        self._at[key] = at
+        heapq.heappush(self._heap, (at, next(self._seq), key))
+
+    def extend(self, key: K, at: int) -> None:
+        """Move the deadline of ``key`` to ``at`` if that is later (or set it if there is none)."""
+        current = self._at.get(key)
+        if current is None or at > current:
+            self.set(key, at)
+
+    def cancel(self, key: K) -> None:
+        self._at.pop(key, None)
+
+    def due(self, now: int) -> list[K]:
+        """Pop every key whose deadline is ``<= now``, earliest first."""
+        out = []
+        heap, at = self._heap, self._at
+        while heap and heap[0][0] <= now:
+            when, _, key = heapq.heappop(heap)
+            if at.get(key) == when:
+                del at[key]
+                out.append(key)
+        return out
+
+    def earliest(self) -> tuple[int, K] | None:
+        """The earliest live deadline and its key, or None."""
+        heap, at = self._heap, self._at
+        while heap and at.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)
+        return (heap[0][0], heap[0][2]) if heap else None

@@ -1,0 +1,118 @@
+"""Markdown of what a reproduction adds: its note (RED, GREEN, divergence, attachments) and its merge request.
+
+The merge request says ``Proves #N``, never a closing keyword: only a FIXED verdict on the deployed build closes
+the issue. Untrusted strings are code spans (:mod:`sinks.gitlab.escape`); the note starts with its marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processors.model.outputs import ReproEvent
+from sinks.gitlab import ci_job
+from sinks.gitlab.escape import code, one_line, plain, title_text
+from sinks.gitlab.markdown import event_id, marker
+
+
+def _run(status: str, duration_ms: float, failure: str) -> str:
+    colour = {"failed": "RED", "passed": "GREEN"}.get(status, "ERROR")
+    why = f": {code(failure, cell=True)}" if failure else ""
+    return f"**{colour}** ({code(status, cell=True)}, {duration_ms:.1f} ms){why}"
+
+
+def repro_note(e: ReproEvent, test_link: str, patch_link: str | None) -> str:
+    """A reproduction: RED before the repair, GREEN after it, the divergence report, and the attachments."""
+    verdict = "proven" if e.proven else "not proven"
+    green = _run(e.green.status, e.green.duration_ms, e.green.failure) if e.green else "not run"
+    d = e.divergence
+    if d.faithful:
+        divergence = "faithful: the test ran the statements production ran, in the same order"
+    else:
+        divergence = (
+            f"diverged at statement {d.index if d.index is not None else '—'} ({code(d.mismatch or '?', cell=True)}): "
+            f"expected {code(d.expected or '', cell=True)}, ran {code(d.actual or '', cell=True)}"
+        )
+    lines = [
+        marker(event_id(e)),
+        f"### Reproduction ({verdict})",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| **Level** | {code(e.level, cell=True)} |",
+        f"| **Test** | {code(e.test_path, cell=True)} |",
+        f"| **Before the repair** | {_run(e.red.status, e.red.duration_ms, e.red.failure)} |",
+        f"| **After the repair** | {green} |",
+        f"| **Divergence** | {divergence} |",
+        "",
+    ]
+    if e.repairs:
+        lines += ["**Repairs**", ""]
+        for r in e.repairs:
+            lines.append(
+                f"- {code(r.strategy)} in {code(r.function)} ({code(r.file)}): {code(r.statement_before)} → "
+                f"{code(r.statement_after)} (lock {code(r.lock_before)} → {code(r.lock_after)})"
+            )
+        lines.append("")
+    attachments = [test_link] + ([patch_link] if patch_link else [])
+    lines.append("**Attachments:** " + " · ".join(one_line(a, 500) for a in attachments))
+    return "\n".join(lines) + "\n"
+
+
+def merge_request_title(e: ReproEvent, issue_iid: int) -> str:
+    """``Prove #N: <test path>`` (the reference to the issue is ours; the path cannot add one)."""
+    return title_text(f"Prove #{issue_iid}: {plain(e.test_path)}")
+
+
+def merge_request_note(mr_iid: int, branch: str) -> str:
+    """The note on the issue that links the merge request proving it."""
+    return f"{marker(f'merge-request-{branch}')}\nMerge request !{mr_iid} ({code(branch)}) proves this defect.\n"
+
+
+@dataclass(frozen=True, slots=True)
+class GateSetup:
+    """How the merge request runs the gate: the CI configuration, whether it includes the job, the contract path."""
+
+    ci_path: str
+    included: bool
+    contract: str
+
+
+def _gate(e: ReproEvent, issue_iid: int, gate: GateSetup) -> list[str]:
+    if gate.included:
+        runs = f"{code(ci_job.GATE_JOB_PATH)}, included by {code(gate.ci_path)}"
+    else:
+        runs = (f"{code(ci_job.GATE_JOB_PATH)}; {code(gate.ci_path)} could not be edited safely, so add "
+                f"{code(f'- local: {ci_job.GATE_JOB_PATH}')} to its {code('include:')} list")  # fmt: skip
+    command = (f"trace-repro contract add --fingerprint {e.fingerprint} --signature <signature> "
+               f"--must-start <event> --issue {issue_iid} --write {gate.contract}")  # fmt: skip
+    return [
+        "### Gate",
+        "",
+        f"The job {code('trace-repro-gate')} ({runs}) runs {code('trace-repro gate')} in this merge request's "
+        f"pipelines: the tests it adds must pass, and the proof contract {code(gate.contract)} must hold: a change "
+        "that emits the contract's must-start event and a test that asserts it. Write the contract (and publish it "
+        f"for the proof judge) with {code(command, limit=500)}, commit it here, and emit the event in the fix.",
+    ]
+
+
+def merge_request_description(e: ReproEvent, issue_iid: int, *, applied: bool, patch_path: str | None,
+                              gate: GateSetup | None = None) -> str:  # fmt: skip
+    """``Proves #N`` (never a closing keyword: only a FIXED verdict on the deployed build closes the issue), what the
+    merge request adds, and how its pipeline runs the gate."""
+    fix = (
+        "the planned repair, applied to the changed files"
+        if applied
+        else f"the planned repair as a patch file {code(patch_path or '')} (it did not apply cleanly)"
+    )
+    lines = [
+        f"Proves #{issue_iid}",
+        "",
+        f"This merge request adds the deterministic reproduction {code(e.test_path)} (RED before the repair) and "
+        f"{fix}. The issue stays open until a FIXED verdict on the deployed build.",
+    ]
+    if gate is not None:
+        lines += ["", *_gate(e, issue_iid, gate)]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["GateSetup", "merge_request_description", "merge_request_note", "merge_request_title", "repro_note"]

@@ -1,0 +1,39 @@
+"""The ``[gitlab]`` config section: where issues are filed, how hard GitLab is retried, what else is opened.
+
+The token is not here: it is the secret ``gitlab_token`` (``TRACE_REPRO_GITLAB_TOKEN``), read through
+``Context.secret`` by :mod:`sinks.gitlab.factory`, never logged; or it is in the file ``token_file`` names, read
+again by every health check so that a rotated token takes effect without a restart. An empty ``url`` turns the
+sink off.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from processors.component import Section
+
+
+class GitLabConfig(Section):
+    """Where incidents and regressions are filed as GitLab issues (token: ``gitlab_token``)."""
+
+    url: str = Field("", description="GitLab base URL (https://gitlab.example.com); empty = sink off")
+    project: str = Field("", description='project path "group/name" or numeric id')
+    labels: list[str] = Field(default_factory=lambda: ["trace-repro"], description="labels on every issue")
+    timeout_s: float = Field(10.0, gt=0, description="per-request connect/read timeout")
+    max_attempts: int = Field(5, ge=1, description="attempts per step on 429/5xx/timeouts/connection errors")
+    backoff_s: float = Field(0.5, gt=0, description="first retry delay; doubles per attempt, with jitter")
+    max_backoff_s: float = Field(30.0, gt=0, description="cap of the exponential retry delay")
+    max_retry_after_s: float = Field(
+        120.0, ge=0, description="a longer Retry-After fails the flush at once (retryable)"
+    )
+    occurrence_notes: int = Field(5, ge=0, description="repeat occurrences that get a note; later ones only count")
+    merge_requests: bool = Field(False, description="open a 'Proves #N' merge request for proven repros")
+    target_branch: str = Field("", description="MR target; default: the project's default branch")
+    ssl_verify: bool = Field(True, description="verify GitLab's TLS certificate")
+    max_queued: int = Field(
+        1000, ge=1, description="events kept while GitLab is down or the sink is parked; more are read again later"
+    )
+    token_file: str = Field("", description="read the token from this file (re-read by each health check)")
+
+
+__all__ = ["GitLabConfig"]

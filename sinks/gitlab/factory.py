@@ -1,0 +1,59 @@
+"""The GitLab sink as a component: its config section ``[gitlab]``, the output topics it consumes, how it is built.
+
+Enabled when ``gitlab.url`` is set. Built from the section, the token (the secret ``gitlab_token``, or the file
+``gitlab.token_file``) and the component's telemetry (``component="gitlab"`` on /metrics); without a token
+:func:`create` returns None and the runtime logs that the sink is disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from processors.component import Context, Factory
+from sinks.gitlab.config import GitLabConfig
+from sinks.gitlab.sink import GitLabSink
+
+
+def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
+    """The sink of ``config``, or None when there is no token (``token_file``, when set and readable, wins over the
+    secret ``gitlab_token``)."""
+    token = ctx.secret("gitlab_token")
+    if config.token_file:
+        with contextlib.suppress(OSError):
+            text = Path(config.token_file).read_text().strip()
+            token = SecretStr(text) if text else token
+    if token is None or not token.get_secret_value():
+        return None
+    return GitLabSink(
+        config.url,
+        config.project,
+        token,
+        labels=tuple(config.labels),
+        timeout_s=config.timeout_s,
+        max_attempts=config.max_attempts,
+        backoff_s=config.backoff_s,
+        max_backoff_s=config.max_backoff_s,
+        max_retry_after_s=config.max_retry_after_s,
+        occurrence_notes=config.occurrence_notes,
+        merge_requests=config.merge_requests,
+        target_branch=config.target_branch or None,
+        ssl_verify=config.ssl_verify,
+        max_queued=config.max_queued,
+        token_file=config.token_file or None,
+        telemetry=ctx.telemetry("gitlab"),
+    )
+
+
+FACTORY: Factory[GitLabConfig, GitLabSink | None] = Factory(
+    kind="sink",
+    name="gitlab",
+    config=GitLabConfig,
+    create=create,
+    topics=("incidents", "repros", "verdicts"),
+    enabled=lambda c: bool(c.url),
+)
+
+__all__ = ["FACTORY", "create"]

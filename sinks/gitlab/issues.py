@@ -1,0 +1,216 @@
+"""One issue per fingerprint: find it, file it (create-then-verify), close duplicates, count, reopen, close, note.
+
+**Finding.** Every issue carries the scoped label ``trace-repro::fp::<fingerprint>``. To find the issue of a
+fingerprint (also after a restart, when the in-memory cache is empty) :meth:`Issues.lookup` lists the issues with
+that label, open or closed; the one with the *lowest iid* is the issue. Creation is *create-then-verify*: look
+up; if none, create; then list again. Two daemon instances that raced both see every issue created for the
+fingerprint, both pick the lowest iid, and whoever finds an open issue that is not the winner closes it with a
+note "duplicate of #N" (the label stays, so the choice stays the same forever). Any later lookup that still sees
+an open duplicate (an instance crashed before closing its own) closes it too.
+
+**Occurrences.** Incidents and regressions file issues alike. A later occurrence updates the count in the
+description (the hidden state of :mod:`sinks.gitlab.state`) and gets a note only for the first
+``occurrence_notes`` repeats. An occurrence of a closed issue reopens it with a note (a recurrence), unless it
+predates the verified fix (a late event). A FIXED verdict closes the issue and records itself in the state, so
+that a replayed verdict does not close a reopened issue again.
+
+**Steps.** Every public method here is a *step*: synchronous (python-gitlab), run in a worker thread by the
+sink's retrier, and idempotent, because a POST that timed out may have been applied: creation looks the label up
+again, notes carry a hidden marker and are skipped when a note with it exists (:meth:`Issues.note_once`),
+description edits skip an occurrence already in the hidden state.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+from gitlab.exceptions import GitlabError
+
+from processors.model.outputs import IncidentEvent, ReproEvent, VerdictEvent
+from processors.telemetry import Telemetry
+from sinks.gitlab import body_incident, body_regression
+from sinks.gitlab.body_repro import repro_note
+from sinks.gitlab.markdown import Filed, duplicate_note, event_id, fingerprint_label, marker, reopen_id
+from sinks.gitlab.state import IssueState, evidence, occurred_at, with_state
+
+log = structlog.get_logger("trace_repro.gitlab")
+
+LABEL_COLOUR = "#8E44AD"
+_FILENAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class IssueRef:
+    """The issue of one fingerprint."""
+
+    iid: int
+    web_url: str
+
+
+def _title(e: Filed) -> str:
+    return body_incident.title(e) if isinstance(e, IncidentEvent) else body_regression.title(e)
+
+
+def _description(e: Filed) -> str:
+    return body_incident.description(e) if isinstance(e, IncidentEvent) else body_regression.description(e)
+
+
+def _occurrence_note(e: Filed, number: int, *, last: bool) -> str:
+    if isinstance(e, IncidentEvent):
+        return body_incident.occurrence_note(e, number, last=last)
+    return body_regression.occurrence_note(e, number, last=last)
+
+
+def _reopen_note(e: Filed, fixed_after_ms: float | None) -> str:
+    if isinstance(e, IncidentEvent):
+        return body_incident.reopen_note(e, fixed_after_ms)
+    return body_regression.reopen_note(e, fixed_after_ms)
+
+
+class Issues:
+    """The issues of one project, by fingerprint; see the module docstring. ``project`` is set by the sink."""
+
+    def __init__(self, *, labels: tuple[str, ...], occurrence_notes: int, telemetry: Telemetry) -> None:
+        self.project: Any = None  # python-gitlab's Project, loaded by the sink's first step
+        self.labels = labels
+        self.occurrence_notes = occurrence_notes
+        self.telemetry = telemetry
+        self.known: dict[str, IssueRef] = {}  # fingerprint -> its issue, once filed or found
+        self._posted: set[tuple[int, str]] = set()  # (iid, note id) known to be posted
+
+    def ensure_labels(self) -> None:
+        existing = {lb.name for lb in self.project.labels.list(get_all=True)}
+        for name in self.labels:
+            if name not in existing:
+                try:
+                    self.project.labels.create({"name": name, "color": LABEL_COLOUR,
+                                                "description": "Filed by trace-repro"})  # fmt: skip
+                except GitlabError as exc:
+                    if exc.response_code != 409:  # created meanwhile
+                        raise
+
+    def lookup(self, fingerprint: str, *, only: int | None = None) -> IssueRef | None:
+        """The lowest-iid issue carrying the fingerprint's label; closes open duplicates of it (or just ``only``)."""
+        issues = sorted(
+            self.project.issues.list(labels=[fingerprint_label(fingerprint)], state="all", get_all=True),
+            key=lambda i: int(i.iid),
+        )
+        if not issues:
+            return None
+        winner = issues[0]
+        ref = IssueRef(int(winner.iid), str(winner.web_url))
+        for other in issues[1:]:
+            if other.state != "closed" and only in (None, int(other.iid)):
+                self.note_once(IssueRef(int(other.iid), str(other.web_url)), f"duplicate-of-{ref.iid}",
+                               duplicate_note(ref.iid))  # fmt: skip
+                self.project.issues.update(other.iid, {"state_event": "close"})
+                self.telemetry.count("duplicates_closed")
+                log.info("gitlab.duplicate_closed", fingerprint=fingerprint, iid=int(other.iid), winner=ref.iid)
+        self.known[fingerprint] = ref
+        return ref
+
+    def find_or_create(self, e: Filed) -> tuple[IssueRef, bool]:
+        """The fingerprint's issue, and whether this call filed it (with ``e`` already counted in it)."""
+        found = self.known.get(e.fingerprint) or self.lookup(e.fingerprint)
+        if found is not None:
+            return found, False
+        labels = [*self.labels, fingerprint_label(e.fingerprint)]
+        issue = self.project.issues.create({"title": _title(e), "description": _description(e), "labels": labels})
+        self.telemetry.count("issues_created")
+        # Verify: a racing instance may have filed it too. Close only our own issue if it lost; the other
+        # instance closes its own (a crashed one's is closed by any later lookup).
+        winner = self.lookup(e.fingerprint, only=int(issue.iid))
+        if winner is None:  # not listed yet: trust our own
+            winner = self.known[e.fingerprint] = IssueRef(int(issue.iid), str(issue.web_url))
+        return winner, winner.iid == int(issue.iid)
+
+    def occurrence(self, ref: IssueRef, e: Filed) -> None:
+        """Count a later occurrence: a bounded note, or a reopening note when the issue is closed."""
+        issue = self.project.issues.get(ref.iid)
+        text = str(issue.description or "")
+        parsed = IssueState.parse(text)
+        if parsed is not None and parsed.seen(e.occurrence):
+            return  # counted before: a replay
+        # A description whose state line was edited away restarts the count at the occurrence that filed it.
+        state = parsed or replace(IssueState.first(e), recent=())
+        number = state.occurrences + 1
+        closed = issue.state == "closed"
+        reopen = closed and (state.fixed_after_ms is None or occurred_at(e) >= state.fixed_after_ms)
+        if reopen:
+            self.note_once(ref, reopen_id(e), _reopen_note(e, state.fixed_after_ms))
+        elif number - 1 <= self.occurrence_notes:
+            self.note_once(ref, event_id(e), _occurrence_note(e, number, last=number - 1 == self.occurrence_notes))
+        counted = state.with_occurrence(e)
+        update: dict[str, Any] = {"description": with_state(text, counted)}
+        if counted.better(e) and isinstance(e, IncidentEvent):
+            # A better-evidenced occurrence (manifest, its row changes correlated, more confident) of the same
+            # defect: the issue shows it from now on, instead of a new issue being opened.
+            upgraded = replace(counted, evidence=evidence(e))
+            update["description"] = body_incident.description(e, upgraded)
+            update["title"] = _title(e)
+            self.note_once(ref, f"upgrade-{e.occurrence}", body_incident.upgrade_note(e))
+            self.telemetry.count("upgraded")
+        if reopen:
+            update["state_event"] = "reopen"
+        self.project.issues.update(ref.iid, update)
+        self.telemetry.count("occurrences")
+        if reopen:
+            self.telemetry.count("reopened")
+            log.info("gitlab.reopened", fingerprint=e.fingerprint, iid=ref.iid, occurrence=e.occurrence)
+
+    def close_fixed(self, ref: IssueRef, e: VerdictEvent) -> None:
+        """Close the issue for a FIXED verdict, once: a replayed verdict leaves a reopened issue open."""
+        issue = self.project.issues.get(ref.iid)
+        text = str(issue.description or "")
+        state = IssueState.parse(text)
+        verdict = event_id(e)
+        if state is not None and verdict in state.verdicts:
+            return  # applied before: a replayed verdict must not re-close a recurrence
+        update: dict[str, Any] = {"state_event": "close"}
+        if state is not None:
+            update["description"] = with_state(text, state.with_fix(verdict, e.receipt.window_start_unix_ms))
+        self.project.issues.update(ref.iid, update)
+        self.telemetry.count("closed")
+        log.info("gitlab.closed", fingerprint=e.fingerprint, iid=ref.iid, outcome=e.outcome)
+
+    def has_note(self, ref: IssueRef, note_id: str) -> bool:
+        if (ref.iid, note_id) in self._posted:
+            return True
+        tag = marker(note_id)
+        notes = self.project.issues.get(ref.iid, lazy=True).notes.list(get_all=True)
+        if any(str(n.body).startswith(tag) for n in notes):
+            self._posted.add((ref.iid, note_id))
+            return True
+        return False
+
+    def note_once(self, ref: IssueRef, note_id: str, text: str) -> bool:
+        """Post ``text`` (which starts with the marker of ``note_id``) unless a note with that marker exists."""
+        if self.has_note(ref, note_id):
+            return False
+        self.project.issues.get(ref.iid, lazy=True).notes.create({"body": text})
+        self._posted.add((ref.iid, note_id))
+        self.telemetry.count("notes")
+        return True
+
+    def upload(self, filename: str, data: str) -> str:
+        """Upload a file to the project; its Markdown link."""
+        safe = _FILENAME.sub("_", filename).strip("._") or "attachment.txt"
+        result: dict[str, Any] = self.project.upload(safe, filedata=data.encode())
+        self.telemetry.count("uploads")
+        return str(result["markdown"])
+
+    def repro_note(self, ref: IssueRef, e: ReproEvent) -> None:
+        """The repro's note, with the test file and the patch uploaded (only when the note is not there yet)."""
+        note_id = event_id(e)
+        if self.has_note(ref, note_id):
+            return
+        test_link = self.upload(posixpath.basename(e.test_path) or "test_repro.py", e.test_source)
+        patch_link = self.upload(f"trace-repro-{e.fingerprint}.patch", e.patch) if e.patch else None
+        self.note_once(ref, note_id, repro_note(e, test_link, patch_link))
+
+
+__all__ = ["LABEL_COLOUR", "IssueRef", "Issues"]

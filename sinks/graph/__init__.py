@@ -1,0 +1,7 @@
+"""The graph sink: FalkorDB, its schema (all Cypher), the stages' rows and the published events."""
+
+from sinks.graph.config import FalkorDBConfig
+from sinks.graph.sink import GraphSink
+from sinks.graph.writer import GraphWriter, WriteAborted
+
+__all__ = ["FalkorDBConfig", "GraphSink", "GraphWriter", "WriteAborted"]

@@ -1,0 +1,207 @@
+"""Read-only queries for agents and dashboards: incidents, repros, verdicts and the topology, on FalkorDB.
+
+Every statement here is sent with ``GRAPH.RO_QUERY`` (the server refuses a write in it), with a server-side timeout,
+and every untrusted value is a Cypher parameter. :class:`GraphReader` is the one client; :func:`refuse_writes`
+checks an agent's own Cypher before it is sent (a clear error rather than the server's), and its rows are cut at a
+limit the caller states. The write statements stay in :mod:`sinks.graph.schema`; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+from urllib.parse import urlparse
+
+from falkordb.asyncio import FalkorDB
+
+# ---- incidents ------------------------------------------------------------------------------------------------
+
+INCIDENTS = (
+    "MATCH (i:Incident) WHERE ($anomaly IS NULL OR i.class = $anomaly) AND ($state IS NULL OR i.status = $state) "
+    "AND ($since IS NULL OR i.last_seen >= $since) "
+    "OPTIONAL MATCH (i)-[:ON]->(on) OPTIONAL MATCH (i)-[:CULPRIT|VICTIM]->(s:Span) "
+    "WITH i, collect(DISTINCT on.key) AS targets, collect(DISTINCT s.service) + collect(DISTINCT on.service) AS svcs "
+    "WHERE $service IS NULL OR $service IN svcs "
+    "RETURN i.fingerprint, i.class, i.severity, i.status, i.summary, i.first_seen, i.last_seen, i.occurrences, "
+    "targets, svcs ORDER BY i.last_seen DESC LIMIT $limit"
+)
+INCIDENT = (
+    "MATCH (i:Incident {fingerprint: $fp}) OPTIONAL MATCH (i)-[:ON]->(on) "
+    "RETURN i.fingerprint, i.class, i.severity, i.status, i.summary, i.first_seen, i.last_seen, i.occurrences, "
+    "i.table, i.window_ms, i.metric, i.signature, collect(DISTINCT on.key)"
+)
+OCCURRENCES = (
+    "MATCH (o:Occurrence)-[:OF]->(:Incident {fingerprint: $fp}) "
+    "RETURN o.id, o.at, o.entity, o.manifest, o.writers, o.version, o.commit, o.window, o.p_adjusted "
+    "ORDER BY o.at DESC LIMIT $limit"
+)
+# The accesses of the culprit's and the victim's traces to the incident's rows, with the commits credited to them.
+TIMELINE = (
+    "MATCH (i:Incident {fingerprint: $fp})-[r:CULPRIT|VICTIM]->(s:Span) "
+    "MATCH (i)-[:ON]->(e:Entity)<-[a:READ|WROTE|PREDICATE]-(x:Span) WHERE x.trace = s.trace "
+    "RETURN DISTINCT type(r), x.trace, x.service, x.id, type(a), a.at, a.lock, a.op, a.function, a.commit_ms, "
+    "e.key, x.statement ORDER BY a.at LIMIT $limit"
+)
+# A party's span is usually the database client span: its code site is on its access edge and its route on the
+# trace's root.
+PARTIES = (
+    "MATCH (i:Incident {fingerprint: $fp})-[r:CULPRIT|VICTIM]->(s:Span) "
+    "OPTIONAL MATCH (s)-[:OF]->(t:Trace) OPTIONAL MATCH (s)-[x:READ|WROTE|PREDICATE]->(:Entity) "
+    "WITH r, s, t, [f IN collect(x.function) WHERE f <> ''] AS sites "
+    "RETURN type(r), s.id, s.trace, s.service, s.version, "
+    "CASE WHEN s.function <> '' THEN s.function ELSE head(sites) END, "
+    "CASE WHEN s.route <> '' THEN s.route ELSE t.root END ORDER BY type(r), s.id"
+)
+REPRO = (
+    "MATCH (r:Repro)-[:PROVES]->(:Incident {fingerprint: $fp}) "
+    "RETURN r.path, r.status, r.level, r.faithful, r.red, r.green ORDER BY r.path"
+)
+REPAIRS = (
+    "MATCH (p:Repair)-[:FIXES]->(:Incident {fingerprint: $fp}) RETURN p.strategy, p.file, p.function, "
+    "p.lock_before, p.lock_after, p.statement_before, p.statement_after ORDER BY p.file, p.function"
+)
+CONTRACTS_OF = (
+    "MATCH (c:Contract)-[:FOR]->(:Incident {fingerprint: $fp}) OPTIONAL MATCH (v:Verdict)-[:JUDGES]->(c) "
+    "RETURN c.signature, c.service, c.version, c.issue, collect(v.outcome + ' @ ' + v.version)"
+)
+VERDICTS = (
+    "MATCH (v:Verdict)-[:JUDGES]->(c:Contract) OPTIONAL MATCH (c)-[:FOR]->(i:Incident) "
+    "WITH v, c, i WHERE ($service IS NULL OR v.service = $service) AND ($outcome IS NULL OR v.outcome = $outcome) "
+    "AND ($fp IS NULL OR i.fingerprint = $fp) "
+    "RETURN v.key, v.outcome, v.service, v.version, v.commit, v.rollback, v.reason, v.at, c.signature, i.fingerprint "
+    "ORDER BY v.at DESC LIMIT $limit"
+)
+RECEIPT = (
+    "MATCH (v:Verdict {key: $key})-[:JUDGES]->(c:Contract) "
+    "RETURN v.outcome, v.service, v.version, v.commit, v.rollback, v.reason, v.receipt, c.signature, c.json"
+)
+
+# ---- topology ---------------------------------------------------------------------------------------------------
+
+CALL_WINDOWS = (
+    "MATCH ()-[c:CALLS]->() WITH DISTINCT c.window AS id MATCH (w:Window {id: id}) "
+    "RETURN id, w.start, w.end ORDER BY w.end DESC LIMIT $limit"
+)
+WINDOW = "MATCH (w:Window {id: $id}) RETURN w.id, w.start, w.end"
+CALLS_IN = (
+    "MATCH (a:Service)-[c:CALLS]->(b:Service) WHERE c.window IN $windows "
+    "RETURN a.name, b.name, sum(c.count), sum(c.errors), max(c.p50_ms), max(c.p95_ms)"
+)
+SERVICES = (
+    "MATCH (s:Service) OPTIONAL MATCH (s)-[:EXPOSES]->(o:Operation) "
+    "RETURN s.name, count(o), collect(o.name)[..$ops] ORDER BY s.name LIMIT $limit"
+)
+OPERATIONS_NAMED = "MATCH (o:Operation) WHERE o.key = $name OR o.name = $name RETURN o.key ORDER BY o.key LIMIT 20"
+STATS_WINDOWS = (
+    "MATCH (:Operation)-[x:STATS]->(w:Window) WITH DISTINCT w RETURN w.id, w.start, w.end ORDER BY w.end DESC "
+    "LIMIT $limit"
+)
+# Per operation, version and window: the stored critical-path shares and the owned nanoseconds behind them.
+OPERATION_STATS = (
+    "MATCH (o:Operation {key: $op})-[x:STATS]->(w:Window) WHERE $since IS NULL OR w.start >= $since "
+    "RETURN x.window, w.start, w.end, x.version, x.requests, x.errors, x.p95_ms, x.critical_path "
+    "ORDER BY w.start DESC LIMIT $limit"
+)
+OPERATION_PATH_NS = (
+    "MATCH (o:Operation {key: $op})-[x:STATS_PART]->(w:Window) WHERE $since IS NULL OR w.start >= $since "
+    "RETURN x.version, min(w.start), sum(x.requests), collect(x.path_ns) ORDER BY min(w.start)"
+)
+WINDOW_PATHS = (
+    "MATCH (o:Operation)-[x:STATS]->(w:Window) WHERE x.window IN $windows "
+    "RETURN o.key, x.window, x.version, x.requests, x.p95_ms, x.critical_path ORDER BY x.p95_ms DESC LIMIT $limit"
+)
+ENTITY_TOUCHES = (
+    "MATCH (e:Entity {key: $key})<-[a:READ|WROTE|PREDICATE]-(s:Span) "
+    "RETURN s.service, coalesce(a.function, ''), type(a), count(*), count(DISTINCT s.trace) "
+    "ORDER BY count(*) DESC LIMIT $limit"
+)
+ENTITY_ENTRIES = (
+    "MATCH (e:Entity {key: $key})<-[:READ|WROTE|PREDICATE]-(s:Span) WITH DISTINCT s.trace AS tid "
+    "MATCH (t:Trace {id: tid}) RETURN t.service, t.root, count(t) ORDER BY count(t) DESC LIMIT $limit"
+)
+ENTITY_INCIDENTS = (
+    "MATCH (i:Incident)-[:ON]->(:Entity {key: $key}) RETURN i.fingerprint, i.class, i.status, i.occurrences "
+    "ORDER BY i.last_seen DESC LIMIT $limit"
+)
+HOT_CANDIDATES = (
+    "MATCH (e:Entity)<-[w:WROTE]-(s:Span) WHERE ($table IS NULL OR e.table = $table) "
+    "AND ($since IS NULL OR w.at >= $since) "
+    "WITH e, count(DISTINCT s.trace) AS writers, count(w) AS writes, collect(DISTINCT s.service)[..5] AS svcs "
+    "OPTIONAL MATCH (i:Incident)-[:ON]->(e) "
+    "RETURN e.key, e.table, writers, writes, svcs, count(i), sum(coalesce(i.occurrences, 0)) "
+    "ORDER BY count(i) DESC, writers DESC, e.key LIMIT $limit"
+)
+WRITE_TIMES = (
+    "UNWIND $keys AS k MATCH (e:Entity {key: k})<-[w:WROTE]-(s:Span) WHERE w.at IS NOT NULL "
+    "AND ($since IS NULL OR w.at >= $since) RETURN k, s.trace, w.at ORDER BY w.at LIMIT $limit"
+)
+
+# ---- an agent's own Cypher ---------------------------------------------------------------------------------------
+
+_WRITES = re.compile(
+    r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|DROP|FOREACH|LOAD\s+CSV|CALL\s+db\.idx|CALL\s+dbms)\b", re.IGNORECASE
+)
+_LITERALS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+class ReadOnlyViolation(ValueError):
+    """Cypher that would change the graph (refused before it is sent)."""
+
+
+def refuse_writes(cypher: str) -> None:
+    """Raise :class:`ReadOnlyViolation` if ``cypher`` has a write clause outside string literals and comments."""
+    bare = _LITERALS.sub(" ", cypher)
+    found = _WRITES.search(bare)
+    if found:
+        raise ReadOnlyViolation(f"write clause {found.group(1).upper()!r} refused: this server is read-only")
+
+
+class GraphReader:
+    """Read-only queries on one graph: ``GRAPH.RO_QUERY`` with a timeout, a connection opened on first use."""
+
+    def __init__(self, url: str, graph: str, *, timeout_ms: int = 10_000) -> None:
+        parsed = urlparse(url)
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 6379
+        self.password = parsed.password
+        self.graph_name = graph
+        self.timeout_ms = timeout_ms
+        self._db: Any = None
+        self._graph: Any = None
+
+    async def _connect(self) -> Any:
+        if self._graph is None:
+            self._db = FalkorDB(host=self.host, port=self.port, password=self.password,
+                                socket_timeout=self.timeout_ms / 1000 + 5)  # fmt: skip
+            self._graph = self._db.select_graph(self.graph_name)
+        return self._graph
+
+    async def rows(self, cypher: str, params: dict[str, Any] | None = None, *, timeout_ms: int | None = None
+                   ) -> list[list[Any]]:  # fmt: skip
+        """The rows of a read query (an empty graph reads as no rows)."""
+        graph = await self._connect()
+        try:
+            result = await graph.ro_query(cypher, params or {}, timeout=timeout_ms or self.timeout_ms)
+        except Exception as exc:
+            if "empty key" in str(exc).lower() or "invalid graph operation on empty key" in str(exc).lower():
+                return []  # the graph does not exist yet: nothing written
+            raise
+        return [list(r) for r in result.result_set]
+
+    async def user_query(self, cypher: str, params: dict[str, Any], *, limit: int, timeout_ms: int
+                         ) -> tuple[list[str], list[list[Any]], bool]:  # fmt: skip
+        """An agent's Cypher, checked read-only: (columns, at most ``limit`` rows, whether rows were cut)."""
+        refuse_writes(cypher)
+        graph = await self._connect()
+        result = await graph.ro_query(cypher, params, timeout=timeout_ms)
+        header = [h[1] if isinstance(h, list | tuple) else str(h) for h in (result.header or [])]
+        columns = [c.decode() if isinstance(c, bytes) else str(c) for c in header]
+        rows = [list(r) for r in result.result_set]
+        return columns, rows[:limit], len(rows) > limit
+
+    async def close(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(Exception):
+                await self._db.connection.aclose()
+        self._db = self._graph = None

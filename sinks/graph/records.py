@@ -1,0 +1,122 @@
+"""Published events as graph rows: the parameters of ``schema.RECORDS`` (one function per kind).
+
+An incident is an ``Incident`` node per fingerprint with an ``Occurrence`` per occurrence; a regression likewise,
+``ON`` its ``Operation``; a verdict a ``Verdict`` that ``JUDGES`` its ``Contract``; a contract a ``Contract``
+``FOR`` its incident, with the whole contract as JSON so that a restarted daemon resumes its watch. Every
+recorded event also gets a ``Published {id}`` node (its ``event_id``), which is how a replay is recognised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from processors.model.base import Published
+from processors.model.contract import ProofContract
+from processors.model.graph import Row
+from processors.model.incident import IncidentEvent
+from processors.model.regression import RegressionEvent
+from processors.model.repro import ReproEvent
+from processors.model.verdict import VerdictEvent
+from processors.requests import operation_key_of
+
+
+def incident_row(e: IncidentEvent) -> Row:
+    return {
+        "fingerprint": e.fingerprint,
+        "occurrence": e.occurrence,
+        "anomaly": e.anomaly,
+        "severity": e.severity,
+        "manifest": e.manifest,
+        "table": e.table,
+        "entity": e.entity,
+        "window_ms": e.window_ms,
+        "at": e.culprit.start_unix_ms,
+        "culprit": e.culprit.span_id,
+        "victim": e.victim.span_id,
+        "summary": e.summary,
+        "writers": [f"{w.function or w.service}:{w.lock}" for w in e.writers],
+    }
+
+
+def regression_row(e: RegressionEvent) -> Row:
+    return {
+        "fingerprint": e.fingerprint,
+        "occurrence": e.occurrence,
+        "metric": e.metric,
+        "signature": e.signature,
+        "summary": e.summary,
+        "at": e.window_start_unix_ms,
+        "version": e.version,
+        "commit": e.commit,
+        "window": e.window,
+        "p_adjusted": min(ev.p_adjusted for ev in e.evidence) if e.evidence else None,
+        "service": e.service,
+        "operation": e.operation,
+        "operation_key": operation_key_of(e.service, e.operation),
+    }
+
+
+def verdict_row(v: VerdictEvent) -> Row:
+    """One ``Verdict`` per outcome per build of a contract."""
+    return {
+        "key": f"{v.fingerprint}|{v.service}|{v.version}|{v.outcome}",
+        "outcome": v.outcome,
+        "service": v.service,
+        "version": v.version,
+        "commit": v.commit,
+        "rollback": v.rollback,
+        "reason": v.reason,
+        "receipt": json.dumps(v.receipt.model_dump(), sort_keys=True),
+        "at": v.receipt.window_end_unix_ms,
+        "contract": v.contract,
+    }
+
+
+def contract_row(c: ProofContract) -> Row:
+    return {
+        "signature": c.signature,
+        "fingerprint": c.fingerprint,
+        "must_start": c.must_start,
+        "watch_s": c.watch_s,
+        "min_requests": c.min_requests,
+        "alpha": c.alpha,
+        "baseline_rate": c.baseline_rate,
+        "service": c.service,
+        "version": c.version,
+        "issue": c.issue,
+        "created": c.created_unix_ms,
+        "json": c.model_dump_json(),  # the whole contract, so that a restarted daemon resumes its watch
+    }
+
+
+ROWS: dict[type[Published], tuple[str, Callable[..., Row]]] = {
+    IncidentEvent: ("incident", incident_row),
+    RegressionEvent: ("regression", regression_row),
+    VerdictEvent: ("verdict", verdict_row),
+    ProofContract: ("contract", contract_row),
+}
+
+
+def rows_by_kind(events: list[Published]) -> dict[str, list[Row]]:
+    """The rows of ``schema.RECORDS`` per kind, for the kinds the graph models (others get a Published node only)."""
+    out: dict[str, list[Row]] = {}
+    for e in events:
+        entry = ROWS.get(type(e))
+        if entry is not None:
+            out.setdefault(entry[0], []).append(entry[1](e))
+    return out
+
+
+def published_row(e: Published, at_ms: float) -> Row:
+    return {"id": e.event_id, "kind": getattr(e, "kind", ""), "at": at_ms}
+
+
+def repro_params(event: ReproEvent) -> Row:
+    """Parameters of ``schema.REPRO_UPSERT``: the Repro node and one Repair per planned repair."""
+    status = "proven" if event.proven else ("red" if event.red.status == "failed" else "unproven")
+    repairs = [{"key": f"{event.fingerprint}|{r.file}|{r.function}|{r.statement_before}", **r.model_dump()}
+               for r in event.repairs]  # fmt: skip
+    return {"fp": event.fingerprint, "path": event.test_path, "status": status, "level": event.level,
+            "faithful": event.divergence.faithful, "red": event.red.status,
+            "green": event.green.status if event.green else "", "repairs": repairs}  # fmt: skip

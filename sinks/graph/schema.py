@@ -1,0 +1,316 @@
+"""All Cypher of trace-repro: indexes, constraints, every upsert and every query, in one place.
+
+Every write is ``UNWIND $rows AS r MERGE ...`` on an indexed, unique key, so replaying input changes nothing.
+Rows come from ``processors.graph_rows`` (traces, spans, accesses, windows, changes), the regression detector's
+statistics (``stats``) and, for published events, :mod:`sinks.graph.records`. Nothing outside this module writes
+Cypher (tests and the bench read the graph with their own queries).
+"""
+
+from __future__ import annotations
+
+from processors.graph_rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
+
+# Column order of a Trace row as the writer sends it (positional, see ``writer._rows_for``).
+TRACE_COLUMNS = ("id", "root", "service", "start", "end", "status", "version", "rooted", "omitted", "spans")
+_T = {c: f"r[{i}]" for i, c in enumerate(TRACE_COLUMNS)}
+_P = {c: f"p[{i}]" for i, c in enumerate(PATH_SPAN_COLUMNS)}
+
+INDEXES: tuple[tuple[str, str], ...] = (
+    ("Service", "name"),
+    ("Operation", "key"),
+    ("Trace", "id"),
+    ("Trace", "start"),
+    ("Span", "id"),
+    ("Span", "end"),
+    ("Entity", "key"),
+    ("Window", "id"),
+    ("Incident", "fingerprint"),
+    ("Occurrence", "id"),
+    ("Published", "id"),
+    ("Repro", "path"),
+    ("Repair", "key"),
+    ("Contract", "signature"),
+    ("Verdict", "key"),
+    ("Tally", "key"),
+    ("Tally", "updated"),
+    ("Table", "name"),
+)
+UNIQUE: tuple[tuple[str, str], ...] = (
+    ("Service", "name"),
+    ("Operation", "key"),
+    ("Trace", "id"),
+    ("Span", "id"),
+    ("Entity", "key"),
+    ("Window", "id"),
+    ("Incident", "fingerprint"),
+    ("Published", "id"),
+    ("Tally", "key"),
+    ("Table", "name"),
+)
+
+INDEX_STATES = "CALL db.indexes() YIELD label, properties, status"
+CONSTRAINT_STATES = "CALL db.constraints() YIELD type, label, properties, status"
+
+
+def create_index(label: str, prop: str) -> str:
+    """``CREATE INDEX`` for one (label, property) of :data:`INDEXES` (names are ours, never input)."""
+    if (label, prop) not in INDEXES:
+        raise ValueError(f"not a schema index: {label}.{prop}")
+    return f"CREATE INDEX FOR (n:{label}) ON (n.{prop})"
+
+
+# ---- stage upserts: one per GraphBatch field (processors.model.graph.UPSERTS) ----------------------------------
+
+# An access row names its span and its Entity: the Entity is merged (as the entity's first access creates it, whether
+# or not its span is in the graph), then the edge is merged from the span.
+_ENTITY = (
+    "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) SET e.table = r.table WITH e, r MATCH (s:Span {id: r.span}) "
+)
+
+# A span names its parent, which may not be in the graph yet (a trace that closed before its root arrived is written
+# in fragments, in any order): the edge is merged if the parent is there, else the span keeps ``awaiting_parent``
+# until :data:`ADOPT` after a later write of its trace finds the parent.
+_AWAIT = (
+    "SET {child}.awaiting_parent = CASE WHEN {node} IS NULL THEN {parent} ELSE NULL END "
+    "WITH {child}, {node} WHERE {node} IS NOT NULL MERGE ({child})-[:CHILD_OF]->({node})"
+)
+
+
+# A late fragment of a trace (spans after it closed) widens it and can only turn it to error; its root, service,
+# version and summary of omitted spans come from the fragment that holds the root span (or the first written).
+# Under the ``paths`` policy the row carries the trace's kept spans (positional, PATH_SPAN_COLUMNS, in any order:
+# MERGE creates them all before the CHILD_OF match) with OF and CHILD_OF; under the other policies it is empty.
+def _traces(clause: str) -> str:
+    """The trace upsert; ``clause`` is MERGE (``traces``) or MATCH (``late_traces``: a late fragment the policy
+    would not detail completes a trace already in the graph and never starts one)."""
+    return (
+        f"UNWIND $rows AS r {clause} (t:Trace {{id: {_T['id']}}}) "
+        f"WITH t, r, ({_T['rooted']} OR t.root IS NULL) AS take, "
+        f"CASE WHEN t.start IS NULL OR {_T['start']} < t.start THEN {_T['start']} ELSE t.start END AS start, "
+        f"CASE WHEN t.start IS NULL OR {_T['end']} > t.start + t.duration_ms THEN {_T['end']} "
+        "ELSE t.start + t.duration_ms END AS end "
+        f"SET t.root = CASE WHEN take THEN {_T['root']} ELSE t.root END, "
+        f"t.service = CASE WHEN take THEN {_T['service']} ELSE t.service END, "
+        f"t.version = CASE WHEN take THEN {_T['version']} ELSE t.version END, "
+        f"t.omitted = CASE WHEN take OR t.omitted IS NULL THEN {_T['omitted']} ELSE t.omitted END, "
+        "t.start = start, t.duration_ms = end - start, "
+        f"t.status = CASE WHEN t.status = 'error' THEN 'error' ELSE {_T['status']} END "
+        f"WITH t, r UNWIND {_T['spans']} AS p MERGE (s:Span {{id: p[0]}}) SET s.trace = {_T['id']}, "
+        + ", ".join(f"s.{c} = {v}" for c, v in _P.items() if c not in ("id", "parent"))
+        + f" MERGE (s)-[:OF]->(t) WITH s, p WHERE {_P['parent']} IS NOT NULL "
+        f"OPTIONAL MATCH (q:Span {{id: {_P['parent']}}}) {_AWAIT.format(parent=_P['parent'], node='q', child='s')}"
+    )
+
+
+UPSERTS: dict[str, str] = {
+    "services": "UNWIND $rows AS r MERGE (:Service {name: r.name})",
+    "operations": (
+        "UNWIND $rows AS r MERGE (o:Operation {key: r.key}) SET o.service = r.service, o.name = r.name "
+        "WITH o, r MATCH (s:Service {name: r.service}) MERGE (s)-[:EXPOSES]->(o)"
+    ),
+    "traces": _traces("MERGE"),
+    "late_traces": _traces("MATCH"),
+    "spans": (
+        "UNWIND $rows AS r MERGE (s:Span {id: r[0]}) SET "
+        + ", ".join(f"s.{c} = r[{i}]" for i, c in enumerate(SPAN_COLUMNS) if c != "id")
+        + " WITH s, r MATCH (t:Trace {id: r[1]}) MERGE (s)-[:OF]->(t)"
+    ),
+    "child_of": (
+        "UNWIND $rows AS r MATCH (c:Span {id: r[0]}) OPTIONAL MATCH (p:Span {id: r[1]}) "
+        + _AWAIT.format(parent="r[1]", node="p", child="c")
+    ),
+    "reads": (
+        f"{_ENTITY}MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, "
+        "x.params = r.params, x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+    ),
+    "writes": (
+        f"{_ENTITY}MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
+        "x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+    ),
+    # A statement that named no row by its key: an edge to the table's scope (``orders:*``) with its predicate.
+    "predicates": (
+        f"{_ENTITY}MERGE (s)-[x:PREDICATE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
+        "x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+    ),
+    "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
+    # Windowed aggregates are stored as one contribution per input partition (idempotent under replays, additive
+    # over replicas); the graph sink then sums them into the CALLS / STATS edges (CALLS_TOTAL, STATS_TOTAL).
+    "calls": (
+        "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
+        "MERGE (a)-[c:CALLS_PART {window: r.window, part: r.part}]->(b) "
+        "SET c.count = r.count, c.errors = r.errors, c.bins = r.bins, c.bin_counts = r.bin_counts, c.n = r.n, "
+        "c.min = r.min, c.max = r.max"
+    ),
+    # Committed row changes (stage 2): the entity's last image; the WROTE edge gets the commit facts and the
+    # strength of the correlation. MERGE on the Span creates a placeholder if stage 1 has not written it yet.
+    "changes": (
+        "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) "
+        "SET e.table = r.table, e.lsn = r.lsn, e.image = coalesce(r.after, r.before), e.deleted = (r.op = 'd') "
+        "WITH e, r WHERE r.span IS NOT NULL "
+        "MERGE (s:Span {id: r.span}) MERGE (s)-[w:WROTE]->(e) "
+        "SET w.lsn = r.lsn, w.tx = r.tx, w.commit_ms = r.commit_ms, w.before = r.before, w.after = r.after, "
+        "w.correlation = r.strength, w.skew_ms = r.skew_ms"
+    ),
+    "stats": (
+        "UNWIND $rows AS r "
+        "MERGE (s:Service {name: r.service}) "
+        "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation "
+        "MERGE (s)-[:EXPOSES]->(o) "
+        "MERGE (w:Window {id: r.window}) ON CREATE SET w.start = r.start, w.end = r.end "
+        "MERGE (o)-[x:STATS_PART {window: r.window, version: r.version, part: r.part}]->(w) "
+        "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.signatures = r.signatures, "
+        "x.path_ns = r.path_ns, x.bins = r.bins, x.bin_counts = r.bin_counts, x.n = r.n, x.min = r.min, x.max = r.max"
+    ),
+    # The proof judge's cumulative counts per (build, input partition): overwritten by their one writer, summed by
+    # every reader (processors.connectors.proofs.judge), so replicas and restarts see all of a build's traffic.
+    "tallies": (
+        "UNWIND $rows AS r MERGE (t:Tally {key: r.key}) "
+        "SET t.updated = CASE WHEN t.json = r.json AND t.settled_until = r.settled_until THEN t.updated "
+        "ELSE r.updated END, "  # a replay writes the same counts: nothing changes, not even the time
+        "t.service = r.service, t.version = r.version, t.part = r.part, t.revision = r.revision, "
+        "t.first_ns = r.first_ns, t.last_ns = r.last_ns, t.settled_until = r.settled_until, t.json = r.json"
+    ),
+    # A table's key columns, as Debezium's message keys name them (stage 1 learns them; every instance loads them).
+    "tables": "UNWIND $rows AS r MERGE (t:Table {name: r.name}) SET t.key = r.key",
+}
+
+
+# After every batch, for the traces it wrote: their spans that wait for a parent (it came in a later fragment, or on
+# another replica after a rebalance) are linked to it if it is in the graph now. ``WITH t`` makes the plan start at
+# the Trace index and walk its spans, instead of scanning every Span for the property.
+ADOPT = (
+    "UNWIND $rows AS id MATCH (t:Trace {id: id}) WITH t "
+    "MATCH (t)<-[:OF]-(c:Span) WHERE c.awaiting_parent IS NOT NULL WITH c, c.awaiting_parent AS parent "
+    "MATCH (p:Span {id: parent}) MERGE (c)-[:CHILD_OF]->(p) SET c.awaiting_parent = NULL"
+)
+
+TABLE_KEYS = "MATCH (t:Table) RETURN t.name, t.key"
+
+TALLIES_SINCE = (
+    "MATCH (t:Tally) WHERE t.updated >= $since "
+    "RETURN t.service, t.version, t.part, t.revision, t.first_ns, t.last_ns, t.settled_until, t.json, t.updated"
+)
+
+CALLS_PARTS = (
+    "UNWIND $keys AS k MATCH (a:Service {name: k[0]})-[c:CALLS_PART {window: k[2]}]->(b:Service {name: k[1]}) "
+    "RETURN k[0], k[1], k[2], c.count, c.errors, c.bins, c.bin_counts, c.min, c.max"
+)
+CALLS_TOTAL = (
+    "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
+    "MERGE (a)-[c:CALLS {window: r.window}]->(b) "
+    "SET c.count = r.count, c.errors = r.errors, c.p50_ms = r.p50_ms, c.p95_ms = r.p95_ms"
+)
+STATS_PARTS = (
+    "UNWIND $keys AS k MATCH (:Operation {key: k[0]})-[x:STATS_PART {window: k[1], version: k[2]}]->(:Window) "
+    "RETURN k[0], k[1], k[2], x.revision, x.requests, x.errors, x.signatures, x.path_ns, x.bins, x.bin_counts, "
+    "x.min, x.max"
+)
+STATS_TOTAL = (
+    "UNWIND $rows AS r MATCH (o:Operation {key: r.operation_key}) MATCH (w:Window {id: r.window}) "
+    "MERGE (o)-[x:STATS {window: r.window, version: r.version}]->(w) "
+    "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.error_rate = r.error_rate, "
+    "x.p50_ms = r.p50_ms, x.p95_ms = r.p95_ms, x.p99_ms = r.p99_ms, x.signatures = r.signatures, "
+    "x.critical_path = r.critical_path"
+)
+
+# ---- published events (rows from sinks.graph.records) ---------------------------------------------------------
+
+PUBLISHED_KNOWN = "UNWIND $ids AS id MATCH (p:Published {id: id}) RETURN p.id"
+PUBLISHED_MARK = "UNWIND $rows AS r MERGE (p:Published {id: r.id}) ON CREATE SET p.kind = r.kind, p.at = r.at"
+
+# An incident's first and last sighting are the extremes of its occurrences' event times, whatever order they are
+# written in (its node may exist already, from its contract or repro); an occurrence after the window a FIXED
+# verdict judged reopens it (a replay of older ones does not).
+_SEEN = (
+    "SET i.first_seen = CASE WHEN i.first_seen IS NULL OR r.at < i.first_seen THEN r.at ELSE i.first_seen END, "
+    "i.last_seen = CASE WHEN i.last_seen IS NULL OR r.at > i.last_seen THEN r.at ELSE i.last_seen END, "
+    "i.status = CASE WHEN i.status IS NULL OR (i.status = 'fixed' AND r.at > i.fixed_at) THEN 'open' "
+    "ELSE i.status END"
+)
+
+RECORDS: dict[str, str] = {
+    "incident": (
+        "UNWIND $rows AS r "
+        f"MERGE (i:Incident {{fingerprint: r.fingerprint}}) {_SEEN} "
+        "SET i.class = r.anomaly, i.table = r.table, i.window_ms = r.window_ms, "
+        "i.summary = r.summary, "
+        "i.severity = CASE WHEN i.severity = 'high' OR r.severity = 'high' THEN 'high' ELSE 'low' END "
+        "MERGE (o:Occurrence {id: r.occurrence}) "
+        "ON CREATE SET o.entity = r.entity, o.at = r.at, o.manifest = r.manifest, o.writers = r.writers "
+        "MERGE (o)-[:OF]->(i) "
+        "MERGE (e:Entity {key: r.entity}) "
+        "MERGE (i)-[:ON]->(e) "
+        "MERGE (c:Span {id: r.culprit}) "
+        "MERGE (v:Span {id: r.victim}) "
+        "MERGE (i)-[:CULPRIT]->(c) "
+        "MERGE (i)-[:VICTIM]->(v) "
+        "WITH DISTINCT i MATCH (x:Occurrence)-[:OF]->(i) WITH i, count(x) AS n SET i.occurrences = n"
+    ),
+    "regression": (
+        "UNWIND $rows AS r "
+        f"MERGE (i:Incident {{fingerprint: r.fingerprint}}) {_SEEN} "
+        "SET i.class = 'regression', i.metric = r.metric, i.signature = r.signature, i.summary = r.summary, "
+        "i.severity = 'high' "
+        "MERGE (x:Occurrence {id: r.occurrence}) ON CREATE SET x.at = r.at, x.version = r.version, "
+        "x.commit = r.commit, x.window = r.window, x.p_adjusted = r.p_adjusted "
+        "MERGE (x)-[:OF]->(i) "
+        "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation "
+        "MERGE (i)-[:ON]->(o) "
+        "WITH DISTINCT i MATCH (y:Occurrence)-[:OF]->(i) WITH i, count(y) AS n SET i.occurrences = n"
+    ),
+    "verdict": (
+        "UNWIND $rows AS r "
+        "MERGE (v:Verdict {key: r.key}) "
+        "SET v.outcome = r.outcome, v.service = r.service, v.version = r.version, v.commit = r.commit, "
+        "v.rollback = r.rollback, v.reason = r.reason, v.receipt = r.receipt, v.at = r.at "
+        "MERGE (c:Contract {signature: r.contract}) "
+        "MERGE (v)-[:JUDGES]->(c) "
+        # FIXED marks the incident fixed as of the judged window's end; NOT_FIXED / WORSE reopen it.
+        "WITH r, c MATCH (c)-[:FOR]->(i:Incident) WHERE r.outcome IN ['FIXED', 'NOT_FIXED', 'WORSE'] "
+        "AND (i.fixed_at IS NULL OR r.at >= i.fixed_at) "
+        "SET i.status = CASE WHEN r.outcome = 'FIXED' THEN 'fixed' ELSE 'open' END, i.fixed_at = r.at"
+    ),
+    "contract": (
+        "UNWIND $rows AS r "
+        "MERGE (c:Contract {signature: r.signature}) "
+        "SET c.fingerprint = r.fingerprint, c.must_start = r.must_start, c.watch_s = r.watch_s, "
+        "c.min_requests = r.min_requests, c.alpha = r.alpha, c.baseline_rate = r.baseline_rate, "
+        "c.service = r.service, c.version = r.version, c.issue = r.issue, c.created = r.created, c.json = r.json "
+        "MERGE (i:Incident {fingerprint: r.fingerprint}) ON CREATE SET i.status = 'open' "
+        "MERGE (c)-[:FOR]->(i)"
+    ),
+}
+
+STORED_CONTRACTS = "MATCH (c:Contract) RETURN c.json ORDER BY c.created"
+
+# ---- repros -----------------------------------------------------------------------------------------------------
+
+REPRO_KNOWN = "MATCH (r:Repro)-[:PROVES]->(:Incident {fingerprint: $fp}) RETURN r.path LIMIT 1"
+TABLE_SITES = (
+    "MATCH (s:Span)-[x:READ|WROTE]->(e:Entity) WHERE e.table = $table AND x.function <> '' "
+    "RETURN DISTINCT x.function, x.file, s.statement, x.lock, s.service"
+)
+REPRO_UPSERT = (
+    "MERGE (i:Incident {fingerprint: $fp}) "
+    "MERGE (r:Repro {path: $path}) "
+    "SET r.status = $status, r.level = $level, r.faithful = $faithful, r.red = $red, r.green = $green "
+    "MERGE (r)-[:PROVES]->(i) "
+    "WITH i "
+    "UNWIND $repairs AS x "
+    "MERGE (p:Repair {key: x.key}) "
+    "SET p.strategy = x.strategy, p.file = x.file, p.function = x.function, p.lock_before = x.lock_before, "
+    "p.lock_after = x.lock_after, p.statement_before = x.statement_before, p.statement_after = x.statement_after "
+    "MERGE (p)-[:FIXES]->(i)"
+)
+REPAIR_GOVERNANCE = (
+    "MATCH (p:Repair)-[:FIXES]->(:Incident {fingerprint: $fp}) "
+    "RETURN p.function, p.lock_before, p.lock_after ORDER BY p.function"
+)
+
+# ---- retention --------------------------------------------------------------------------------------------------
+
+EXPIRE: tuple[str, ...] = (
+    "MATCH (s:Span) WHERE s.end < $cutoff WITH s LIMIT $limit DETACH DELETE s RETURN count(s)",
+    "MATCH (t:Trace) WHERE t.start < $cutoff AND NOT (t)<-[:OF]-(:Span) "
+    "WITH t LIMIT $limit DETACH DELETE t RETURN count(t)",
+)

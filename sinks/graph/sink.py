@@ -1,0 +1,160 @@
+"""The graph sink: the stages' rows, the published events, and the named queries of components.
+
+It is the one component that talks to FalkorDB (through :class:`~sinks.graph.writer.GraphWriter`, which retries and
+isolates refused rows). The runtime writes each batch's rows with :meth:`GraphSink.write_batch`; for the events a
+batch publishes it asks :meth:`GraphSink.unseen` which are new (a replay re-derives events already published),
+publishes those, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in between
+publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from processors.model.base import Published
+from processors.model.contract import ProofContract
+from processors.model.graph import GraphBatch, Row
+from processors.model.repro import ReproEvent
+from processors.parts import calls_total, stats_total
+from processors.sink import Sink
+from processors.telemetry import Telemetry
+from sinks.graph import schema
+from sinks.graph.records import published_row, repro_params, rows_by_kind
+from sinks.graph.writer import GraphWriter
+
+log = structlog.get_logger("trace_repro.graph")
+
+_CALLS_FIELDS = ("count", "errors", "bins", "bin_counts", "min", "max")
+_STATS_FIELDS = ("revision", "requests", "errors", "signatures", "path_ns", "bins", "bin_counts", "min", "max")
+
+
+def _calls_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+    return {"caller": key[0], "callee": key[1], "window": key[2], **calls_total(parts)}
+
+
+def _stats_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+    return {"operation_key": key[0], "window": key[1], "version": key[2], **stats_total(parts)}
+
+
+class GraphSink(Sink):
+    """See the module docstring."""
+
+    name = "graph"
+
+    def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None
+                 ) -> None:  # fmt: skip
+        self.writer = writer
+        self._clock_ms = clock_ms
+        self.telemetry = telemetry or Telemetry("graph")
+        self._buffer: list[Published] = []
+
+    async def start(self) -> None:
+        """Create the schema and wait until every index is usable."""
+        await self.writer.bootstrap()
+
+    # ---- what the stages write --------------------------------------------------------------------------------
+
+    async def write_batch(self, batch: GraphBatch) -> int:
+        """Every row of ``batch``, the totals of the windowed aggregates it contributed to, then the events it asks
+        to record; returns the rows written."""
+        written = await self.writer.write(batch)
+        if batch.calls:
+            written += await self._totals(schema.CALLS_PARTS, schema.CALLS_TOTAL, "calls_total",
+                                          {(r["caller"], r["callee"], r["window"]) for r in batch.calls},
+                                          _CALLS_FIELDS, _calls_row)  # fmt: skip
+        if batch.stats:
+            written += await self._totals(schema.STATS_PARTS, schema.STATS_TOTAL, "stats_total",
+                                          {(r["operation_key"], r["window"], r["version"]) for r in batch.stats},
+                                          _STATS_FIELDS, _stats_row)  # fmt: skip
+        if batch.records:
+            await self.record(batch.records)
+        return written
+
+    async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[tuple[str, str, str]],
+                      fields: tuple[str, ...], make: Callable[[tuple[str, str, str], list[dict[str, Any]]], Row]
+                      ) -> int:  # fmt: skip
+        """Read every contribution of the window keys just written (this replica's and the others'), sum them."""
+        rows = await self.writer.query(parts_query, {"keys": [list(k) for k in sorted(keys)]})
+        grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for row in rows:
+            grouped.setdefault((row[0], row[1], row[2]), []).append(dict(zip(fields, row[3:], strict=True)))
+        totals = [make(key, parts) for key, parts in sorted(grouped.items())]
+        return await self.writer.write_rows(name, total_upsert, totals)
+
+    async def unseen(self, events: Sequence[Published]) -> list[Published]:
+        """The events not recorded before (nor twice in ``events``), in order."""
+        if not events:
+            return []
+        ids = list(dict.fromkeys(e.event_id for e in events))
+        known = {row[0] for row in await self.writer.query(schema.PUBLISHED_KNOWN, {"ids": ids})}
+        fresh: list[Published] = []
+        for e in events:
+            if e.event_id not in known:
+                known.add(e.event_id)
+                fresh.append(e)
+        self.telemetry.count("replayed_events", len(events) - len(fresh))
+        return fresh
+
+    async def record(self, events: Sequence[Published]) -> None:
+        """Each event's nodes and edges, and its ``Published`` id."""
+        for kind, rows in rows_by_kind(list(events)).items():
+            await self.writer.write_rows(kind, schema.RECORDS[kind], rows)
+        now = self._clock_ms()
+        await self.writer.write_rows("published", schema.PUBLISHED_MARK, [published_row(e, now) for e in events])
+        self.telemetry.count("recorded_events", len(events))
+
+    async def expire_spans(self, cutoff_ms: float) -> int:
+        return await self.writer.expire_spans(cutoff_ms)
+
+    # ---- Sink: events fed one by one (e.g. by a sink runner) ---------------------------------------------------
+
+    async def write(self, event: Published) -> None:
+        self._buffer.append(event)
+
+    async def flush(self) -> None:
+        events, self._buffer = self._buffer, []
+        await self.record(await self.unseen(events))
+
+    async def healthcheck(self) -> bool:
+        return self.writer.ready and self.writer.connected
+
+    async def close(self) -> None:
+        await self.writer.close()
+
+    # ---- named queries (processors.component.GraphQueries) --------------------------------------------------------
+
+    async def stored_contracts(self) -> list[ProofContract]:
+        """Contracts on the graph (automatic and CLI ones), oldest first, so that a restart keeps watching."""
+        rows = await self.writer.query(schema.STORED_CONTRACTS)
+        return [ProofContract.model_validate_json(r[0]) for r in rows if r[0]]
+
+    async def repro_known(self, fingerprint: str) -> bool:
+        return bool(await self.writer.query(schema.REPRO_KNOWN, {"fp": fingerprint}))
+
+    async def table_sites(self, table: str) -> list[tuple[str, str, str, str, str]]:
+        rows = await self.writer.query(schema.TABLE_SITES, {"table": table})
+        return [(str(f), str(file or ""), str(statement or ""), str(lock or "none"), str(service or ""))
+                for f, file, statement, lock, service in rows]  # fmt: skip
+
+    async def record_repro(self, event: Published) -> list[tuple[str, str, str]]:
+        if not isinstance(event, ReproEvent):
+            raise TypeError(f"record_repro takes a ReproEvent, not {type(event).__name__}")
+        await self.writer.query(schema.REPRO_UPSERT, repro_params(event))
+        rows = await self.writer.query(schema.REPAIR_GOVERNANCE, {"fp": event.fingerprint})
+        return [(str(f), str(before), str(after)) for f, before, after in rows]
+
+    async def table_keys(self) -> list[tuple[str, list[str]]]:
+        rows = await self.writer.query(schema.TABLE_KEYS)
+        return [(str(name), [str(c) for c in key]) for name, key in rows if isinstance(key, list)]
+
+    async def tallies_since(self, updated_ms: float) -> list[dict[str, Any]]:
+        rows = await self.writer.query(schema.TALLIES_SINCE, {"since": updated_ms})
+        fields = ("service", "version", "part", "revision", "first_ns", "last_ns", "settled_until", "json", "updated")
+        return [dict(zip(fields, row, strict=True)) for row in rows]
+
+    async def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
+        """A read query for tests and tools (retried like writes)."""
+        return await self.writer.query(cypher, params)

@@ -1,0 +1,17 @@
+"""``[decode]``: which span attributes carry application facts, and how much of an attribute is kept."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from processors.component import Section
+
+
+class DecodeConfig(Section):
+    """Which span attributes carry application facts, and how much of an attribute we keep."""
+
+    tx_id_attribute: str = Field("db.transaction.id", description="span attribute holding the DB transaction id")
+    row_version_attribute: str = Field("db.row.version", description="span attribute holding the row version read")
+    idempotency_key_attribute: str = "app.idempotency_key"
+    max_attribute_bytes: int = Field(65_536, ge=64, description="longer attributes make the message oversize")
+    oversize: str = Field("dlq", pattern="^(dlq|truncate)$", description="oversize attribute: DLQ or truncate+count")

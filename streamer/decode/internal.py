@@ -1,0 +1,88 @@
+"""The internal stage-1 → stage-2 topic: ``Access`` and ``RowChange`` events as versioned JSON, and watermarks.
+
+Accesses and row changes are keyed by entity key, so every event about one row lands in one partition and one
+stage-2 consumer. A :class:`Watermark` is sent by every stage-1 instance into *every* partition: the low watermark
+of the input partitions it owns (every trace with a span before it has closed and its accesses are emitted), which
+is what stage 2's event time follows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from processors.model.events import Access, RowChange
+from streamer.decode.jsontext import loads
+
+SCHEMA_VERSION = 1
+_ACCESS_FIELDS = tuple(f.name for f in fields(Access))
+_CHANGE_FIELDS = tuple(f.name for f in fields(RowChange))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def encode_access(a: Access) -> bytes:
+    body = {name: _plain(getattr(a, name)) for name in _ACCESS_FIELDS}
+    return json.dumps({"v": SCHEMA_VERSION, "kind": "access", "access": body}, default=str).encode()
+
+
+def encode_row_change(c: RowChange) -> bytes:
+    body = {name: _plain(getattr(c, name)) for name in _CHANGE_FIELDS}
+    return json.dumps({"v": SCHEMA_VERSION, "kind": "row_change", "change": body}, default=str).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Stage 1's low watermark for its input partitions (``"otlp_spans/0"``)."""
+
+    watermark_ns: int
+    partitions: tuple[str, ...]
+
+
+def encode_watermark(w: Watermark) -> bytes:
+    body = {"ns": w.watermark_ns, "partitions": list(w.partitions)}
+    return json.dumps({"v": SCHEMA_VERSION, "kind": "watermark", "watermark": body}).encode()
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is not a JSON object")
+    return value
+
+
+_EVENTS: dict[str, tuple[str, TypeAdapter[Any], frozenset[str]]] = {
+    "access": ("access", TypeAdapter(Access), frozenset(_ACCESS_FIELDS)),
+    "row_change": ("change", TypeAdapter(RowChange), frozenset(_CHANGE_FIELDS)),
+}
+_WATERMARK: TypeAdapter[Watermark] = TypeAdapter(Watermark)
+
+
+def decode(data: bytes) -> Access | RowChange | Watermark:
+    """Back to events, every field checked against its declared type (the topic may carry anything: a record
+    that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed)."""
+    msg = _object(loads(data, "internal_invalid", "internal event"), "internal event")
+    if msg.get("v") != SCHEMA_VERSION:
+        raise ValueError(f"unsupported internal schema version {msg.get('v')!r}")
+    kind = msg.get("kind")
+    try:
+        if kind == "watermark":
+            body = _object(msg.get("watermark"), "watermark")
+            return _WATERMARK.validate_python({"watermark_ns": body.get("ns"), "partitions": body.get("partitions")})
+        field_name, adapter, known = _EVENTS[str(kind)]
+        body = _object(msg.get(field_name), str(kind))
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise ValueError(f"{kind}: unknown field(s) {unknown[:5]}")
+        event: Access | RowChange = adapter.validate_python(body)
+    except KeyError:
+        raise ValueError(f"unknown internal event kind {kind!r}") from None
+    except ValidationError as exc:
+        raise ValueError(f"{kind}: {exc.error_count()} invalid field(s): {str(exc)[:300]}") from None
+    return event

@@ -1,0 +1,192 @@
+"""Decoders as components, and the inputs that bind them to topics.
+
+A *decoder* turns one Kafka message into typed events of one *signal*: ``spans`` (OTLP traces), ``logs`` (OTLP
+logs), ``row_changes`` (Debezium), ``events`` (trace-repro's own output events: incidents, contracts) or
+``internal`` (the stage-1 -> stage-2 topic). Decoders are registered by name (``otlp_proto.traces``,
+``debezium``, ...); a stage declares its :class:`Input` s, each a topic (or a topic pattern) with the decoder
+config names for it (``kafka.span_encoding`` picks ``otlp_proto`` or ``otlp_json``), so a stage never dispatches
+on topic names: it looks the record's topic up once (cached) and hands the events to the handler of the input's
+signal. Every decoder raises :class:`~streamer.decode.errors.DecodeError` with a short reason for a message it
+cannot decode; anything else it raises is a bug, caught by the stage and dead-lettered as ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from processors.model.base import Published
+from processors.model.outputs import parse_event
+from processors.telemetry import Telemetry
+from streamer.decode.config import DecodeConfig
+from streamer.decode.debezium import decode_row_change
+from streamer.decode.errors import DecodeError
+from streamer.decode.internal import decode as decode_internal
+from streamer.decode.jsontext import loads
+from streamer.decode.otlp import (
+    DecodeOptions,
+    DecodeStats,
+    decode_logs_json,
+    decode_logs_proto,
+    decode_traces_json,
+    decode_traces_proto,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed Kafka message."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+
+    @property
+    def source(self) -> tuple[tuple[str, int], int]:
+        """Its position: ((topic, partition), offset)."""
+        return ((self.topic, self.partition), self.offset)
+
+
+Decode = Callable[[Record], Sequence[Any]]
+DecoderFactory = Callable[[DecodeConfig, Telemetry], Decode]
+
+
+def _options(config: DecodeConfig) -> DecodeOptions:
+    return DecodeOptions(
+        tx_id_attribute=config.tx_id_attribute,
+        row_version_attribute=config.row_version_attribute,
+        idempotency_key_attribute=config.idempotency_key_attribute,
+        max_attribute_bytes=config.max_attribute_bytes,
+    )
+
+
+def _traces(decode: Callable[..., Any]) -> DecoderFactory:
+    def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+        options = _options(config)
+
+        def spans(record: Record) -> Sequence[Any]:
+            if not record.value:
+                raise DecodeError("empty_value", "span message has no value")
+            stats = DecodeStats()
+            out = decode(record.value, options, stats)
+            if stats.truncated_attributes:
+                if config.oversize == "dlq":
+                    raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "
+                                      f"{options.max_attribute_bytes} bytes")  # fmt: skip
+                telemetry.drop("truncated_attributes", stats.truncated_attributes)
+            telemetry.count("spans", len(out))
+            return out  # type: ignore[no-any-return]
+
+        return spans
+
+    return factory
+
+
+def _logs(decode: Callable[..., Any]) -> DecoderFactory:
+    def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+        options = _options(config)
+
+        def logs(record: Record) -> Sequence[Any]:
+            if not record.value:
+                raise DecodeError("empty_value", "log message has no value")
+            out = decode(record.value, options, None)
+            telemetry.count("logs", len(out))
+            return out  # type: ignore[no-any-return]
+
+        return logs
+
+    return factory
+
+
+def _debezium(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+    def row_changes(record: Record) -> Sequence[Any]:
+        change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
+                                   offset=record.offset)  # fmt: skip
+        telemetry.count("tombstones" if change is None else "row_changes")
+        return () if change is None else (change,)
+
+    return row_changes
+
+
+def _events(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+    def events(record: Record) -> Sequence[Published]:
+        if record.value:
+            loads(record.value, "event_invalid", "event")  # refuse lone surrogates before pydantic sees them
+        try:
+            event = parse_event(record.value)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise DecodeError("event_invalid", str(exc)[:500]) from exc
+        if event is None:
+            telemetry.count("unknown_kinds")  # a newer producer's kind: not ours to judge
+            return ()
+        return (event,)
+
+    return events
+
+
+def _internal(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+    def internal(record: Record) -> Sequence[Any]:
+        try:
+            return (decode_internal(record.value or b""),)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DecodeError("internal_invalid", str(exc)[:500]) from exc
+
+    return internal
+
+
+DECODERS: dict[str, DecoderFactory] = {
+    "otlp_proto.traces": _traces(decode_traces_proto),
+    "otlp_json.traces": _traces(decode_traces_json),
+    "otlp_proto.logs": _logs(decode_logs_proto),
+    "otlp_json.logs": _logs(decode_logs_json),
+    "debezium": _debezium,
+    "events": _events,
+    "internal": _internal,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A topic (exact name) or topic pattern (regex), the signal it carries and the decoder for it."""
+
+    signal: str
+    decoder: str
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+
+
+class Inputs:
+    """A stage's inputs with their decoders built; the subscription pattern and the per-topic lookup."""
+
+    def __init__(self, inputs: Sequence[Input], config: DecodeConfig, telemetry: Callable[[str], Telemetry]) -> None:
+        unknown = sorted({i.decoder for i in inputs} - set(DECODERS))
+        if unknown:
+            raise ValueError(f"unknown decoder(s) {unknown}; known: {sorted(DECODERS)}")
+        self.inputs = tuple(inputs)
+        self._decode = {i.decoder: DECODERS[i.decoder](config, telemetry(f"decode.{i.decoder}")) for i in inputs}
+        self._patterns = [(re.compile(i.pattern), i) for i in inputs if i.pattern]
+        self._by_topic: dict[str, Input | None] = {t: i for i in inputs for t in i.topics}
+
+    @property
+    def pattern(self) -> str:
+        """The regex a consumer subscribes with: every exact topic and every pattern."""
+        exact = "|".join(re.escape(t) for i in self.inputs for t in i.topics)
+        parts = ([f"^(?:{exact})$"] if exact else []) + [i.pattern for i in self.inputs if i.pattern]
+        return "|".join(parts)
+
+    def lookup(self, topic: str) -> Input | None:
+        """The input a topic belongs to (None: subscribed by pattern but not ours), cached per topic."""
+        try:
+            return self._by_topic[topic]
+        except KeyError:
+            found = next((i for rx, i in self._patterns if rx.search(topic)), None)
+            self._by_topic[topic] = found
+            return found
+
+    def decode(self, source: Input, record: Record) -> Sequence[Any]:
+        return self._decode[source.decoder](record)

@@ -1,0 +1,195 @@
+"""The entities stage (stage 2): per-row processing on the internal topic (co-partitioned by entity key).
+
+Event time here is the *upstream* low watermark: every stage-1 instance publishes, into every partition of the
+internal topic, the event time up to which every trace of its input partitions has closed and its accesses have
+been emitted; this stage's event time is the minimum over those upstream partitions (never its own input's times:
+row changes pass stage 1 at once while accesses wait for their trace to close).
+
+The credit rule: a row change waits (pinned, bounded) until event time has passed its commit time plus
+``correlation.max_commit_delay_ms``; by then every trace that could have written it is known, and it is credited to
+its writer by the strongest evidence (trace column, txId, the statement's values and time, commit order among tied
+writers; see ``processors.correlation``) or written uncorrelated and counted. Never guessed. The processors (the
+collision detector) see event time held back to the oldest change still waiting, so that no row is judged before
+its commits are credited.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable, Sequence
+
+from processors.component import Processor
+from processors.correlation import Correlation, RowCorrelator
+from processors.graph_rows import change_row
+from processors.model.events import Access, CdcOp, Commit, RowChange
+from processors.model.units import MS_NS, ms_to_ns, s_to_ns
+from processors.state.keyed import KeyedState
+from processors.state.watermarks import UpstreamWatermarks
+from streamer.config import CoreSettings
+from streamer.decode.internal import Watermark
+from streamer.decode.registry import Input, Record
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker
+from streamer.runtime.records import StageOutput
+from streamer.runtime.stage import Stage
+
+PRUNE_MARGIN_NS = 10_000_000_000  # writes are forgotten this long after no change can be credited to them
+PendingKey = tuple[str, str, int, int]  # (entity, topic, partition, offset of the internal record): one change
+
+
+def _no_default(key: PendingKey) -> RowChange:
+    raise KeyError(f"a pending change is only ever put, never created empty: {key}")
+
+
+class EntityStage(Stage):
+    """Stage 2; see the module docstring."""
+
+    name = "entities"
+
+    def __init__(
+        self,
+        settings: CoreSettings,
+        metrics: Metrics,
+        clock: Callable[[], int],
+        *,
+        tracker: PinTracker | None = None,
+        processors: Sequence[tuple[Processor, Sequence[str]]] = (),
+    ) -> None:
+        inputs = [Input("internal", "internal", topics=(settings.kafka.accesses_topic,))]
+        super().__init__(settings, metrics, clock, inputs, tracker=tracker, processors=processors)
+        c = settings.correlation
+        self.upstream = UpstreamWatermarks(s_to_ns(settings.windows.upstream_expiry_s), clock)
+        self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
+        self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
+        self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
+                                        max_commit_delay_ms=c.max_commit_delay_ms,
+                                        history_per_entity=c.history_per_entity, max_entities=c.max_entities,
+                                        history_per_table=c.history_per_table,
+                                        telemetry=metrics.telemetry("correlation"))  # fmt: skip
+        # Row changes waiting to be credited, one key per change; by entity, and by commit time (lazily pruned).
+        self._pending: KeyedState[PendingKey, RowChange] = KeyedState(
+            "pending", bound=c.max_pending_changes, new=_no_default, telemetry=metrics.telemetry("correlation"),
+            events=self.tracker, on_evict=self._evicted, reason="max_pending_changes",
+        )  # fmt: skip
+        self._waiting: dict[str, list[PendingKey]] = {}
+        self._by_commit: list[tuple[int, PendingKey]] = []
+        self._out: StageOutput | None = None
+        self._record: Record | None = None
+        self.handlers = {"internal": self._internal}
+
+    @property
+    def pending_changes(self) -> int:
+        """Row changes waiting to be credited (bounded by correlation.max_pending_changes)."""
+        return len(self._pending)
+
+    def event_time(self) -> int:
+        return self.upstream.current()
+
+    def _internal(self, record: Record, events: Sequence[Access | RowChange | Watermark], out: StageOutput) -> None:
+        self._record, self._out = record, out
+        entity = (record.key or b"").decode("utf-8", "replace")
+        limit = self.clock() + self._future_ns
+        for event in events:
+            at = (event.watermark_ns if isinstance(event, Watermark) else event.end_ns if isinstance(event, Access)
+                  else event.commit_ts_ms * MS_NS)  # fmt: skip
+            if at > limit:  # stage 1 never sends such times: a foreign or corrupt record must not stall event time
+                self.metrics.telemetry("clock").drop("future_time")
+                self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
+                continue
+            if isinstance(event, Watermark):
+                for partition in event.partitions:
+                    self.upstream.update(partition, event.watermark_ns)
+            elif isinstance(event, Access):
+                self.correlator.add_access(event)
+                for processor in self.processors:
+                    self.call(processor, processor.on_access, event)
+            else:
+                key = (entity, record.topic, record.partition, record.offset)
+                self._pending.put(key, event)  # holds this record until the change is credited
+                self._waiting.setdefault(entity, []).append(key)
+                heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
+
+    # ---- the credit rule ----------------------------------------------------------------------------------------
+
+    def _credit(self, event_time_ns: int, out: StageOutput) -> None:
+        """Credit every waiting change whose commit is ``credit_after_ns`` behind event time, row by row."""
+        due: dict[str, list[PendingKey]] = {}
+        while self._by_commit and self._by_commit[0][0] + self.credit_after_ns <= event_time_ns:
+            _, key = heapq.heappop(self._by_commit)
+            if key in self._pending:
+                due.setdefault(key[0], []).append(key)
+        groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
+        for entity, keys in due.items():
+            for key in keys:
+                change = self._pending.get(key)
+                if change is not None:  # a row's changes together; inserts of one table together (see below)
+                    group = f"{change.table}\0insert" if change.op is CdcOp.CREATE else entity
+                    groups.setdefault(group, []).append((key, change))
+        # Inserts whose key the database assigned are matched against the table's predicate inserts: k new rows
+        # that tie over the same k writers are credited together (each writer made one of them).
+        for members in groups.values():
+            by_id = {id(change): key for key, change in members}
+            for change, correlation in self.correlator.correlate_many([c for _, c in members]):
+                self._settle(by_id[id(change)], change, correlation, out)
+        for entity in due:
+            waiting = [k for k in self._waiting.get(entity, []) if k in self._pending]
+            if waiting:
+                self._waiting[entity] = waiting
+            else:
+                self._waiting.pop(entity, None)
+
+    def _settle(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
+        """A credited change: what it feeds holds the input it held; then it stops waiting."""
+        self.tracker.inherit("pending", key)
+        self._resolved(key[0], change, correlation, out)
+        self._pending.discard(key)
+        self.tracker.feeding(None)
+
+    def _resolved(self, entity: str, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
+        """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
+        self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
+        out.graph.changes.append(change_row(change, entity, correlation))
+        a = correlation.access if correlation else None
+        commit = (Commit(change, a.trace_id, a.span_id, correlation.strength, correlation.skew_ms)
+                  if a is not None and correlation is not None else Commit(change))  # fmt: skip
+        for processor in self.processors:
+            self.call(processor, processor.on_commit, entity, commit)
+
+    def _evicted(self, key: PendingKey, change: RowChange) -> None:
+        """The pending bound evicted a change (counted): it is written uncorrelated rather than lost."""
+        waiting = self._waiting.get(key[0], [])
+        if key in waiting:
+            waiting.remove(key)
+        assert self._out is not None
+        self.tracker.inherit("pending", key)
+        self._resolved(key[0], change, None, self._out)
+        self.tracker.feeding(self._record.source if self._record is not None else None)
+
+    def _oldest_waiting_ns(self) -> int | None:
+        while self._by_commit and self._by_commit[0][1] not in self._pending:
+            heapq.heappop(self._by_commit)
+        return self._by_commit[0][0] if self._by_commit else None
+
+    # ---- event time -------------------------------------------------------------------------------------------
+
+    def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
+        self._record, self._out = None, out
+        self._credit(watermark_ns, out)
+        oldest = self._oldest_waiting_ns()
+        held = watermark_ns if oldest is None else min(watermark_ns, oldest - 1)
+        if held > 0:  # writes no waiting (or later) change can be credited to any more
+            self.correlator.prune(held - 2 * self.credit_after_ns - PRUNE_MARGIN_NS)
+        self.correlator.telemetry.gauge("rows", len(self.correlator))
+        self.correlator.telemetry.gauge("pending_changes", len(self._pending))
+        self.emit(held, None, out)
+        self._out = None
+
+    def forget(self, tp: Hashable) -> None:
+        """A revoked partition's waiting changes go (its next owner replays them), then its pins."""
+        for entity, keys in list(self._waiting.items()):
+            for key in [k for k in keys if (k[1], k[2]) == tp]:
+                self._pending.discard(key)
+                keys.remove(key)
+            if not keys:
+                del self._waiting[entity]
+        super().forget(tp)

@@ -1,0 +1,273 @@
+"""The ingest stage (stage 1): spans, logs and row changes in; traces, windows, graph rows and accesses out.
+
+Inputs (``[kafka]``): the spans and logs topics (decoded as ``kafka.span_encoding``), the Debezium topics
+(``kafka.cdc_pattern``), and two of trace-repro's own output topics, incidents and contracts, whose events go to the
+processors that subscribed to them (the proof desk). Spans assemble into traces that close in event time; a closed
+trace becomes graph rows (as the detail policy says), CALLS aggregates, the row accesses of its DB spans (published
+to the internal topic, keyed by entity, for the entities stage) and input for this stage's processors (the
+regression detector, the proof desk). Row changes pass straight through to the internal topic.
+
+Event time flows on: after every batch this stage publishes its *low watermark* into every partition of the
+internal topic, for the spans partitions it owns: its watermark, held back to the start of the oldest trace still
+open (every trace with a span before it has closed and its accesses are on the internal topic, ahead of the
+watermark in each partition), and to the commit time an active Debezium partition has reached (a connector or a
+consumer behind on row changes holds the entities stage back instead of letting it judge rows without them). The
+entities stage's event time is the minimum of these.
+
+Clock sanity: a span ending more than ``windows.max_future_skew_s`` after the wall clock, or one longer than
+``windows.max_span_duration_s`` (or ending before it starts), and a row change committed in the future beyond that
+skew are never assembled, fed to watermarks or to retention: they are dropped and counted (``clock``), and the
+original message is dead-lettered (reason ``clock_skew``) so that nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import replace
+
+import structlog
+
+from processors.accesses import accesses_of
+from processors.calls import CallWindows
+from processors.component import GraphQueries, Processor
+from processors.graph_rows import trace_rows, window_rows
+from processors.model.events import LogRecord, RowChange
+from processors.model.span import Span
+from processors.model.units import MS_NS, s_to_ns
+from processors.sql import SqlAccessExtractor, identity_entity_key
+from processors.state.watermarks import Watermarks
+from processors.traces import ClosedTrace, TraceAssembler
+from streamer.config import CoreSettings
+from streamer.decode import internal
+from streamer.decode.registry import Input, Record
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker
+from streamer.runtime.records import Message, StageOutput
+from streamer.runtime.stage import Stage
+
+WATERMARK_EVERY_NS = 1_000_000_000  # while nothing is sent, the low watermark goes out at most once a second
+HEARTBEAT_NS = 10_000_000_000  # and at least every ten seconds
+KEYS_EVERY_NS = 30_000_000_000  # table keys learned elsewhere are loaded from the graph this often
+log = structlog.get_logger("trace_repro")
+
+
+def ingest_inputs(settings: CoreSettings) -> list[Input]:
+    k = settings.kafka
+    return [
+        Input("spans", f"{k.span_encoding}.traces", topics=(k.spans_topic,)),
+        Input("logs", f"{k.span_encoding}.logs", topics=(k.logs_topic,)),
+        Input("row_changes", "debezium", pattern=k.cdc_pattern),
+        Input("events", "events", topics=(k.incidents_topic, k.contracts_topic)),
+    ]
+
+
+class IngestStage(Stage):
+    """Stage 1; see the module docstring."""
+
+    name = "ingest"
+
+    def __init__(
+        self,
+        settings: CoreSettings,
+        metrics: Metrics,
+        clock: Callable[[], int],
+        *,
+        tracker: PinTracker | None = None,
+        processors: Sequence[tuple[Processor, Sequence[str]]] = (),
+        graph: GraphQueries | None = None,
+    ) -> None:
+        super().__init__(settings, metrics, clock, ingest_inputs(settings), tracker=tracker, processors=processors)
+        w, sql = settings.windows, settings.sql
+        telemetry = metrics.telemetry
+        self.traces = TraceAssembler(s_to_ns(w.trace_gap_s), w.max_open_traces, w.max_spans_per_trace,
+                                     telemetry=telemetry("traces"), events=self.tracker)  # fmt: skip
+        self.calls = CallWindows(s_to_ns(w.window_s), s_to_ns(w.trace_gap_s), max_windows=w.max_windows,
+                                 telemetry=telemetry("calls"), events=self.tracker)  # fmt: skip
+        self.extractor = SqlAccessExtractor(key_columns=sql.key_columns or None,
+                                            version_columns=tuple(sql.version_columns),
+                                            insert_identity=sql.insert_identity or None,
+                                            cache_size=sql.statement_cache, max_tables=sql.max_tables,
+                                            telemetry=telemetry("sql"))  # fmt: skip
+        self.graph = graph
+        # Debezium's progress per CDC partition (commit times; no lateness): the low watermark never passes the
+        # commits an active CDC partition has yet to deliver (a backlog, a lagging connector).
+        self.cdc_marks = Watermarks(0, s_to_ns(w.idle_s), clock)
+        self._keys_loaded_ns: int | None = None
+        self._unkeyed_tables: set[str] = set()
+        self.handlers = {"spans": self._spans, "logs": self._logs, "row_changes": self._row_changes,
+                         "events": self._events}  # fmt: skip
+        self._forced: list[ClosedTrace] = []
+        self._last_retention_ns = 0
+        self.broadcast_topic = settings.kafka.accesses_topic
+        self._published = (0, 0)  # (low watermark, wall time) last published
+        self._future_ns = s_to_ns(w.max_future_skew_s)
+        self._longest_ns = s_to_ns(w.max_span_duration_s)
+        self._clock_drops = telemetry("clock").declare("future_time", "absurd_duration")
+
+    # ---- handlers ----------------------------------------------------------------------------------------------
+
+    def _spans(self, record: Record, spans: Sequence[Span], out: StageOutput) -> None:
+        self.metrics.decoded.labels("span").inc(len(spans))
+        spans = self._sane(record, spans, out)
+        if not spans:
+            return
+        tp = (record.topic, record.partition)
+        if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
+            self.metrics.late.labels("span").inc(len(spans))
+        self._forced += self.traces.add(spans)
+
+    def _sane(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
+        """The spans whose times are believable; the others are dropped, counted and their message dead-lettered."""
+        limit = self.clock() + self._future_ns
+        future = sum(1 for s in spans if s.end_ns > limit)
+        absurd = sum(1 for s in spans if s.end_ns <= limit and not 0 <= s.end_ns - s.start_ns <= self._longest_ns)
+        if not future and not absurd:
+            return spans
+        self._clock_drops.drop("future_time", future)
+        self._clock_drops.drop("absurd_duration", absurd)
+        self._dead_letter(record, "clock_skew", f"{future} span(s) ending beyond the wall clock + "
+                          f"{self._future_ns / 1e9:g} s, {absurd} with an absurd duration", out)  # fmt: skip
+        return [s for s in spans if s.end_ns <= limit and 0 <= s.end_ns - s.start_ns <= self._longest_ns]
+
+    def _logs(self, record: Record, logs: Sequence[LogRecord], out: StageOutput) -> None:
+        self.metrics.decoded.labels("log").inc(len(logs))
+        for log_record in logs:
+            for processor in self.processors:
+                self.call(processor, processor.on_log, log_record, f"{record.topic}/{record.partition}")
+
+    def _row_changes(self, record: Record, changes: Sequence[RowChange], out: StageOutput) -> None:
+        """Row changes do not move this stage's watermark: it closes traces and windows, which row changes do not
+        feed, and Debezium's delivery delay would hold trace closing back. The entities stage judges them."""
+        if not changes:
+            self.metrics.decoded.labels("tombstone").inc()
+        topic = self.settings.kafka.accesses_topic
+        limit = self.clock() + self._future_ns
+        if changes:
+            self.cdc_marks.observe((record.topic, record.partition), max(c.commit_ts_ms for c in changes) * MS_NS)
+        for change in changes:
+            self.metrics.decoded.labels("row_change").inc()
+            self.extractor.keys.learn(change)
+            if change.commit_ts_ms * MS_NS > limit:
+                self._clock_drops.drop("future_time")
+                self._dead_letter(record, "clock_skew", f"commit at {change.commit_ts_ms} ms is beyond the wall "
+                                  f"clock + {self._future_ns / 1e9:g} s", out)  # fmt: skip
+                continue
+            out.produce.append(Message(topic, self._routing_key(change).encode(), internal.encode_row_change(change)))
+
+    def _count_unkeyed(self, table: str) -> None:
+        """``trace_repro_unkeyed_statements_total{table}``, at most ``sql.max_tables`` tables (then ``_other``)."""
+        if table not in self._unkeyed_tables:
+            if len(self._unkeyed_tables) >= self.settings.sql.max_tables:
+                table = "_other"
+            self._unkeyed_tables.add(table)
+        self.metrics.unkeyed.labels(table).inc()
+
+    async def sync(self) -> None:
+        """Before a batch: the table keys other instances and earlier runs learned (at start, then every 30 s)."""
+        await super().sync()
+        now = self.clock()
+        if self.graph is None or (self._keys_loaded_ns is not None and now - self._keys_loaded_ns < KEYS_EVERY_NS):
+            return
+        self._keys_loaded_ns = now
+        try:
+            self.extractor.keys.load(await self.graph.table_keys())
+        except Exception as exc:  # tried again in 30 s; keys are learned from the row changes meanwhile
+            self.metrics.telemetry("sql").drop("keys_load_error")
+            log.warning("sql.keys_load_failed", error=type(exc).__name__)
+
+    def _routing_key(self, change: RowChange) -> str:
+        """The entity key stage 2 partitions by; inserts keyed by identity columns route like their statements."""
+        bare = change.table.rsplit(".", 1)[-1]
+        identity = self.settings.sql.insert_identity.get(bare)
+        image = change.after or change.before or {}
+        if identity and all(c in image for c in identity):
+            return identity_entity_key(bare, identity, [image[c] for c in identity])
+        return change.entity_key
+
+    def _home(self, trace_id: str) -> str:
+        """The input partition a trace came from (the first, when its spans came from several)."""
+        parts = sorted(f"{tp[0]}/{tp[1]}" for tp, _ in self.tracker.held("traces", trace_id) if isinstance(tp, tuple))
+        return parts[0] if parts else ""
+
+    def assign(self, tps: Iterable[tuple[str, int]]) -> None:
+        tps = list(tps)
+        for tp in set(tps) - self.assignment:
+            if tp[0] == self.settings.kafka.spans_topic:
+                self.watermarks.assign(tp)
+        super().assign(tps)
+
+    def forget(self, tp: Hashable) -> None:
+        """A revoked partition: the open traces only it fed go (its next owner replays them whole), then its pins,
+        windows and watermark."""
+        for tid in self.traces.open_ids():
+            held = self.tracker.held("traces", tid)
+            if held and all(source[0] == tp for source in held):
+                self.traces.discard(tid)
+        super().forget(tp)
+        self.cdc_marks.forget(tp)
+        if isinstance(tp, tuple):
+            self.calls.forget_part(f"{tp[0]}/{tp[1]}")
+
+    # ---- event time -------------------------------------------------------------------------------------------
+
+    def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
+        forced, self._forced = self._forced, []
+        for trace in forced + self.traces.close_until(watermark_ns):
+            self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
+            self._closed_trace(replace(trace, part=self._home(trace.trace_id)), out)
+        self.tracker.feeding(None)
+        open_since = self.traces.oldest_start()
+        for window in self.calls.close_until(watermark_ns, open_since):
+            window_rows(window, out.graph)
+        self.emit(watermark_ns, open_since, out)
+        out.graph.tables.extend({"name": t, "key": list(k)} for t, k in self.extractor.keys.fresh().items())
+        low = watermark_ns if open_since is None else min(watermark_ns, open_since)
+        cdc = self.cdc_marks.current()
+        self._publish_watermark(min(low, cdc) if cdc > 0 else low, out)
+        self._retention(watermark_ns, out)
+        self.metrics.open_traces.set(len(self.traces))
+        self.metrics.open_windows.set(len(self.calls))
+
+    def _closed_trace(self, trace: ClosedTrace, out: StageOutput) -> None:
+        accesses = accesses_of(trace, self.extractor)
+        for a in accesses:
+            if not a.keyed:
+                self._count_unkeyed(a.table)
+        trace_rows(trace, accesses, self.settings.graph_policy.detail, out.graph)
+        topic = self.settings.kafka.accesses_topic
+        out.produce.extend(Message(topic, a.entity.encode(), internal.encode_access(a)) for a in accesses)
+        if trace.late:
+            self.metrics.late.labels("trace").inc()
+        self.calls.add(trace)
+        for processor in self.processors:
+            self.call(processor, processor.on_trace, trace, accesses)
+
+    def _publish_watermark(self, low_ns: int, out: StageOutput) -> None:
+        """The low watermark of the spans partitions owned, to every internal partition: at once when this batch
+        sent accesses or row changes (stage 2 can act on them), else when it moved and a second has passed since
+        the last one (idle catch-up), and every ten seconds anyway (a heartbeat: this upstream is alive)."""
+        owned = sorted(f"{t}/{p}" for t, p in self.assignment if t == self.settings.kafka.spans_topic)
+        last_ns, last_wall = self._published
+        now = self.clock()
+        if low_ns <= 0 or not owned or not self.broadcast_partitions:
+            return
+        sent = any(m.topic == self.settings.kafka.accesses_topic for m in out.produce)
+        moved = low_ns > last_ns
+        if not (moved and (sent or now - last_wall >= WATERMARK_EVERY_NS)) and now - last_wall < HEARTBEAT_NS:
+            return
+        self._published = (max(low_ns, last_ns), now)
+        value = internal.encode_watermark(internal.Watermark(max(low_ns, last_ns), tuple(owned)))
+        topic = self.settings.kafka.accesses_topic
+        out.produce.extend(Message(topic, None, value, partition=p) for p in range(self.broadcast_partitions))
+
+    def _retention(self, watermark_ns: int, out: StageOutput) -> None:
+        """Raw spans older than the retention go; the cut-off never passes the wall clock (a skewed span can't
+        push it into the live graph)."""
+        every = s_to_ns(self.settings.windows.window_s)
+        if watermark_ns - self._last_retention_ns >= every and watermark_ns > 0:
+            self._last_retention_ns = watermark_ns
+            now_ms = min(watermark_ns, self.clock()) / MS_NS
+            out.expire_before_ms = now_ms - self.settings.graph_policy.span_retention_s * 1000
+
+
+__all__ = ["IngestStage", "ingest_inputs"]

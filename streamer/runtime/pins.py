@@ -1,0 +1,152 @@
+"""Which input offsets are still needed: the rule that makes committing safe, owned by the runtime.
+
+A Kafka offset may be committed only when everything read before it has reached the graph and the sinks.
+Spans wait in open traces and open windows for a while, so each message that fed open state is *pinned*; the
+committable offset of a partition is the oldest pinned offset, or the consumer position when none is pinned.
+After a crash the daemon replays from there, and idempotent writes make the replay harmless.
+
+Processors never see offsets: they keep state in named keyed stores (``processors.state``) and report which keys
+input feeds (*retained*) and which keys no longer need it (*released*). :class:`PinTracker` knows which input is
+being processed (a consumed record, or the input that fed a key whose content is being passed on: a closed trace
+feeding a window *inherits* the trace's input) and maps keys to pinned offsets.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable
+
+from processors.state.provenance import StateEvents
+
+Source = tuple[Hashable, int]  # (partition handle, offset)
+
+
+class OffsetPins:
+    """Reference counts of pinned offsets per partition, with the oldest one found in O(log n)."""
+
+    __slots__ = ("_counts", "_heaps")
+
+    def __init__(self) -> None:
+        self._counts: dict[Hashable, dict[int, int]] = {}
+        self._heaps: dict[Hashable, list[int]] = {}
+
+    def pin(self, sources: Iterable[Source]) -> None:
+        for tp, offset in sources:
+            counts = self._counts.setdefault(tp, {})
+            if offset not in counts:
+                heapq.heappush(self._heaps.setdefault(tp, []), offset)
+                counts[offset] = 0
+            counts[offset] += 1
+
+    def release(self, sources: Iterable[Source]) -> None:
+        for tp, offset in sources:
+            counts = self._counts.get(tp)
+            if counts is None or offset not in counts:
+                continue
+            counts[offset] -= 1
+            if counts[offset] <= 0:
+                del counts[offset]
+
+    def oldest(self, tp: Hashable) -> int | None:
+        """The oldest offset of ``tp`` still pinned, or None."""
+        heap = self._heaps.get(tp)
+        counts = self._counts.get(tp, {})
+        while heap and heap[0] not in counts:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def committable(self, tp: Hashable, position: int) -> int:
+        """The offset to commit for ``tp`` given the consumer's ``position`` (next offset to read)."""
+        oldest = self.oldest(tp)
+        return position if oldest is None else min(oldest, position)
+
+    def forget(self, tp: Hashable) -> None:
+        """Drop every pin of a revoked partition (its new owner replays from the committed offset)."""
+        self._counts.pop(tp, None)
+        self._heaps.pop(tp, None)
+
+    def pinned(self, tp: Hashable) -> int:
+        return len(self._counts.get(tp, {}))
+
+    def total(self) -> int:
+        """Pinned offsets over every partition (the ``trace_repro_pinned_offsets`` gauge)."""
+        return sum(len(counts) for counts in self._counts.values())
+
+
+class PinTracker(StateEvents):
+    """Offset pins from processor state; see the module docstring.
+
+    Releases are collected, not applied: :meth:`take_released` hands them to the runtime, which releases them
+    once the batch that released them is durable (graph written, messages acknowledged).
+    """
+
+    __slots__ = ("_current", "_held", "_released", "_released_sets", "pins")
+
+    def __init__(self) -> None:
+        self.pins = OffsetPins()
+        self._held: dict[tuple[str, Hashable], set[Source]] = {}
+        self._released_sets: dict[tuple[str, Hashable], set[Source]] = {}  # this batch's, for inherit()
+        self._released: list[Source] = []
+        self._current: tuple[Source, ...] = ()
+
+    # ---- what is being processed ----------------------------------------------------------------------------
+
+    def feeding(self, source: Source | None) -> None:
+        """The record at ``source`` is being processed now (None: nothing, e.g. watermark work)."""
+        self._current = (source,) if source is not None else ()
+
+    def inherit(self, store: str, key: Hashable) -> None:
+        """The content of ``key`` of ``store`` is being passed on: what it feeds holds the input it held."""
+        self._current = tuple(self.held(store, key))
+
+    # ---- StateEvents -----------------------------------------------------------------------------------------
+
+    def retained(self, store: str, key: Hashable) -> None:
+        if not self._current:
+            return
+        held = self._held.get((store, key))
+        if held is None:
+            held = self._held[(store, key)] = set()
+        for source in self._current:
+            if source not in held:
+                held.add(source)
+                self.pins.pin((source,))
+
+    def released(self, store: str, key: Hashable) -> None:
+        held = self._held.pop((store, key), None)
+        if held:
+            self._released.extend(held)
+            self._released_sets.setdefault((store, key), set()).update(held)
+
+    # ---- runtime -----------------------------------------------------------------------------------------------
+
+    def take_released(self) -> list[Source]:
+        """The pins released since the last call, to release once the current batch is durable."""
+        out, self._released = self._released, []
+        self._released_sets.clear()
+        return out
+
+    def release(self, sources: Iterable[Source]) -> None:
+        self.pins.release(sources)
+
+    def committable(self, tp: Hashable, position: int) -> int:
+        return self.pins.committable(tp, position)
+
+    def forget(self, tp: Hashable) -> None:
+        """A revoked partition: its input is replayed by its next owner, so none of it stays pinned here."""
+        for held in self._held.values():
+            stale = {s for s in held if s[0] == tp}
+            held -= stale
+        self._released = [s for s in self._released if s[0] != tp]
+        self.pins.forget(tp)
+
+    def held(self, store: str, key: Hashable) -> frozenset[Source]:
+        """The input ``key`` of ``store`` holds (or held until released in this batch)."""
+        return frozenset(self._held.get((store, key), set()) | self._released_sets.get((store, key), set()))
+
+    def total(self) -> int:
+        return self.pins.total()
+
+    def holding(self) -> int:
+        """Keys that hold input (for tests and gauges)."""
+        return len(self._held)

@@ -1,0 +1,172 @@
+"""What both stages share: decoded inputs, offset pins from processor state, watermarks, processors, commit hooks.
+
+A stage is synchronous and transport-free: ``process(records)`` returns a :class:`StageOutput` (graph rows, messages
+to produce, events to publish, pins to release) and the runtime carries it out in commit order. Each record is
+looked up in the stage's :class:`~streamer.decode.registry.Inputs` (topic -> signal + decoder), decoded, and handed
+to the handler of its signal. While a record is handled, the stage's :class:`~streamer.runtime.pins.PinTracker`
+knows it is the input being processed, so every keyed store it feeds pins it until the store releases it.
+
+No poison pill: a record that cannot be decoded goes to the dead-letter topic with its reason; so does a record
+whose handling raises anything else (``internal_error:<type>``, with its position in the headers), and the stage
+goes on with the next one. A processor hook that raises is counted (``dropped{component=<processor>,
+reason=error}``) and logged once per batch by type; the other processors and the stage go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import structlog
+
+from processors.component import Emit, Processor
+from processors.model.base import Published
+from processors.model.units import NS, s_to_ns
+from processors.state.lru import CountedLRU
+from processors.state.watermarks import Watermarks
+from streamer.config import CoreSettings
+from streamer.decode.errors import DecodeError
+from streamer.decode.registry import Input, Inputs, Record
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker, Source
+from streamer.runtime.records import StageOutput, dead_letter
+
+Handler = Callable[[Record, Sequence[Any], StageOutput], None]
+log = structlog.get_logger("trace_repro.runtime")
+
+
+class Stage:
+    """Base of the ingest and entities stages; subclasses declare ``handlers`` per signal and ``on_batch_end``."""
+
+    name = "stage"
+
+    def __init__(
+        self,
+        settings: CoreSettings,
+        metrics: Metrics,
+        clock: Callable[[], int],
+        inputs: Sequence[Input],
+        *,
+        tracker: PinTracker | None = None,
+        processors: Sequence[tuple[Processor, Sequence[str]]] = (),
+    ) -> None:
+        w = settings.windows
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.assignment: set[tuple[str, int]] = set()  # input partitions this instance owns (set by the runner)
+        self.broadcast_topic: str | None = None  # a topic this stage writes to every partition of (watermarks)
+        self.broadcast_partitions = 0  # its partition count (set by the runner from the broker's metadata)
+        self.tracker = tracker or PinTracker()
+        self.watermarks = Watermarks(s_to_ns(w.allowed_lateness_s), s_to_ns(w.idle_s), clock)
+        self.inputs = Inputs(inputs, settings.decode, metrics.telemetry)
+        self.processors = [p for p, _ in processors]
+        self._subscribers: dict[str, list[Processor]] = {}  # output topic role -> processors fed its events
+        for processor, roles in processors:
+            for role in roles:
+                self._subscribers.setdefault(role, []).append(processor)
+        self.handlers: dict[str, Handler] = {}
+        self._failures: CountedLRU[tuple[str, str, str], None] = CountedLRU(256)  # failure kinds logged already
+
+    @property
+    def topics_pattern(self) -> str:
+        return self.inputs.pattern
+
+    # ---- per batch -------------------------------------------------------------------------------------------
+
+    def process(self, records: Iterable[Record]) -> StageOutput:
+        out = StageOutput()
+        for record in records:
+            self.metrics.consumed.labels(record.topic).inc()
+            source = self.inputs.lookup(record.topic)
+            if source is None:
+                continue
+            self.tracker.feeding(record.source)
+            try:
+                self.handlers[source.signal](record, self.inputs.decode(source, record), out)
+            except DecodeError as exc:
+                self._dead_letter(record, exc.reason, str(exc), out)
+            except Exception as exc:
+                self._dead_letter(record, f"internal_error:{type(exc).__name__}", repr(exc), out)
+                if self._failures.add((record.topic, "record", type(exc).__name__)):  # log each kind once
+                    log.warning("record.failed", stage=self.name, topic=record.topic, partition=record.partition,
+                                offset=record.offset, error=type(exc).__name__)  # fmt: skip
+        self.tracker.feeding(None)
+        watermark = self.event_time()
+        self.on_batch_end(watermark, out)
+        out.release = self.tracker.take_released()
+        self.metrics.watermark.labels(self.name).set(watermark / NS)
+        self.metrics.pinned_offsets.labels(self.name).set(self.tracker.total())
+        return out
+
+    def _dead_letter(self, record: Record, reason: str, message: str, out: StageOutput) -> None:
+        self.metrics.dlq.labels(reason).inc()
+        self.metrics.telemetry("decode" if ":" not in reason else self.name).drop(reason)
+        out.produce.append(dead_letter(record, self.settings.kafka.dlq_topic, reason, message))
+
+    def event_time(self) -> int:
+        """This stage's watermark (its own inputs' event time; the entities stage follows its upstream)."""
+        return self.watermarks.current()
+
+    def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
+        """Close what the watermark allows and let the processors emit."""
+        self.emit(watermark_ns, None, out)
+
+    def emit(self, watermark_ns: int, open_since_ns: int | None, out: StageOutput) -> None:
+        emit = Emit(out.events, out.graph)
+        for processor in self.processors:
+            self.call(processor, processor.on_watermark, watermark_ns, open_since_ns, emit)
+
+    def call(self, processor: Processor, hook: Callable[..., None], *args: Any) -> None:
+        """One processor hook; an exception is counted against that processor and logged, never propagated."""
+        try:
+            hook(*args)
+        except Exception as exc:
+            self.metrics.telemetry(processor.name).drop("error")
+            if self._failures.add((processor.name, hook.__name__, type(exc).__name__)):  # log each kind once
+                log.error("processor.failed", stage=self.name, processor=processor.name, hook=hook.__name__,
+                          error=type(exc).__name__, detail=str(exc)[:200])  # fmt: skip
+
+    def on_event(self, event: Published, part: str = "") -> None:
+        """An event from an output topic (partition ``part``), to the processors subscribed to its role."""
+        for processor in self._subscribers.get(event.topic, ()):
+            self.call(processor, processor.on_event, event, part)
+
+    def _events(self, record: Record, events: Sequence[Any], out: StageOutput) -> None:
+        for event in events:
+            self.on_event(event, f"{record.topic}/{record.partition}")
+
+    async def sync(self) -> None:
+        """Before a batch: each processor reads what other instances wrote (a failure is counted, not fatal)."""
+        for processor in self.processors:
+            try:
+                await processor.sync()
+            except Exception as exc:
+                self.metrics.telemetry(processor.name).drop("sync_error")
+                if self._failures.add((processor.name, "sync", type(exc).__name__)):
+                    log.warning("processor.sync_failed", processor=processor.name, error=type(exc).__name__)
+
+    # ---- runtime hooks ----------------------------------------------------------------------------------------
+
+    def release(self, sources: Iterable[Source]) -> None:
+        self.tracker.release(sources)
+        self.metrics.pinned_offsets.labels(self.name).set(self.tracker.total())
+
+    def committable(self, tp: Hashable, position: int) -> int:
+        return self.tracker.committable(tp, position)
+
+    def assign(self, tps: Iterable[tuple[str, int]]) -> None:
+        new = set(tps) - self.assignment
+        self.assignment |= new
+        for topic, partition in sorted(new):
+            for processor in self.processors:
+                self.call(processor, processor.on_assign, f"{topic}/{partition}")
+
+    def forget(self, tp: Hashable) -> None:
+        self.assignment.discard(tp)
+        self.tracker.forget(tp)
+        self.watermarks.forget(tp)
+        if isinstance(tp, tuple):
+            part = f"{tp[0]}/{tp[1]}"
+            for processor in self.processors:
+                self.call(processor, processor.on_revoke, part)

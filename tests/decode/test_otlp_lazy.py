@@ -1,0 +1,207 @@
+"""The lazy protobuf decoder gives the spans, truncation counts and refusals of the eager one it replaced.
+
+``_eager_decode`` is that eager decoder (every span's attributes and events read when it is decoded), kept here as
+the oracle; ``literal_params`` (pattern first, then ``ast``) is compared with ``ast`` alone.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from bench.otlp_gen import generate
+from processors.model.events import Resource, SpanKind, StatusCode
+from processors.model.span import Span
+from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto
+from streamer.decode._attrs import KINDS, RESOURCE_KEYS, STATUSES, Extractor, literal_params, literal_params_ast
+from streamer.decode.otlp import _bad_id, _parse, _pick, _span_detail
+
+# Keys the decoder keeps (current, older and configured names) and a few it skips.
+KEYS = [
+    "http.route", "http.response.status_code", "http.status_code", "code.function.name", "code.function",
+    "code.namespace", "code.file.path", "code.filepath", "code.line.number", "code.lineno", "db.system.name",
+    "db.system", "db.query.text", "db.statement", "db.namespace", "db.name", "db.collection.name", "db.sql.table",
+    "db.operation.name", "db.operation", "db.statement.parameters", "db.transaction.id", "db.row.version",
+    "app.idempotency_key", "db.query.parameter.0", "db.query.parameter.1", "db.query.parameter.12",
+    "db.query.parameter.name", "url.path", "server.address", "exception.type", "exception.message", "service.name",
+]  # fmt: skip
+PARAM_TEXTS = ["('paid', 8812)", "(1, 2.5, None, True, 'x y')", "[3, -1]", "(007,)", "{'a': 1}", "((1, 2), b'x')",
+               "('a\\'b',)", "()", "(1)", "('paid', "]  # fmt: skip
+
+_text = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(PARAM_TEXTS)
+_scalars = st.one_of(
+    _text.map(lambda s: AnyValue(string_value=s)),
+    st.integers(-(2**63), 2**63 - 1).map(lambda i: AnyValue(int_value=i)),
+    st.booleans().map(lambda b: AnyValue(bool_value=b)),
+    st.floats(allow_nan=False).map(lambda f: AnyValue(double_value=f)),
+    st.binary(max_size=8).map(lambda b: AnyValue(bytes_value=b)),
+    st.just(AnyValue()),
+)
+
+
+def _array(values: list[AnyValue]) -> AnyValue:
+    av = AnyValue()
+    av.array_value.values.extend(values)
+    return av
+
+
+def _kvlist(pairs: list[tuple[str, AnyValue]]) -> AnyValue:
+    av = AnyValue()
+    av.kvlist_value.values.extend([KeyValue(key=k, value=v) for k, v in pairs])
+    return av
+
+
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3).map(_array)
+        | st.lists(st.tuples(st.sampled_from([*KEYS[:4], "k"]), inner), max_size=3).map(_kvlist)
+    ),
+    max_leaves=6,
+)
+_attributes = st.lists(st.tuples(st.sampled_from(KEYS), _values), max_size=12)  # duplicates included
+_ids = st.binary(min_size=16, max_size=16)
+
+
+@st.composite
+def _span(draw: st.DrawFn) -> PbSpan:
+    sp = PbSpan(
+        trace_id=draw(st.sampled_from([b"\x01" * 16, b"\x02" * 16]) | _ids),
+        span_id=draw(st.binary(min_size=8, max_size=8)),
+        parent_span_id=draw(st.just(b"") | st.binary(min_size=8, max_size=8)),
+        name=draw(st.text(max_size=10)),
+        kind=draw(st.integers(0, 7)),
+        start_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
+        end_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
+    )
+    sp.status.code = draw(st.integers(0, 3))
+    sp.attributes.extend([KeyValue(key=k, value=v) for k, v in draw(_attributes)])
+    for name in draw(st.lists(st.sampled_from(["exception", "log", ""]), max_size=3)):
+        sp.events.add(name=name).attributes.extend([KeyValue(key=k, value=v) for k, v in draw(_attributes)])
+    for trace_id in draw(st.lists(_ids, max_size=2)):
+        sp.links.add(trace_id=trace_id, span_id=b"\x03" * 8)
+    return sp
+
+
+@st.composite
+def _message(draw: st.DrawFn) -> bytes:
+    msg = TracesData()
+    for _ in range(draw(st.integers(0, 2))):
+        rs = msg.resource_spans.add()
+        rs.resource.attributes.extend([KeyValue(key=k, value=v) for k, v in draw(_attributes)])
+        for _ in range(draw(st.integers(0, 2))):
+            rs.scope_spans.add().spans.extend(draw(st.lists(_span(), max_size=4)))
+    return bytes(msg.SerializeToString())
+
+
+def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -> list[Span]:
+    """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded."""
+    msg = TracesData()
+    _parse(msg, data, opts)
+    ext = Extractor(opts, stats)
+    out: list[Span] = []
+    for rs in msg.resource_spans:
+        resource = ext.resource(_pick(rs.resource.attributes, RESOURCE_KEYS))
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                for what, value, size in (("trace_id", sp.trace_id, 16), ("span_id", sp.span_id, 8)):
+                    if len(value) != size:
+                        raise _bad_id(what, value)
+                if sp.parent_span_id and len(sp.parent_span_id) != 8:
+                    raise _bad_id("parent_span_id", sp.parent_span_id)
+                for link in sp.links:
+                    if len(link.trace_id) != 16:
+                        raise _bad_id("link trace_id", link.trace_id)
+                d = _span_detail(ext, sp)
+                out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), sp.name,
+                                KINDS.get(sp.kind, SpanKind.UNSPECIFIED), sp.start_time_unix_nano,
+                                sp.end_time_unix_nano, STATUSES.get(sp.status.code, StatusCode.UNSET), resource,
+                                d.route, d.http_status, d.exception_type, d.exception_message, d.code_function,
+                                d.code_file, d.code_line, d.db, d.links, d.idempotency_key))  # fmt: skip
+    if stats is not None:
+        stats.spans += len(out)
+    return out
+
+
+def _outcome(decode: Any, data: bytes, opts: DecodeOptions) -> tuple[Any, ...]:
+    stats = DecodeStats()
+    try:
+        spans = decode(data, opts, stats)
+    except DecodeError as err:
+        return ("refused", err.reason)
+    return ("spans", [(repr(s), s) for s in spans], stats.spans, stats.truncated_attributes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_message(), st.sampled_from([16, 64, 300, 600, 1200, 65536]))
+def test_lazy_decoder_matches_eager(data: bytes, limit: int) -> None:
+    """On varied messages (every kept key, every value type, duplicates, events, links), spans and counts match."""
+    opts = DecodeOptions(max_attribute_bytes=limit)
+    assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_message(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4))
+def test_lazy_decoder_refuses_like_eager(data: bytes, edits: list[tuple[int, int]]) -> None:
+    """A corrupted message is refused with the same reason, or gives the same spans."""
+    raw = bytearray(data or b"\x0a\x00")
+    for at, byte in edits:
+        raw[at % len(raw)] = byte
+    opts = DecodeOptions(max_attribute_bytes=64)
+    assert _outcome(decode_traces_proto, bytes(raw), opts) == _outcome(_eager_decode, bytes(raw), opts)
+
+
+def test_bench_messages_match_eager() -> None:
+    """The bench's generated shop traffic decodes to the same spans lazily and eagerly, at the default bound."""
+    opts = DecodeOptions()
+    for data in generate(3_000, 300, seed=7, start_ns=1_700_000_000_000_000_000):
+        assert decode_traces_proto(data, opts) == _eager_decode(data, opts, None)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=False)
+        | st.text(st.characters(codec="utf-8"), max_size=12),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_literal_params_match_ast(values: list[Any], as_list: bool) -> None:
+    """A repr'd tuple or list of scalars parses to the same values (and types) as ``ast.literal_eval`` gives."""
+    text = repr(values if as_list else tuple(values))
+    got = literal_params(text)
+    assert got == literal_params_ast(text)
+    assert [type(v) for v in got[0]] == [type(v) for v in literal_params_ast(text)[0]]
+
+
+@pytest.mark.parametrize(
+    "text", ["(1, 2)", "(1)", "(007,)", "(1e5,)", "(0x1,)", "(1_0,)", "(.5,)", "(1.,)", "[1,2]", "('a', ", "(-0,)",
+             "('x', 'y'", "(None, Nonesuch)", "((1,),)", "{'a': 1}", "( 1, 2 )", "'a'", "", "(1,,)"],
+)  # fmt: skip
+def test_literal_params_edge_shapes(text: str) -> None:
+    """Shapes near the pattern's edge parse exactly as ``ast.literal_eval`` parses them."""
+    assert literal_params(text) == literal_params_ast(text)
+
+
+def test_lazy_span_is_a_frozen_span() -> None:
+    """A lazily read span equals, hashes, prints and pickles like the eagerly built one, and is frozen."""
+    data = generate(300, 300, seed=3, start_ns=1_700_000_000_000_000_000)[0]
+    lazy, eager = decode_traces_proto(data)[0], _eager_decode(data, DecodeOptions(), None)[0]
+    assert type(lazy) is Span and lazy == eager and hash(lazy) == hash(eager) and repr(lazy) == repr(eager)
+    assert pickle.loads(pickle.dumps(lazy)) == eager
+    with pytest.raises(AttributeError):
+        lazy.route = "x"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        lazy.trace_id = "x"  # type: ignore[misc]
+    assert isinstance(lazy.resource, Resource)

@@ -1,0 +1,198 @@
+"""Both stages in one process, wired as Kafka would wire them: stage 1's internal messages feed stage 2.
+
+Inputs are real wire formats: OTLP ``TracesData`` built with the OpenTelemetry SDK, and Debezium JSON envelopes.
+``Scenario`` plants collisions and background traffic with exact statement times; ``Chain`` runs them through
+``IngestStage`` and ``EntityStage`` (with the default components) in random batches, on a fake clock, routing
+stage 1's output to stage 2's partitions by key (watermarks to every partition) and settling every batch as the
+runner would (release pins after the batch).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.trace import SpanKind
+
+from processors.model.events import Access
+from streamer import config
+from streamer.components import default
+from streamer.decode import internal as internal_codec
+from streamer.decode.registry import Record
+from streamer.runtime.context import stage_processors
+from streamer.runtime.entities import EntityStage
+from streamer.runtime.ingest import IngestStage
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker
+from streamer.runtime.records import StageOutput
+from tests.fake_clock import FakeClock
+from tests.otlp_factory import ShopTelemetry, to_proto
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 1_800_000_000 * S
+SPANS = "otlp_spans"
+CDC = "shop.public.orders"
+READ = "SELECT status FROM orders WHERE id = %s"
+WRITE = "UPDATE orders SET status = %s WHERE id = %s"
+INTERNAL_PARTITIONS = 2
+
+
+@dataclass
+class Scenario:
+    """Messages on the spans and CDC topics, and what detection must find in them."""
+
+    spans: list[tuple[int, bytes]] = field(default_factory=list)  # (event time of the message, TracesData)
+    changes: list[tuple[int, bytes, bytes]] = field(default_factory=list)  # (commit time, key, Debezium value)
+    collisions: set[tuple[str, str, str]] = field(default_factory=set)  # (entity, culprit fn, victim fn)
+    credits: dict[int, str] = field(default_factory=dict)  # lsn -> code function of the writer
+    shop: ShopTelemetry = field(default_factory=ShopTelemetry)
+    lsn: int = 1_000
+
+    def _request(self, function: str, route: str, start_ns: int, statements: list[tuple[str, str, int, int]]) -> None:
+        """One request: a server span, its handler, one DB span per (sql, params, start offset, duration)."""
+        tracer = self.shop.tracer
+        end = start_ns + max(at + dur for _, _, at, dur in statements) + MS
+        with tracer.start_as_current_span(f"POST {route}", kind=SpanKind.SERVER, start_time=start_ns,
+                                          end_on_exit=False) as server:  # fmt: skip
+            server.set_attribute("http.route", route)
+            with tracer.start_as_current_span(function, start_time=start_ns, end_on_exit=False) as handler:
+                handler.set_attribute("code.function.name", function)
+                for sql, params, at, dur in statements:
+                    db = tracer.start_span("db", kind=SpanKind.CLIENT, start_time=start_ns + at)
+                    db.set_attribute("db.system.name", "postgresql")
+                    db.set_attribute("db.query.text", sql)
+                    db.set_attribute("db.statement.parameters", params)
+                    db.end(end_time=start_ns + at + dur)
+                handler.end(end_time=end)
+            server.set_attribute("http.response.status_code", 200)
+            server.end(end_time=end)
+        self.spans.append((end, to_proto(self.shop.take())))
+
+    def _change(self, row: int, before: str, after: str, commit_ns: int, writer: str) -> None:
+        self.lsn += 8
+        commit_ms = commit_ns // MS
+        source = {
+            "version": "3.6.1.Final",
+            "connector": "postgresql",
+            "name": "shop",
+            "ts_ms": commit_ms,
+            "db": "shop",
+            "schema": "public",
+            "table": "orders",
+            "txId": self.lsn // 8,
+            "lsn": self.lsn,
+        }
+        value = {"before": {"id": row, "status": before}, "after": {"id": row, "status": after}, "source": source,
+                 "op": "u", "ts_ms": commit_ms + 50}  # fmt: skip
+        self.changes.append((commit_ns, json.dumps({"id": row}).encode(), json.dumps(value).encode()))
+        self.credits[self.lsn] = writer
+
+    def lost_update(self, row: int, at_ns: int, *, same_value: bool = False) -> None:
+        """expire_cart and capture_payment both read the row, then both write it: the first write is lost."""
+        b_value = "cancelled" if same_value else "paid"
+        self._request("shop.jobs.expire_cart", "/jobs/expire", at_ns,
+                      [(READ, f"({row},)", 0, MS), (WRITE, f"('cancelled', {row})", 10 * MS, MS)])  # fmt: skip
+        self._request("shop.handlers.capture_payment", "/orders/{id}/capture", at_ns + 2 * MS,
+                      [(READ, f"({row},)", 0, MS), (WRITE, f"('{b_value}', {row})", 12 * MS, MS)])  # fmt: skip
+        self._change(row, "pending", "cancelled", at_ns + 11 * MS + MS // 2, "shop.jobs.expire_cart")
+        self._change(row, "cancelled", b_value, at_ns + 15 * MS, "shop.handlers.capture_payment")
+        self.collisions.add((f"orders:{row}", "shop.jobs.expire_cart", "shop.handlers.capture_payment"))
+
+    def serial_update(self, row: int, at_ns: int, value: str) -> None:
+        """One request reads and writes the row, alone."""
+        self._request("shop.handlers.touch", "/orders/{id}/touch", at_ns,
+                      [(READ, f"({row},)", 0, MS), (WRITE, f"('{value}', {row})", 2 * MS, MS)])  # fmt: skip
+        self._change(row, "x", value, at_ns + 3 * MS + MS // 2, "shop.handlers.touch")
+
+
+@dataclass
+class Found:
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    credits: dict[int, str] = field(default_factory=dict)  # lsn -> span id (of the correlated access)
+    strengths: dict[int, str] = field(default_factory=dict)
+    functions: dict[str, str] = field(default_factory=dict)  # span id -> code function (from stage 1's accesses)
+    dead_letters: int = 0
+
+
+class Chain:
+    """Stage 1 and stage 2 wired in process; see the module docstring."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        base = {"TRACE_REPRO_KAFKA__CDC_PATTERN": r"^shop\.[^.]+\.[^.]+$"}
+        self.settings = config.load(None, env={**base, **env})
+        self.clock = FakeClock(T0)
+        self.metrics = Metrics()
+        factories = default().factories
+        t1, t2 = PinTracker(), PinTracker()
+        self.ingest = IngestStage(self.settings, self.metrics, self.clock, tracker=t1,
+                                  processors=stage_processors(self.settings, self.metrics, self.clock, "ingest", t1,
+                                                              factories))  # fmt: skip
+        self.entities = EntityStage(self.settings, self.metrics, self.clock, tracker=t2,
+                                    processors=stage_processors(self.settings, self.metrics, self.clock, "entities",
+                                                                t2, factories))  # fmt: skip
+        self.ingest.broadcast_partitions = INTERNAL_PARTITIONS
+        self.ingest.assign([(SPANS, 0), (CDC, 0)])
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.found = Found()
+
+    def _record(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> Record:
+        offset = self.offsets.get((topic, partition), 0)
+        self.offsets[(topic, partition)] = offset + 1
+        return Record(topic, partition, offset, key, value)
+
+    def run(self, scenario: Scenario, rnd: random.Random, *, wall_step_s: float = 0.2) -> Found:
+        """Feed the scenario in time order, in random batches, the clock following event time; then go idle."""
+        inputs = [(t, self._record(SPANS, 0, None, v)) for t, v in scenario.spans]
+        inputs += [(t + 40 * MS, self._record(CDC, 0, k, v)) for t, k, v in scenario.changes]  # Debezium's delay
+        inputs.sort(key=lambda x: x[0])
+        queue = [r for _, r in inputs]
+        times = [t for t, _ in inputs]
+        while queue:
+            size = rnd.randint(1, 6)
+            batch, queue = queue[:size], queue[size:]
+            now, times = times[size - 1] if len(times) >= size else times[-1], times[size:]
+            self.clock.now = max(self.clock.now, now + rnd.randint(0, 300) * MS)  # arrival lags event time
+            self._step(batch)
+        for _ in range(200):  # idle: event time catches up with the clock
+            self.clock.advance(wall_step_s)
+            self._step([])
+        return self.found
+
+    def _step(self, records: list[Record]) -> None:
+        out = self.ingest.process(records)
+        self.ingest.release(out.release)
+        self.found.dead_letters += sum(1 for m in out.produce if m.topic == self.settings.kafka.dlq_topic)
+        internal: list[Record] = []
+        for m in out.produce:
+            if m.topic != self.settings.kafka.accesses_topic:
+                continue
+            event = internal_codec.decode(m.value or b"")
+            if isinstance(event, Access):
+                self.found.functions[event.span_id] = event.function
+            partitions = [m.partition] if m.partition is not None else [zlib.crc32(m.key or b"") % 2]
+            internal += [self._record(m.topic, p, m.key, m.value) for p in partitions]
+        self._entities(internal)
+
+    def _entities(self, records: list[Record]) -> None:
+        out: StageOutput = self.entities.process(records)
+        self.entities.release(out.release)
+        for row in out.graph.changes:
+            if row["span"]:
+                self.found.credits[row["lsn"]] = row["span"]
+            self.found.strengths[row["lsn"]] = row["strength"]
+        for event in out.events:
+            self.found.incidents.append(json.loads(event.model_dump_json()))
+
+    def committable_everywhere(self) -> bool:
+        """Every input position of both stages is committable: no pin left behind."""
+        stages = ((self.ingest, (SPANS, CDC)), (self.entities, (self.settings.kafka.accesses_topic,)))
+        return all(
+            stage.committable(tp, self.offsets[tp]) == self.offsets[tp]
+            for stage, topics in stages
+            for tp in self.offsets
+            if tp[0] in topics
+        )

@@ -1,0 +1,58 @@
+"""The README's "Extending" example: a detector in one folder, registered in one line, publishes through the daemon."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.trace import SpanKind
+
+from streamer.components import default
+from tests.extending.slow_statements import FACTORY
+from tests.harness import Harness, harness_settings
+from tests.otlp_factory import ShopTelemetry, to_proto
+
+pytestmark = pytest.mark.engines
+
+SLOW = "SELECT * FROM orders WHERE created < now() - interval '1 year'"
+
+
+def _request(shop: ShopTelemetry, start_ns: int, db_ms: float) -> None:
+    """A request whose one DB statement takes ``db_ms``."""
+    with shop.tracer.start_as_current_span("GET /report", kind=SpanKind.SERVER, start_time=start_ns,
+                                           end_on_exit=False) as server:  # fmt: skip
+        db = shop.tracer.start_span("db", kind=SpanKind.CLIENT, start_time=start_ns + 1_000_000)
+        db.set_attribute("db.system.name", "postgresql")
+        db.set_attribute("db.query.text", SLOW)
+        db.end(end_time=start_ns + 1_000_000 + int(db_ms * 1e6))
+        server.end(end_time=start_ns + 2_000_000 + int(db_ms * 1e6))
+
+
+async def test_an_extra_detector_registered_in_one_line_publishes_to_the_topic_and_the_sinks(
+    kafka_bootstrap: str, falkordb_url: str, tmp_path: Path
+) -> None:
+    """With ``default().with_extra(FACTORY)`` the daemon builds the new detector, validates its config section,
+    publishes its events on the incidents topic and hands them to every sink (here: the file sink)."""
+    components = default().with_extra(FACTORY)
+    settings = harness_settings(kafka_bootstrap, falkordb_url, components, SLOW_STATEMENTS__THRESHOLD_MS="100",
+                                FILE_SINK__ENABLED="true", FILE_SINK__DIRECTORY=str(tmp_path))  # fmt: skip
+    h = Harness(settings, kafka_bootstrap, falkordb_url, components=components)
+    shop = ShopTelemetry()
+    now = time.time_ns()
+    _request(shop, now, db_ms=350)  # slow
+    _request(shop, now + 500_000_000, db_ms=20)  # fast
+    try:
+        await h.start()
+        await h.produce(settings.kafka.spans_topic, [to_proto(shop.take())])
+        messages = await h.consume_all(settings.kafka.incidents_topic, expect=1)
+        found = [json.loads(m.value) for m in messages]
+        assert [(e["kind"], e["statement"]) for e in found] == [("slow_statement", SLOW)]
+        assert 349 < found[0]["duration_ms"] < 352
+        written = tmp_path / "slow_statements.jsonl"
+        await h.wait_for(lambda: written.exists() and written.read_text().count("\n") == 1, "the file sink")
+        assert json.loads(written.read_text())["span_id"] == found[0]["span_id"]
+        assert h.metric_total("trace_repro_component_events_total") > 0
+    finally:
+        await h.stop()
