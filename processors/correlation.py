@@ -96,6 +96,27 @@ def _identity_columns(entity: str) -> tuple[str, ...]:
     return cols if all("=" in p for p in parts) and all(c.isidentifier() for c in cols) else ()
 
 
+ChangeId = tuple[str, int, int]  # (row, lsn, commit time): one committed change, however often it is delivered
+
+
+def _change_id(change: RowChange) -> ChangeId:
+    return (change.entity_key, change.lsn, change.commit_ts_ms)
+
+
+class _MadeAnother:
+    """The accesses (trace id, span id) that made a change other than ``change``: a replayed change is not kept
+    from the writer it was credited to the first time."""
+
+    __slots__ = ("_change", "_credited")
+
+    def __init__(self, credited: CountedLRU[tuple[str, str], ChangeId], change: RowChange) -> None:
+        self._credited, self._change = credited, _change_id(change)
+
+    def __contains__(self, key: object) -> bool:
+        made = self._credited.peek(key)  # type: ignore[arg-type]
+        return made is not None and made != self._change
+
+
 class RowCorrelator:
     """Bounded recent write Accesses per entity, and the matching of row changes against them."""
 
@@ -120,9 +141,10 @@ class RowCorrelator:
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
-        # Accesses that made a change already (an access makes one change per row), bounded like the histories.
-        self._credited: CountedLRU[tuple[str, str], None] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
-                                                                      "credited_memory")  # fmt: skip
+        # Accesses that made a change already (an access makes one change per row) and which change, bounded like the
+        # histories: a change credited again (a replay after a restart or a rebalance) gets the same writer.
+        self._credited: CountedLRU[tuple[str, str], ChangeId] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
+                                                                           "credited_memory")  # fmt: skip
 
     @property
     def counters(self) -> dict[str, int]:
@@ -183,9 +205,9 @@ class RowCorrelator:
         results: list[Correlation | None] = []
         tied: list[tuple[int, list[Access]]] = []  # changes that matched several writers equally well
         for change in ordered:
-            found = self.correlate(change, exclude=self._credited)
+            found = self.correlate(change, exclude=_MadeAnother(self._credited, change))
             if found is not None and _one_row(found.access):
-                self._credited.add((found.access.trace_id, found.access.span_id))
+                self._credited.put((found.access.trace_id, found.access.span_id), _change_id(change))
             elif self.last_reason == "ambiguous_values_time":
                 tied.append((len(results), [a for a, _, _ in self._timed]))
             results.append(found)
@@ -196,7 +218,8 @@ class RowCorrelator:
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
                          results: list[Correlation | None]) -> None:  # fmt: skip
         """k tied changes over exactly k writers: the writer whose statement ended first made the first commit."""
-        tied = [(i, [a for a in cands if (a.trace_id, a.span_id) not in self._credited]) for i, cands in tied]
+        tied = [(i, [a for a in cands if (a.trace_id, a.span_id) not in _MadeAnother(self._credited, changes[i])])
+                for i, cands in tied]  # fmt: skip
         writers = {(a.trace_id, a.span_id): a for _, cands in tied for a in cands}
         if len(writers) != len(tied):
             return
@@ -215,7 +238,7 @@ class RowCorrelator:
                                     f"tied on values and time (listed in commit order)")  # fmt: skip
             results[i] = self._found(found)
             if _one_row(a):
-                self._credited.add((a.trace_id, a.span_id))
+                self._credited.put((a.trace_id, a.span_id), _change_id(changes[i]))
 
     def correlate(self, change: RowChange, exclude: Container[tuple[str, str]] = ()) -> Correlation | None:
         """The Access that made ``change``, or None (reason in ``last_reason`` and ``counters``); accesses in

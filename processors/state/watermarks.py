@@ -1,8 +1,13 @@
 """Event-time watermarks: per-partition with idleness (a stage's own input), and upstream (the stage before it).
 
 :class:`Watermarks`: a partition's watermark is the largest event time it has delivered minus the allowed
-lateness; the stage's watermark is the minimum over *active* partitions (a partition that delivered nothing for
-``idle_ns`` of wall time stops holding the others back). When every partition has been idle for ``idle_ns``,
+lateness; the stage's watermark is the minimum over *active* partitions. A partition is idle (stops holding the
+others back) when it delivered nothing for ``idle_ns`` of wall time *and* the consumer has read it to its end:
+silence alone is not idleness, since a partition that is silent because its backlog waits behind another
+partition's, or because a rebalance or a broker outage stopped the fetches, has events to come that are older than
+the others'. The runtime says which partitions
+are caught up (:meth:`Watermarks.progress`: position at the high-water mark, from a fresh fetch response); until
+it first does, silence is enough (transport-free use). When every partition has been idle for ``idle_ns``,
 event time catches up with the wall clock from the newest event seen: ``newest + (now - last input)``. Idle time,
 lateness and the trace gap do not stack: an isolated trace closes one trace gap after its last span arrived, not
 ``idle + lateness + gap`` later. (When input resumes the watermark is again the active partitions' minimum; what
@@ -18,7 +23,7 @@ The clock is injected; the wall clock is used only for idleness and expiry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 
 
@@ -29,14 +34,19 @@ class _Partition:
 
 
 class Watermarks:
-    __slots__ = ("_clock", "_parts", "idle_ns", "late_events", "lateness_ns")
+    __slots__ = ("_caught_up", "_clock", "_parts", "idle_ns", "late_events", "lateness_ns")
 
     def __init__(self, lateness_ns: int, idle_ns: int, clock: Callable[[], int]) -> None:
         self.lateness_ns = lateness_ns
         self.idle_ns = idle_ns
         self._clock = clock
         self._parts: dict[Hashable, _Partition] = {}
+        self._caught_up: frozenset[Hashable] | None = None  # None until the runtime reports: silence is enough
         self.late_events = 0
+
+    def progress(self, caught_up: Collection[Hashable]) -> None:
+        """The partitions read to their end, as of now (the others are not idle however long they are silent)."""
+        self._caught_up = frozenset(caught_up)
 
     def observe(self, tp: Hashable, event_ns: int) -> bool:
         """Record an event time from ``tp``; returns True when it is late (behind the current watermark)."""
@@ -61,13 +71,21 @@ class Watermarks:
     def forget(self, tp: Hashable) -> None:
         self._parts.pop(tp, None)
 
+    def holding(self) -> bool:
+        """Whether some partition is active (not idle): else this input has nothing more to come for now."""
+        return bool(self._active(self._clock()))
+
+    def _active(self, now: int) -> list[_Partition]:
+        silent_ok = self._caught_up if self._caught_up is not None else self._parts.keys()  # None: silence is enough
+        return [p for tp, p in self._parts.items() if now - p.last_seen_wall_ns < self.idle_ns or tp not in silent_ok]
+
     def current(self) -> int:
         """The stage watermark in event-time nanoseconds (0 before any event; it moves back when a newly assigned
         partition starts behind the others)."""
         if not self._parts:
             return 0
         now = self._clock()
-        active = [p for p in self._parts.values() if now - p.last_seen_wall_ns < self.idle_ns]
+        active = self._active(now)
         if active:
             return max(0, min(p.max_event_ns for p in active) - self.lateness_ns)
         newest = max(p.max_event_ns for p in self._parts.values())

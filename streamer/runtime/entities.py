@@ -2,8 +2,14 @@
 
 Event time here is the *upstream* low watermark: every stage-1 instance publishes, into every partition of the
 internal topic, the event time up to which every trace of its input partitions has closed and its accesses have
-been emitted; this stage's event time is the minimum over those upstream partitions (never its own input's times:
-row changes pass stage 1 at once while accesses wait for their trace to close).
+been emitted (never this stage's own input times: row changes pass stage 1 at once while accesses wait for their
+trace to close). It is kept per internal partition, from the watermark records read *in that partition*: what a
+watermark record promises (the accesses were emitted) is only true of this instance's view once the records before
+it in the same partition have been read. A partition taken over in a rebalance replays from its committed offset
+while the others are live; judged by the others' progress its replayed row changes would be credited before the
+replayed accesses behind them were read (uncorrelated, and their collisions missed). So a change is credited by
+its own partition's event time, and the stage's event time (the processors') is the minimum over its partitions,
+a partition just assigned holding it at zero until its replay reaches a watermark record.
 
 The credit rule: a row change waits (pinned, bounded) until event time has passed its commit time plus
 ``correlation.max_commit_delay_ms``; by then every trace that could have written it is known, and it is credited to
@@ -58,7 +64,8 @@ class EntityStage(Stage):
         inputs = [Input("internal", "internal", topics=(settings.kafka.accesses_topic,))]
         super().__init__(settings, metrics, clock, inputs, tracker=tracker, processors=processors)
         c = settings.correlation
-        self.upstream = UpstreamWatermarks(s_to_ns(settings.windows.upstream_expiry_s), clock)
+        self._expiry_ns = s_to_ns(settings.windows.upstream_expiry_s)
+        self._upstream: dict[Hashable, UpstreamWatermarks] = {}  # per internal partition, from its own records
         self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
         self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
         self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
@@ -72,7 +79,7 @@ class EntityStage(Stage):
             events=self.tracker, on_evict=self._evicted, reason="max_pending_changes",
         )  # fmt: skip
         self._waiting: dict[str, list[PendingKey]] = {}
-        self._by_commit: list[tuple[int, PendingKey]] = []
+        self._by_commit: dict[Hashable, list[tuple[int, PendingKey]]] = {}  # per internal partition
         self._out: StageOutput | None = None
         self._record: Record | None = None
         self.handlers = {"internal": self._internal}
@@ -82,8 +89,17 @@ class EntityStage(Stage):
         """Row changes waiting to be credited (bounded by correlation.max_pending_changes)."""
         return len(self._pending)
 
+    def upstream(self, tp: Hashable) -> UpstreamWatermarks:
+        """The upstream progress read in internal partition ``tp``."""
+        marks = self._upstream.get(tp)
+        if marks is None:
+            marks = self._upstream[tp] = UpstreamWatermarks(self._expiry_ns, self.clock)
+        return marks
+
     def event_time(self) -> int:
-        return self.upstream.current()
+        """The minimum over the partitions owned (or read from): a partition not read to a watermark yet is 0."""
+        parts = self.assignment | self._upstream.keys()
+        return min((self.upstream(tp).current() for tp in parts), default=0)
 
     def _internal(self, record: Record, events: Sequence[Access | RowChange | Watermark], out: StageOutput) -> None:
         self._record, self._out = record, out
@@ -97,8 +113,9 @@ class EntityStage(Stage):
                 self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
                 continue
             if isinstance(event, Watermark):
+                marks = self.upstream((record.topic, record.partition))
                 for partition in event.partitions:
-                    self.upstream.update(partition, event.watermark_ns)
+                    marks.update(partition, event.watermark_ns)
             elif isinstance(event, Access):
                 self.correlator.add_access(event)
                 for processor in self.processors:
@@ -107,17 +124,21 @@ class EntityStage(Stage):
                 key = (entity, record.topic, record.partition, record.offset)
                 self._pending.put(key, event)  # holds this record until the change is credited
                 self._waiting.setdefault(entity, []).append(key)
-                heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
+                heapq.heappush(self._by_commit.setdefault((record.topic, record.partition), []),
+                               (event.commit_ts_ms * MS_NS, key))  # fmt: skip
 
     # ---- the credit rule ----------------------------------------------------------------------------------------
 
-    def _credit(self, event_time_ns: int, out: StageOutput) -> None:
-        """Credit every waiting change whose commit is ``credit_after_ns`` behind event time, row by row."""
+    def _credit(self, out: StageOutput) -> None:
+        """Credit every waiting change whose commit is ``credit_after_ns`` behind its partition's event time, row by
+        row."""
         due: dict[str, list[PendingKey]] = {}
-        while self._by_commit and self._by_commit[0][0] + self.credit_after_ns <= event_time_ns:
-            _, key = heapq.heappop(self._by_commit)
-            if key in self._pending:
-                due.setdefault(key[0], []).append(key)
+        for tp, heap in self._by_commit.items():
+            until = self.upstream(tp).current() - self.credit_after_ns
+            while heap and heap[0][0] <= until:
+                _, key = heapq.heappop(heap)
+                if key in self._pending:
+                    due.setdefault(key[0], []).append(key)
         groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
         for entity, keys in due.items():
             for key in keys:
@@ -166,15 +187,19 @@ class EntityStage(Stage):
         self.tracker.feeding(self._record.source if self._record is not None else None)
 
     def _oldest_waiting_ns(self) -> int | None:
-        while self._by_commit and self._by_commit[0][1] not in self._pending:
-            heapq.heappop(self._by_commit)
-        return self._by_commit[0][0] if self._by_commit else None
+        oldest = None
+        for heap in self._by_commit.values():
+            while heap and heap[0][1] not in self._pending:
+                heapq.heappop(heap)
+            if heap and (oldest is None or heap[0][0] < oldest):
+                oldest = heap[0][0]
+        return oldest
 
     # ---- event time -------------------------------------------------------------------------------------------
 
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         self._record, self._out = None, out
-        self._credit(watermark_ns, out)
+        self._credit(out)
         oldest = self._oldest_waiting_ns()
         held = watermark_ns if oldest is None else min(watermark_ns, oldest - 1)
         if held > 0:  # writes no waiting (or later) change can be credited to any more
@@ -185,7 +210,9 @@ class EntityStage(Stage):
         self._out = None
 
     def forget(self, tp: Hashable) -> None:
-        """A revoked partition's waiting changes go (its next owner replays them), then its pins."""
+        """A revoked partition's waiting changes and event time go (its next owner replays them), then its pins."""
+        self._upstream.pop(tp, None)
+        self._by_commit.pop(tp, None)
         for entity, keys in list(self._waiting.items()):
             for key in [k for k in keys if (k[1], k[2]) == tp]:
                 self._pending.discard(key)

@@ -22,7 +22,7 @@ original message is dead-lettered (reason ``clock_skew``) so that nothing is los
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import replace
 
 import structlog
@@ -192,9 +192,16 @@ class IngestStage(Stage):
     def assign(self, tps: Iterable[tuple[str, int]]) -> None:
         tps = list(tps)
         for tp in set(tps) - self.assignment:
+            source = self.inputs.lookup(tp[0])
             if tp[0] == self.settings.kafka.spans_topic:
                 self.watermarks.assign(tp)
+            elif source is not None and source.signal == "row_changes":  # its backlog holds stage 2 back
+                self.cdc_marks.assign(tp)
         super().assign(tps)
+
+    def progress(self, caught_up: Collection[tuple[str, int]]) -> None:
+        super().progress(caught_up)
+        self.cdc_marks.progress(caught_up)
 
     def forget(self, tp: Hashable) -> None:
         """A revoked partition: the open traces only it fed go (its next owner replays them whole), then its pins,
@@ -222,8 +229,9 @@ class IngestStage(Stage):
         self.emit(watermark_ns, open_since, out)
         out.graph.tables.extend({"name": t, "key": list(k)} for t, k in self.extractor.keys.fresh().items())
         low = watermark_ns if open_since is None else min(watermark_ns, open_since)
-        cdc = self.cdc_marks.current()
-        self._publish_watermark(min(low, cdc) if cdc > 0 else low, out)
+        if self.cdc_marks.holding():  # an active CDC partition (one just assigned: until it delivers or is idle)
+            low = min(low, self.cdc_marks.current())
+        self._publish_watermark(low, out)
         self._retention(watermark_ns, out)
         self.metrics.open_traces.set(len(self.traces))
         self.metrics.open_windows.set(len(self.calls))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from typing import Any, Protocol
 
 import structlog
@@ -39,12 +39,15 @@ from streamer.runtime.pins import Source
 from streamer.runtime.records import StageOutput
 
 log = structlog.get_logger("trace_repro.runtime")
+FETCH_MAX_WAIT_MS = 500  # a caught-up partition's long poll answers at least this often
+POSITION_WAIT_S = 0.05  # a position being reset (out of range) is not caught up; never wait long for it
 
 
 class RunnableStage(Protocol):
     def process(self, records: Iterable[Record]) -> StageOutput: ...
     def release(self, sources: Iterable[Source]) -> None: ...
     def committable(self, tp: Hashable, position: int) -> int: ...
+    def progress(self, caught_up: Collection[tuple[str, int]]) -> None: ...
     def forget(self, tp: Hashable) -> None: ...
     def assign(self, tps: Iterable[tuple[str, int]]) -> None: ...
     async def sync(self) -> None: ...
@@ -109,6 +112,7 @@ class StageRunner:
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=min(k.fetch_max_bytes, 16 * 1024 * 1024),
             fetch_max_bytes=k.fetch_max_bytes,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             metadata_max_age_ms=5000,  # new CDC topics matching the pattern are found within seconds
             session_timeout_ms=30_000,
             max_poll_interval_ms=600_000,
@@ -154,6 +158,7 @@ class StageRunner:
         if self._inflight is not None and self._inflight[0].done():
             await self._settle()
         await self.stage.sync()
+        self.stage.progress(await self._caught_up())
         if self._inflight is None:
             out = self.stage.process(records)
         else:  # overlap this batch's CPU work with the previous batch's writes
@@ -163,6 +168,30 @@ class StageRunner:
         self._inflight = (asyncio.create_task(self._durable(out)), out, positions)
         self.batches += 1
         self.metrics.batch_seconds.labels(self.name).observe(time.perf_counter() - begin)
+
+    async def _caught_up(self) -> set[tuple[str, int]]:
+        """The partitions read to their end: position at the high-water mark of a fetch response younger than
+        ``windows.idle_s`` (three long polls at least). One with a backlog, not fetched yet since it was assigned,
+        or not fetched for a while (a broker outage) is not: event time waits for it instead of calling it idle."""
+        consumer = self.consumer
+        if consumer is None:
+            return set()
+        now_ms = time.time() * 1000
+        fresh_ms = max(self.settings.windows.idle_s * 1000, 3 * FETCH_MAX_WAIT_MS)
+        ends = {}
+        for tp in consumer.assignment():
+            highwater, polled = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
+            if highwater is not None and polled is not None and now_ms - polled <= fresh_ms:
+                ends[tp] = highwater
+        done = set()
+        for tp, highwater in ends.items():
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), POSITION_WAIT_S)
+            except (TimeoutError, IllegalStateError):  # being reset, or revoked meanwhile
+                continue
+            if position >= highwater:
+                done.add((tp.topic, tp.partition))
+        return done
 
     async def _settle(self) -> None:
         """Wait for the in-flight batch to be durable, then release its pins and commit (step 5)."""

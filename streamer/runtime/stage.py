@@ -14,7 +14,7 @@ reason=error}``) and logged once per batch by type; the other processors and the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -151,6 +151,10 @@ class Stage:
     def release(self, sources: Iterable[Source]) -> None:
         self.tracker.release(sources)
         self.metrics.pinned_offsets.labels(self.name).set(self.tracker.total())
+
+    def progress(self, caught_up: Collection[tuple[str, int]]) -> None:
+        """Before a batch: the input partitions the consumer has read to their end (only those can be idle)."""
+        self.watermarks.progress(caught_up)
 
     def committable(self, tp: Hashable, position: int) -> int:
         return self.tracker.committable(tp, position)

@@ -8,8 +8,9 @@ twelve seconds. Replica A starts alone; replica B joins after two seconds of tra
 of its partitions, with traces half-assembled and rows half-judged); two seconds later A is stopped (gracefully:
 it settles, commits what is safe and leaves: a second rebalance, B owns everything and replays what A had not
 finished) while the traffic goes on. Afterwards every trace is in the graph exactly once and whole (its root
-route, not a fragment), every span once, every planted lost update is one incident occurrence, and GitLab has one
-issue per fingerprint counting each occurrence once.
+route, not a fragment), every span once, every planted lost update is one incident occurrence, every row change
+B credited (replays included) went to its writer, and GitLab has one issue per fingerprint counting each occurrence
+once.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ async def test_replica_stopped_mid_stream_hands_over_without_loss_or_duplicates(
 
             planted = len(expected.planted)
             await wait_all(b, expected, "every trace and incident on replica B", 60)
-            assert b.daemon is not None
+            assert b.daemon is not None  # every row carries its writer's trace id: each change is credited to it,
+            uncorrelated = b.daemon.metrics.registry.get_sample_value(  # replayed ones included
+                "trace_repro_row_changes_correlated_total", {"strength": "none"})  # fmt: skip
+            assert not uncorrelated, f"{uncorrelated} row changes credited to no writer on replica B"
             for runner in b.daemon.runners:  # B really took A's partitions over
                 assert runner.consumer is not None
                 owned = {(tp.topic, tp.partition) for tp in runner.consumer.assignment()}

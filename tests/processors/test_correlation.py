@@ -313,3 +313,19 @@ def test_entity_key_normalisation_str_param_vs_int_key() -> None:
 )
 def test_same_value_normalisation(bound: Any, stored: Any, expected: bool | None) -> None:
     assert same_value(bound, stored) is expected
+
+
+def test_a_replayed_change_gets_the_writer_it_got_the_first_time() -> None:
+    """Crediting is idempotent: a change delivered again (a replay after a restart or a rebalance) is credited to
+    the same writer, while an access that made one change is still not credited with a different one."""
+    rc = RowCorrelator()
+    a = write(T1)
+    rc.add_access(a)
+    first = change(after={"id": 8812, "status": "paid", "trace_id": T1})
+    [(_, got)] = rc.correlate_many([first])
+    assert got is not None and got.access == a
+    [(_, again)] = rc.correlate_many([first])  # the same change (row, lsn, commit time) once more
+    assert again is not None and (again.access, again.strength) == (a, got.strength)
+    other = replace(first, lsn=2, commit_ts_ms=first.commit_ts_ms + 1)
+    [(_, none)] = rc.correlate_many([other])  # a second change cannot have been made by the same statement
+    assert none is None

@@ -89,6 +89,53 @@ def test_all_idle_counts_from_the_most_recently_seen_partition() -> None:
     assert wm.current() == T + 135 * S
 
 
+def test_a_silent_partition_with_a_backlog_is_not_idle() -> None:
+    """Once the runtime reports progress, only a partition read to its end can be idle: one that is silent because
+    its backlog waits (behind another partition, a rebalance, a broker outage) keeps holding the others back."""
+    clock = FakeClock()
+    wm = Watermarks(LATE, IDLE, clock)
+    wm.observe(P0, T + 100 * S)
+    wm.observe(P1, T + 40 * S)
+    wm.progress({P0})  # P1 has more to deliver
+    clock.advance(31)
+    wm.observe(P0, T + 131 * S)
+    assert wm.current() == T + 35 * S  # silent for 31 s, but behind: still the minimum
+    wm.progress({P0, P1})  # P1 read to its end: silence now is idleness
+    assert wm.current() == T + 126 * S
+
+
+def test_nothing_caught_up_never_follows_the_clock() -> None:
+    """Every partition silent and none read to its end (a broker outage, a stalled rebalance): event time stays
+    where the data left it instead of following the wall clock past what is still to come."""
+    clock = FakeClock()
+    wm = Watermarks(LATE, IDLE, clock)
+    wm.observe(P0, T + 100 * S)
+    wm.observe(P1, T + 90 * S)
+    wm.progress(())
+    clock.advance(120)
+    assert wm.current() == T + 85 * S
+    assert wm.observe(P1, T + 91 * S) is False  # what the outage held back is on time when it comes
+    wm.progress({P0, P1})
+    assert wm.current() == T + 86 * S  # P1 just spoke: active
+    clock.advance(30)
+    assert wm.current() == T + 130 * S  # caught up and silent: the catch-up resumes from P1's last input
+
+
+def test_a_partition_assigned_and_never_fetched_holds_back() -> None:
+    """A newly assigned partition whose first fetch has not come back holds event time at zero however long it
+    takes (its committed offset may be far behind); once read to its end and silent it stops."""
+    clock = FakeClock()
+    wm = Watermarks(LATE, IDLE, clock)
+    wm.observe(P0, T + 100 * S)
+    wm.assign(P1)
+    wm.progress({P0})
+    clock.advance(60)
+    wm.observe(P0, T + 160 * S)
+    assert wm.current() == 0
+    wm.progress({P0, P1})
+    assert wm.current() == T + 155 * S
+
+
 def test_input_behind_an_idle_catch_up_is_late() -> None:
     """Events older than where the idle catch-up took event time are late when they arrive."""
     clock = FakeClock()

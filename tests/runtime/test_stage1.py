@@ -579,6 +579,25 @@ def test_low_watermark_is_published_to_every_internal_partition() -> None:
     assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 12 * S  # ... held back to its start
 
 
+def test_a_newly_assigned_cdc_partition_holds_the_low_watermark_until_it_delivers_or_is_read_to_its_end() -> None:
+    """A Debezium partition taken over replays row changes older than the traces already closed: until it delivers
+    (or is read to its end and silent) the low watermark stage 2 judges by waits, so rows are not judged without
+    their changes."""
+    p = Pipe()
+    p.stage.broadcast_partitions = 1
+    cdc = ("shop.public.orders", 0)
+    p.stage.assign([(SPANS, 0), cdc])
+    p.stage.progress({(SPANS, 0)})  # the CDC partition has a backlog
+    p.clock.advance(31)
+    topic = p.settings.kafka.accesses_topic
+    out = p.spans(request(10))
+    assert not [m for m in out.produce if m.topic == topic]  # held at zero: nothing to publish
+    p.stage.progress({(SPANS, 0), cdc})  # read to its end, and silent for the idle timeout since assigned
+    out = p.spans(request(11))
+    [mark] = [wire.decode(m.value or b"") for m in out.produce if m.topic == topic]
+    assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 10 * S  # the open trace's start
+
+
 def test_a_newly_assigned_partition_holds_event_time_back_until_it_delivers() -> None:
     """After a rebalance the partition taken over replays from its committed offset, behind the others: its traces
     must assemble whole, not close span by span as late against the other partitions' progress."""

@@ -154,6 +154,27 @@ def test_arrival_order_of_change_and_access_does_not_matter() -> None:
     assert [(r["span"], r["strength"]) for r in out.graph.changes] == [(a.span_id, "tx_id")]
 
 
+def test_a_partition_taken_over_is_credited_by_its_own_replay_not_by_the_others_progress() -> None:
+    """Partition 0 is live and far ahead; partition 1 arrives in a rebalance and replays from its committed offset:
+    a change, then the access that made it (emitted when its trace closed), then the watermark that covers it.
+    Judged by partition 0's progress the change would be credited before the access was read (uncorrelated, its
+    collision missed); by its own partition's it waits for the access."""
+    p = Pipe()
+    p.stage.assign([TP])
+    p.upstream(100.0, partition=0)
+    p.stage.assign([(TOPIC, 1)])
+    assert p.stage.event_time() == 0  # the new partition holds event time until its replay reaches a watermark
+    out = p.send(change(commit_s=1.0), partition=1)
+    assert out.graph.changes == [] and p.pending() == 1
+    a = access(end_s=0.999)
+    p.send(a, partition=1)
+    out = p.upstream(1.0 + CREDIT_S, partition=1)
+    assert [(r["span"], r["strength"]) for r in out.graph.changes] == [(a.span_id, "tx_id")]
+    assert p.stage.event_time() == T0 + int((1.0 + CREDIT_S) * S)
+    p.stage.forget((TOPIC, 1))  # revoked again: the minimum is partition 0's once more
+    assert p.stage.event_time() == T0 + 100 * S
+
+
 def test_event_time_comes_only_from_upstream() -> None:
     """Accesses and changes, however late their times, never move this stage's event time: no credit without
     upstream, and the idle clock does not replace it."""

@@ -141,10 +141,14 @@ def test_two_workers_share_the_partitions_survive_a_killed_worker_and_drain(harn
     with log.open("ab") as out:
         daemon = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait("both workers to own spans partitions",
-              lambda: all(_spans_owned(log, k.spans_topic).get(i) for i in (0, 1)), daemon, log)  # fmt: skip
-        owned = _spans_owned(log, k.spans_topic)
-        assert owned[0] | owned[1] == {f"{k.spans_topic}/{p}" for p in range(PARTITIONS)} and not owned[0] & owned[1]
+        every = {f"{k.spans_topic}/{p}" for p in range(PARTITIONS)}
+
+        def shared() -> bool:  # both own some, together all, none twice (the first owner logs its revoke later)
+            owned = _spans_owned(log, k.spans_topic)
+            mine, theirs = owned.get(0, set()), owned.get(1, set())
+            return bool(mine and theirs) and mine | theirs == every and not mine & theirs
+
+        _wait("both workers to share the spans partitions", shared, daemon, log)
         port = next(e["http_port"] for e in _events(log) if e.get("event") == "daemon.starting"
                     and e.get("role") == "supervisor")  # fmt: skip
         _wait("/readyz", lambda: _ready(port), daemon, log)
