@@ -3,13 +3,14 @@
 Event time here is the *upstream* low watermark: every stage-1 instance publishes, into every partition of the
 internal topic, the event time up to which every trace of its input partitions has closed and its accesses have
 been emitted (never this stage's own input times: row changes pass stage 1 at once while accesses wait for their
-trace to close). It is kept per internal partition, from the watermark records read *in that partition*: what a
-watermark record promises (the accesses were emitted) is only true of this instance's view once the records before
-it in the same partition have been read. A partition taken over in a rebalance replays from its committed offset
-while the others are live; judged by the others' progress its replayed row changes would be credited before the
-replayed accesses behind them were read (uncorrelated, and their collisions missed). So a change is credited by
-its own partition's event time, and the stage's event time (the processors') is the minimum over its partitions,
-a partition just assigned holding it at zero until its replay reaches a watermark record.
+trace to close). It is kept per internal partition, from the watermark records read *in that partition*, and the
+stage's event time is the minimum over its partitions (as a stream operator's is over its input channels): what a
+watermark record promises (the accesses were emitted) is true of this instance's view only once it has read the
+records ahead of it in the same partition, and an access may sit in another partition than the change it made
+(an insert's scope and its new row). A partition taken over in a rebalance replays from its committed offset while
+the others are live: it holds event time at zero until its replay reaches a watermark record, so that its replayed
+row changes are not credited before the replayed accesses behind them were read (uncorrelated, their collisions
+missed).
 
 The credit rule: a row change waits (pinned, bounded) until event time has passed its commit time plus
 ``correlation.max_commit_delay_ms``; by then every trace that could have written it is known, and it is credited to
@@ -79,7 +80,7 @@ class EntityStage(Stage):
             events=self.tracker, on_evict=self._evicted, reason="max_pending_changes",
         )  # fmt: skip
         self._waiting: dict[str, list[PendingKey]] = {}
-        self._by_commit: dict[Hashable, list[tuple[int, PendingKey]]] = {}  # per internal partition
+        self._by_commit: list[tuple[int, PendingKey]] = []
         self._out: StageOutput | None = None
         self._record: Record | None = None
         self.handlers = {"internal": self._internal}
@@ -124,21 +125,17 @@ class EntityStage(Stage):
                 key = (entity, record.topic, record.partition, record.offset)
                 self._pending.put(key, event)  # holds this record until the change is credited
                 self._waiting.setdefault(entity, []).append(key)
-                heapq.heappush(self._by_commit.setdefault((record.topic, record.partition), []),
-                               (event.commit_ts_ms * MS_NS, key))  # fmt: skip
+                heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
 
     # ---- the credit rule ----------------------------------------------------------------------------------------
 
-    def _credit(self, out: StageOutput) -> None:
-        """Credit every waiting change whose commit is ``credit_after_ns`` behind its partition's event time, row by
-        row."""
+    def _credit(self, event_time_ns: int, out: StageOutput) -> None:
+        """Credit every waiting change whose commit is ``credit_after_ns`` behind event time, row by row."""
         due: dict[str, list[PendingKey]] = {}
-        for tp, heap in self._by_commit.items():
-            until = self.upstream(tp).current() - self.credit_after_ns
-            while heap and heap[0][0] <= until:
-                _, key = heapq.heappop(heap)
-                if key in self._pending:
-                    due.setdefault(key[0], []).append(key)
+        while self._by_commit and self._by_commit[0][0] + self.credit_after_ns <= event_time_ns:
+            _, key = heapq.heappop(self._by_commit)
+            if key in self._pending:
+                due.setdefault(key[0], []).append(key)
         groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
         for entity, keys in due.items():
             for key in keys:
@@ -187,19 +184,15 @@ class EntityStage(Stage):
         self.tracker.feeding(self._record.source if self._record is not None else None)
 
     def _oldest_waiting_ns(self) -> int | None:
-        oldest = None
-        for heap in self._by_commit.values():
-            while heap and heap[0][1] not in self._pending:
-                heapq.heappop(heap)
-            if heap and (oldest is None or heap[0][0] < oldest):
-                oldest = heap[0][0]
-        return oldest
+        while self._by_commit and self._by_commit[0][1] not in self._pending:
+            heapq.heappop(self._by_commit)
+        return self._by_commit[0][0] if self._by_commit else None
 
     # ---- event time -------------------------------------------------------------------------------------------
 
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         self._record, self._out = None, out
-        self._credit(out)
+        self._credit(watermark_ns, out)
         oldest = self._oldest_waiting_ns()
         held = watermark_ns if oldest is None else min(watermark_ns, oldest - 1)
         if held > 0:  # writes no waiting (or later) change can be credited to any more
@@ -212,7 +205,6 @@ class EntityStage(Stage):
     def forget(self, tp: Hashable) -> None:
         """A revoked partition's waiting changes and event time go (its next owner replays them), then its pins."""
         self._upstream.pop(tp, None)
-        self._by_commit.pop(tp, None)
         for entity, keys in list(self._waiting.items()):
             for key in [k for k in keys if (k[1], k[2]) == tp]:
                 self._pending.discard(key)

@@ -175,6 +175,21 @@ def test_a_partition_taken_over_is_credited_by_its_own_replay_not_by_the_others_
     assert p.stage.event_time() == T0 + 100 * S
 
 
+def test_a_change_waits_for_every_partition_to_pass_it() -> None:
+    """An access can sit in another internal partition than the change it made (an insert's table scope and its new
+    row): a watermark read in the change's partition says the access was emitted, not that this instance has read
+    it. The change waits until every partition's own watermark has passed it."""
+    p = Pipe()
+    p.stage.assign([TP, (TOPIC, 1)])
+    p.send(change(commit_s=1.0), partition=1)
+    out = p.upstream(5, partition=1)  # read ahead in the change's partition; partition 0 not read that far yet
+    assert out.graph.changes == [] and p.pending() == 1
+    a = access(end_s=0.999)
+    p.send(a, partition=0)
+    out = p.upstream(5, partition=0)
+    assert [(r["span"], r["strength"]) for r in out.graph.changes] == [(a.span_id, "tx_id")]
+
+
 def test_event_time_comes_only_from_upstream() -> None:
     """Accesses and changes, however late their times, never move this stage's event time: no credit without
     upstream, and the idle clock does not replace it."""
