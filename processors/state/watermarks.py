@@ -1,17 +1,16 @@
 """Event-time watermarks: per-partition with idleness (a stage's own input), and upstream (the stage before it).
 
-:class:`Watermarks`: a partition's watermark is the largest event time it has delivered minus the allowed
-lateness; the stage's watermark is the minimum over *active* partitions. A partition is idle (stops holding the
-others back) when it delivered nothing for ``idle_ns`` of wall time *and* the consumer has read it to its end:
-silence alone is not idleness, since a partition that is silent because its backlog waits behind another
-partition's, or because a rebalance or a broker outage stopped the fetches, has events to come that are older than
-the others'. The runtime says which partitions
-are caught up (:meth:`Watermarks.progress`: position at the high-water mark, from a fresh fetch response); until
-it first does, silence is enough (transport-free use). When every partition has been idle for ``idle_ns``,
-event time catches up with the wall clock from the newest event seen: ``newest + (now - last input)``. Idle time,
-lateness and the trace gap do not stack: an isolated trace closes one trace gap after its last span arrived, not
-``idle + lateness + gap`` later. (When input resumes the watermark is again the active partitions' minimum; what
-was closed during the catch-up stays closed and later spans of it are late, counted and reassembled.)
+:class:`Watermarks`: a partition's watermark is the largest event time it has delivered minus the allowed lateness;
+the stage's watermark is the minimum over *active* partitions. A partition is idle (stops holding the others back)
+when it delivered nothing for ``idle_ns`` of wall time *and* the consumer has read it to its end: silence alone is
+not idleness, since a partition that is silent because its backlog waits behind another partition's, or because a
+rebalance or a broker outage stopped the fetches, has events to come that are older than the others'. The runtime
+says which partitions are caught up (:meth:`Watermarks.progress`: position at the high-water mark, from a fresh
+fetch response); until it first does, silence is enough (transport-free use). When every partition has been idle for
+``idle_ns``, event time catches up with the wall clock from the newest event seen: ``newest + (now - last input)``.
+Idle time, lateness and the trace gap do not stack: an isolated trace closes one trace gap after its last span
+arrived, not ``idle + lateness + gap`` later. (When input resumes the watermark is again the active partitions'
+minimum; what was closed during the catch-up stays closed and later spans of it are late, counted and reassembled.)
 
 :class:`UpstreamWatermarks`: a downstream stage's event time is the minimum of the low watermarks its upstream
 stages published for each of *their* input partitions (``otlp_spans/3``), so that it never runs ahead of what
