@@ -99,8 +99,9 @@ class EntityStage(Stage):
 
     def event_time(self) -> int:
         """The minimum over the partitions owned (or read from): a partition not read to a watermark yet is 0."""
-        parts = self.assignment | self._upstream.keys()
-        return min((self.upstream(tp).current() for tp in parts), default=0)
+        if any(tp not in self._upstream for tp in self.assignment):
+            return 0
+        return min((marks.current() for marks in self._upstream.values()), default=0)
 
     def _internal(self, record: Record, events: Sequence[Access | RowChange | Watermark], out: StageOutput) -> None:
         self._record, self._out = record, out
