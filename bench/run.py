@@ -11,10 +11,10 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
 0b. the floor: parse + walk of every span's core fields (trace id, span id, parent id, start and end time, name,
    kind, status code), the least any decoder of these messages must do;
 1. decode-only ceiling: ``decode_traces_proto`` over every message, in process;
-2. stage-only ceiling: ``IngestStage.process`` over ``Record`` s in batches of ``kafka.max_poll_records`` (decode,
-   trace assembly, SQL analysis, windows, graph rows, access encoding), with an injected clock that is moved
-   on at the end so that every trace and window closes (that final flush is timed too); its graph rows per span
-   are reported;
+2. stage-only ceiling: ``IngestStage.process`` over ``Record`` s in the batches the daemon's polls get (at most
+   ``kafka.max_poll_records`` messages and ``kafka.max_partition_fetch_bytes`` per partition; decode, trace assembly,
+   SQL analysis, windows, graph rows, access encoding), with an injected clock that is moved on at the end so that
+   every trace and window closes (that final flush is timed too); its graph rows per span are reported;
 3. FalkorDB-write ceiling: the graph batches of phase 2, written with ``GraphWriter.write`` into a fresh graph
    (only the writes are timed; the bench's own CPU time during the writes is the client-side share);
 4. Kafka: every message produced to a fresh topic (timed: produce MB/s), then read back by a plain consumer
@@ -285,6 +285,23 @@ def _records(gen: Generated, topic: str) -> list[Record]:
     return out
 
 
+def _polls(records: list[Record], settings: Settings) -> Iterator[list[Record]]:
+    """``records`` in the batches a consumer's polls would give: at most ``kafka.max_poll_records`` messages and,
+    per partition, ``kafka.max_partition_fetch_bytes`` (a larger message alone)."""
+    k = settings.kafka
+    batch: list[Record] = []
+    size: dict[int, int] = {}
+    for r in records:
+        n = len(r.value or b"")
+        if batch and (len(batch) >= k.max_poll_records or size.get(r.partition, 0) + n > k.max_partition_fetch_bytes):
+            yield batch
+            batch, size = [], {}
+        batch.append(r)
+        size[r.partition] = size.get(r.partition, 0) + n
+    if batch:
+        yield batch
+
+
 def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[GraphBatch], dict[str, Any]]:
     """Every message through a fresh ``IngestStage``; returns the graph batches (if ``keep``) and the figures."""
     clock = _Clock()
@@ -292,12 +309,11 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
     processors = stage_processors(settings, metrics, clock, "ingest", tracker, default().factories)
     stage = IngestStage(settings, metrics, clock, tracker=tracker, processors=processors)
     records = _records(gen, settings.kafka.spans_topic)
-    step = settings.kafka.max_poll_records
     batches: list[GraphBatch] = []
     produced = 0
     begin = time.perf_counter()
-    for i in range(0, len(records), step):
-        out = stage.process(records[i : i + step])
+    for polled in _polls(records, settings):
+        out = stage.process(polled)
         produced += len(out.produce)
         if keep:
             batches.append(out.graph)
@@ -312,7 +328,8 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
         "spans": gen.spans,
         "seconds": seconds,
         "spans_per_s": _rate(gen.spans, seconds),
-        "batch_messages": step,
+        "batch_messages": settings.kafka.max_poll_records,
+        "batch_partition_bytes": settings.kafka.max_partition_fetch_bytes,
         "accesses_produced": produced,
         "sql": dict(stage.extractor.counters),
     }

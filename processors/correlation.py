@@ -117,6 +117,26 @@ class _MadeAnother:
         return made is not None and made != self._change
 
 
+class _History(deque[Access]):
+    """One entity's recent writes, oldest first, bounded (``maxlen``), with the (trace, span) of each held in a set:
+    a redelivered access is found without scanning the history (a table scope's is thousands long)."""
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__((), maxlen)
+        self.spans: set[tuple[str, str]] = set()
+
+    def append(self, a: Access) -> None:
+        if len(self) == self.maxlen:
+            self.popleft()
+        super().append(a)
+        self.spans.add((a.trace_id, a.span_id))
+
+    def popleft(self) -> Access:
+        a = super().popleft()
+        self.spans.discard((a.trace_id, a.span_id))
+        return a
+
+
 class RowCorrelator:
     """Bounded recent write Accesses per entity, and the matching of row changes against them."""
 
@@ -137,7 +157,7 @@ class RowCorrelator:
         self._per_entity = max(1, history_per_entity)
         self._per_table = max(1, history_per_table)
         self.telemetry = (telemetry or Telemetry("correlation")).declare("history_per_entity", "history_per_table")
-        self._history: CountedLRU[str, deque[Access]] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
+        self._history: CountedLRU[str, _History] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
@@ -161,9 +181,9 @@ class RowCorrelator:
             return
         history = self._history.get(a.entity)
         if history is None:
-            history = deque(maxlen=self._per_entity if a.keyed else self._per_table)
+            history = _History(self._per_entity if a.keyed else self._per_table)
             self._history.put(a.entity, history)
-        elif any(x.span_id == a.span_id and x.trace_id == a.trace_id for x in history):
+        elif (a.trace_id, a.span_id) in history.spans:
             self._count("duplicate_accesses")  # redelivered span, or `IN (1, 1)`
             return
         if len(history) == history.maxlen:

@@ -12,12 +12,12 @@ rate ``p0`` is good evidence at level ``alpha`` once ``(1 - p0) ** n <= alpha``,
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
-
-from scipy import stats as _stats
 
 Alternative = Literal["greater", "less", "two-sided"]
 
@@ -39,6 +39,12 @@ class StatResult:
     interval: tuple[float, float] | None = None
     # Counts: after rate / before rate (inf when the before rate is 0). Latency: P(after > before).
     effect: float | None = None
+
+
+def _stats() -> ModuleType:
+    """``scipy.stats``, imported by the first test: it is 87 MB of resident memory that an ingest worker, which never
+    tests anything, does not carry."""
+    return importlib.import_module("scipy.stats")
 
 
 def _check_counts(errors: int, requests: int, side: str) -> None:
@@ -72,8 +78,8 @@ def conditional_binomial(
     if k == 0:
         return StatResult(name, alternative, 1.0, 0.0, None, effect)
     p = requests_after / (requests_before + requests_after)
-    result = _stats.binomtest(errors_after, k, p, alternative=alternative)
-    ci = _stats.binomtest(errors_after, k, p).proportion_ci(confidence_level=confidence, method="exact")
+    result = _stats().binomtest(errors_after, k, p, alternative=alternative)
+    ci = _stats().binomtest(errors_after, k, p).proportion_ci(confidence_level=confidence, method="exact")
     interval = (_ratio(float(ci.low), requests_before, requests_after),
                 _ratio(float(ci.high), requests_before, requests_after))  # fmt: skip
     return StatResult(name, alternative, float(result.pvalue), float(errors_after), interval, effect)
@@ -89,7 +95,7 @@ def poisson_e_test(
     """The E-test of Krishnamoorthy and Thomson on the same counts (``greater`` = after rate higher)."""
     _check_counts(errors_before, requests_before, "before")
     _check_counts(errors_after, requests_after, "after")
-    result = _stats.poisson_means_test(errors_after, requests_after, errors_before, requests_before,
+    result = _stats().poisson_means_test(errors_after, requests_after, errors_before, requests_before,
                                        alternative=alternative)  # fmt: skip
     rate_before = errors_before / requests_before
     rate_after = errors_after / requests_after
@@ -105,7 +111,7 @@ def mann_whitney(before: Sequence[float], after: Sequence[float], alternative: A
     """
     if not before or not after:
         raise ValueError("Mann-Whitney needs at least one sample on each side")
-    result = _stats.mannwhitneyu(list(after), list(before), alternative=alternative, method="auto")
+    result = _stats().mannwhitneyu(list(after), list(before), alternative=alternative, method="auto")
     u = float(result.statistic)
     p_value = float(result.pvalue)
     p_value = 1.0 if math.isnan(p_value) else p_value  # degenerate input: no evidence either way
@@ -138,7 +144,7 @@ def rate_interval(errors: int, requests: int, confidence: float = 0.95) -> tuple
         return (0.0, 1.0)
     if errors == 0:
         return (0.0, zero_error_upper_bound(requests, 1.0 - confidence))
-    ci = _stats.binomtest(errors, requests).proportion_ci(confidence_level=confidence, method="exact")
+    ci = _stats().binomtest(errors, requests).proportion_ci(confidence_level=confidence, method="exact")
     return (float(ci.low), float(ci.high))
 
 

@@ -7,7 +7,7 @@ of its fields, like the frozen dataclasses of :mod:`processors.model.events`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import FrozenInstanceError
 from typing import Any, NamedTuple, Protocol
 
@@ -261,3 +261,11 @@ def lazy_span(
                              reader, source)  # fmt: skip
     span.__class__ = Span
     return span  # type: ignore[no-any-return]
+
+
+def read_details(spans: Iterable[Span]) -> None:
+    """Read the detail of ``spans`` now: a span kept for later (in an open trace) then no longer holds what its
+    decoder kept of the wire message, which for protobuf is the whole message's parse (~3.5 times its bytes)."""
+    for span in spans:
+        if span._source is not None:
+            _detail(span)

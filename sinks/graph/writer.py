@@ -65,6 +65,7 @@ from falkordb.exceptions import SchemaVersionMismatchException
 from processors.graph_rows import SPAN_COLUMNS
 from processors.model.graph import UPSERTS, GraphBatch, Row
 from sinks.graph import schema
+from sinks.graph.params import header, positional
 
 log = structlog.get_logger("trace_repro.graph")
 
@@ -134,6 +135,12 @@ class _Refused(Exception):
         super().__init__(str(cause))
         self.handling = handling
         self.cause = cause
+
+
+def _with_rows(statement: str, rows: list[Any]) -> str:
+    """The query text of ``statement`` over ``rows``: its ``CYPHER rows=...`` header first (see ``params``)."""
+    statement, sent = positional(statement, rows)
+    return header({"rows": sent}) + statement
 
 
 def _rows_for(batch: GraphBatch, name: str) -> list[Any]:
@@ -323,7 +330,7 @@ class GraphWriter:
         if not rows:
             return 0
         try:
-            await self._retrying(name, lambda: self._graph.query(statement, {"rows": rows}, timeout=self.timeout_ms),
+            await self._retrying(name, lambda: self._graph.query(_with_rows(statement, rows), timeout=self.timeout_ms),
                                  shrinkable=len(rows) > 1, unknown_attempts=unknown_attempts)  # fmt: skip
             return len(rows)
         except _Refused as refused:
@@ -342,7 +349,8 @@ class GraphWriter:
     async def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         """One statement of ``schema`` (a read, or a write of one event's rows), retried like writes; a permanent
         error is raised as FalkorDB's own exception."""
-        result = await self._run("query", lambda: self._graph.query(cypher, params or {}, timeout=self.timeout_ms))
+        text = header(params or {}) + cypher
+        result = await self._run("query", lambda: self._graph.query(text, timeout=self.timeout_ms))
         return [list(row) for row in result.result_set]
 
     async def _run(self, what: str, action: Callable[[], Awaitable[Any]]) -> Any:

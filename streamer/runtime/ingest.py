@@ -32,7 +32,7 @@ from processors.calls import CallWindows
 from processors.component import GraphQueries, Processor
 from processors.graph_rows import trace_rows, window_rows
 from processors.model.events import LogRecord, RowChange
-from processors.model.span import Span
+from processors.model.span import Span, read_details
 from processors.model.units import MS_NS, s_to_ns
 from processors.sql import SqlAccessExtractor, identity_entity_key
 from processors.state.watermarks import Watermarks
@@ -97,6 +97,7 @@ class IngestStage(Stage):
         self.handlers = {"spans": self._spans, "logs": self._logs, "row_changes": self._row_changes,
                          "events": self._events}  # fmt: skip
         self._forced: list[ClosedTrace] = []
+        self._kept: list[Sequence[Span]] = []  # this batch's spans, whose details are read at its end
         self._last_retention_ns = 0
         self.broadcast_topic = settings.kafka.accesses_topic
         self._published = (0, 0)  # (low watermark, wall time) last published
@@ -115,6 +116,7 @@ class IngestStage(Stage):
         if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
             self.metrics.late.labels("span").inc(len(spans))
         self._forced += self.traces.add(spans)
+        self._kept.append(spans)
 
     def _sane(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
         """The spans whose times are believable; the others are dropped, counted and their message dead-lettered."""
@@ -222,6 +224,11 @@ class IngestStage(Stage):
         for trace in forced + self.traces.close_until(watermark_ns):
             self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
             self._closed_trace(replace(trace, part=self._home(trace.trace_id)), out)
+        # The spans left in open traces: read their detail now (every closed trace's spans are read), so that the
+        # decoded messages they came in are freed with the batch instead of living as long as the longest trace.
+        kept, self._kept = self._kept, []
+        for spans in kept:
+            read_details(spans)
         self.tracker.feeding(None)
         open_since = self.traces.oldest_start()
         for window in self.calls.close_until(watermark_ns, open_since):

@@ -110,7 +110,7 @@ class StageRunner:
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            max_partition_fetch_bytes=min(k.fetch_max_bytes, 16 * 1024 * 1024),
+            max_partition_fetch_bytes=min(k.fetch_max_bytes, k.max_partition_fetch_bytes),
             fetch_max_bytes=k.fetch_max_bytes,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             metadata_max_age_ms=5000,  # new CDC topics matching the pattern are found within seconds

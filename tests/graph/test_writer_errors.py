@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -25,14 +26,24 @@ class FakeGraph:
         self.calls = 0
         self.written: list[Any] = []
 
-    async def query(self, statement: str, params: dict[str, Any], timeout: int | None = None) -> Any:  # noqa: ASYNC109
+    async def query(self, text: str, params: None = None, timeout: int | None = None) -> Any:  # noqa: ASYNC109
         self.calls += 1
-        rows = list(params.get("rows", []))
+        rows = _rows(text)
         error = self.fault(rows, self.calls)
         if error is not None:
             raise error
         self.written += rows
         return type("Result", (), {"result_set": []})()
+
+
+def _rows(text: str) -> list[dict[str, Any]]:
+    """The rows of a query text the writer sent: its ``CYPHER rows=[...]`` header, each row back as a map."""
+    prefix = "CYPHER rows="
+    if not text.startswith(prefix):
+        return []  # a read
+    assert text.endswith(STATEMENT.replace("r.id", "r[0]").replace("r.start", "r[1]"))
+    sent, _ = json.JSONDecoder().raw_decode(text, len(prefix))
+    return [dict(zip(("id", "start"), row, strict=True)) for row in sent]
 
 
 class Recorder:

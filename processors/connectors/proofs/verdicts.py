@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
-from scipy.stats import binom
-
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally
 from processors.model.contract import ProofContract
 from processors.model.verdict import Receipt, VerdictEvent
@@ -109,6 +106,9 @@ def requests_for_share(slow_before: int, requests_before: int, share: float, alp
     """
     if requests_before <= 0 or slow_before <= share * requests_before:
         return None
+    import numpy as np  # here, not at the top: see processors.stat_tests._stats
+    from scipy.stats import binom
+
     n = np.arange(1, cap + 1)
     slow = np.minimum(n, np.ceil(share * n))
     p = binom.cdf(slow, slow_before + slow, n / (requests_before + n))
