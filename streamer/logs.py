@@ -20,7 +20,9 @@ def configure(level: str = "INFO") -> None:
     structlog.configure(
         processors=[*processors, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (PrintLogger writes the newline apart): worker processes share the daemon's stderr, and
+        # their lines must not interleave.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     # Library loggers (aiokafka) go through the standard library at WARNING and above.

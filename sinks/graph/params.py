@@ -6,7 +6,7 @@ numbers, ``true``/``false`` and ``null``, with two exceptions: FalkorDB reads no
 six characters; JSON writes one for a control character other than ``\\b \\f \\n \\r \\t``), and a map's keys are
 identifiers, not strings. So a value is encoded by ``json`` (one C call) unless its text has a ``\\u`` or an object
 (``{"``) in it, or JSON has no text for it (NaN, infinity, bytes): then by the client's own function. Either way
-FalkorDB receives the same value (``tests/sinks/test_graph_params.py`` round-trips both through the real server).
+FalkorDB receives the same value (``tests/graph/test_params_live.py`` round-trips both through the real server).
 
 Rows of maps go as lists (:func:`positional`): one statement text per key set, with each ``r.<key>`` read as
 ``r[i]``; a row without the key gives ``null``, as a map without it does.
@@ -38,10 +38,14 @@ def literal(value: Any) -> str:
 
 
 def header(params: Mapping[str, Any]) -> str:
-    """The ``CYPHER`` header of ``params`` (our own names: identifiers), to put before the query text."""
+    """The ``CYPHER`` header of ``params``, to put before the query text (each name in backticks, as the client
+    writes it; a name FalkorDB cannot read that way is refused, as the client refuses it)."""
     if not params:
         return ""
-    return "CYPHER " + " ".join([f"{name}={literal(value)}" for name, value in params.items()]) + " "
+    for name in params:
+        if not name or "`" in name:
+            raise ValueError(f"query parameter name {name!r}: empty or with a backtick")
+    return "CYPHER " + " ".join([f"`{name}`={literal(value)}" for name, value in params.items()]) + " "
 
 
 @functools.lru_cache(maxsize=256)

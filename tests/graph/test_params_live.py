@@ -65,6 +65,14 @@ def test_plain_values_take_the_json_path() -> None:
     assert literal(float("inf")) == stringify_param_value(float("inf"))
 
 
+def test_parameter_names_are_quoted_or_refused(graph: Graph) -> None:
+    assert _returned(graph, header({"v": 1})) == 1
+    assert graph.query(header({"a name": 2}) + "RETURN $`a name`").result_set[0][0] == 2
+    for bad in ("", "x` RETURN 1 //"):
+        with pytest.raises(ValueError, match="backtick"):
+            header({bad: 1})
+
+
 def test_rows_of_maps_go_as_lists() -> None:
     statement, rows = positional(schema.UPSERTS["windows"], [{"id": "w1", "start": 1}, {"id": "w2", "end": 4}])
     assert rows == [["w1", 1, None], ["w2", None, 4]]

@@ -38,7 +38,7 @@ class FakeGraph:
 
 def _rows(text: str) -> list[dict[str, Any]]:
     """The rows of a query text the writer sent: its ``CYPHER rows=[...]`` header, each row back as a map."""
-    prefix = "CYPHER rows="
+    prefix = "CYPHER `rows`="
     if not text.startswith(prefix):
         return []  # a read
     assert text.endswith(STATEMENT.replace("r.id", "r[0]").replace("r.start", "r[1]"))

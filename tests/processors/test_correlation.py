@@ -234,6 +234,22 @@ def test_bounded_histories_evict_and_count() -> None:
     assert rc.correlate(change(tx="3")) is None and rc.last_reason == "no_candidates"
 
 
+def test_redelivery_is_judged_against_what_the_bounded_history_still_holds() -> None:
+    """Duplicates are found by (trace, span) without a scan; evicting or pruning a write forgets it there too, so a
+    redelivery of an evicted write is remembered again (as a scan of the history would have it)."""
+    rc = RowCorrelator(history_per_entity=2)
+    first, second, third = (write(T1, tx=tx) for tx in ("1", "2", "3"))
+    for a in (first, second, third, second):
+        rc.add_access(a)
+    assert rc.counters["duplicate_accesses"] == 1  # `second` again; `first` was evicted by `third`
+    rc.add_access(first)
+    assert rc.counters["duplicate_accesses"] == 1 and rc.telemetry.dropped["history_per_entity"] == 2
+    assert rc.correlate(change(tx="1", commit_ms=50_000)) is not None
+    assert rc.prune(10**20) == 2 and len(rc) == 0
+    rc.add_access(third)
+    assert rc.counters["duplicate_accesses"] == 1
+
+
 def test_prune_forgets_writes_no_waiting_change_can_be_credited_to() -> None:
     """Writes that ended before the horizon go, and rows left with none; newer writes stay and still credit."""
     rc = RowCorrelator()

@@ -155,6 +155,22 @@ def test_out_of_order_messages_assemble_one_trace(parent_first: bool) -> None:
     assert p.metric("trace_repro_late_events_total", kind="span") == 0
 
 
+def test_a_span_left_in_an_open_trace_keeps_nothing_of_its_message() -> None:
+    """Spans are decoded lazily, but one still buffered when its batch ends has had its detail read: it keeps no
+    reference into the decoded protobuf message (which would keep the whole message's parse alive)."""
+    p = Pipe()
+    spans = request(1, statements=[(UPDATE, "('paid', 8812)")])
+    assert p.spans(spans).graph.traces == []
+    [tid] = p.stage.traces.open_ids()
+    trace = p.stage.traces._open.get(tid)
+    assert trace is not None and len(trace.spans) == len(spans)
+    assert all(s._source is None and s._detail is not None for s in trace.spans)
+    assert {s.db is not None for s in trace.spans} == {True, False}  # the detail read is the real one
+    closed = p.tick(3)
+    assert closed_ids(closed) == {trace_id(spans)}
+    assert len(accesses(closed, p.settings.kafka.accesses_topic)) == 1
+
+
 # ---- (b) windows close on the watermark -----------------------------------------------------------------------
 
 
