@@ -117,9 +117,14 @@ class _MadeAnother:
         return made is not None and made != self._change
 
 
+def _unmade(accesses: list[Access], made: _MadeAnother) -> list[Access]:
+    return [a for a in accesses if (a.trace_id, a.span_id) not in made]
+
+
 class _History(deque[Access]):
     """One entity's recent writes, oldest first, bounded (``maxlen``), with the (trace, span) of each held in a set:
-    a redelivered access is found without scanning the history (a table scope's is thousands long)."""
+    a redelivered access is found without scanning the history (a table scope's is thousands long). Only ``append``
+    and ``popleft`` keep the set: nothing else may change it."""
 
     def __init__(self, maxlen: int) -> None:
         super().__init__((), maxlen)
@@ -238,8 +243,7 @@ class RowCorrelator:
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
                          results: list[Correlation | None]) -> None:  # fmt: skip
         """k tied changes over exactly k writers: the writer whose statement ended first made the first commit."""
-        tied = [(i, [a for a in cands if (a.trace_id, a.span_id) not in _MadeAnother(self._credited, changes[i])])
-                for i, cands in tied]  # fmt: skip
+        tied = [(i, _unmade(cands, _MadeAnother(self._credited, changes[i]))) for i, cands in tied]
         writers = {(a.trace_id, a.span_id): a for _, cands in tied for a in cands}
         if len(writers) != len(tied):
             return
