@@ -4,6 +4,7 @@ level), the hand patches of a copy of the shop (GREEN at application level), and
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -95,8 +96,11 @@ def patched_shop(root: Path, anomaly: str) -> Path:
 Run = tuple[RunInfo, list[ExecutedStatement]]
 
 
-def run_all(jobs: Mapping[str, Callable[[], Run]], workers: int = 4) -> dict[str, Run]:
-    """Run independent repro runs (each a subprocess with its own scratch database) in parallel."""
+def run_all(jobs: Mapping[str, Callable[[], Run]], workers: int | None = None) -> dict[str, Run]:
+    """Run independent repro runs (each a subprocess with its own scratch database) in parallel, one per core (at
+    most four): four at once on two cores, beside the suite's engines, once pushed a repro statement past the
+    sandbox's 5 s statement timeout, and the run was an error instead of its RED."""
+    workers = workers or min(4, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
         return {name: f.result() for name, f in futures.items()}
