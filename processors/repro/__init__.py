@@ -10,13 +10,18 @@ executed statements;
 ``write_repro_files(out, incident, test, runs)`` → the test, its JUnit XML and a Code Quality report for CI.
 """
 
-from processors.repro.app_level import CallSpec, Const, Format, Param, PerSession
-from processors.repro.ci_files import ReproFiles, code_quality, junit_xml, write_repro_files
-from processors.repro.compiler import GeneratedTest, compile_repro
-from processors.repro.divergence import ExecutedStatement, first_divergence, load_trace, lock_waits
-from processors.repro.rewrite import Copy, SqlRewrite, apply_rewrites
-from processors.repro.runner import run_repro
-from processors.repro.statements import ReproError
+from typing import TYPE_CHECKING
+
+from processors.lazy import exports
+
+if TYPE_CHECKING:
+    from processors.repro.app_level import CallSpec, Const, Format, Param, PerSession
+    from processors.repro.ci_files import ReproFiles, code_quality, junit_xml, write_repro_files
+    from processors.repro.compiler import GeneratedTest, compile_repro
+    from processors.repro.divergence import ExecutedStatement, first_divergence, load_trace, lock_waits
+    from processors.repro.rewrite import Copy, SqlRewrite, apply_rewrites
+    from processors.repro.runner import run_repro
+    from processors.repro.statements import ReproError
 
 __all__ = [
     "CallSpec",
@@ -40,3 +45,30 @@ __all__ = [
     "run_repro",
     "write_repro_files",
 ]
+
+# Imported on first use (libcst, psycopg): a daemon without the repro worker never loads them.
+__getattr__ = exports(
+    __name__,
+    {
+        "CallSpec": "processors.repro.app_level",
+        "Const": "processors.repro.app_level",
+        "Copy": "processors.repro.rewrite",
+        "ExecutedStatement": "processors.repro.divergence",
+        "Format": "processors.repro.app_level",
+        "GeneratedTest": "processors.repro.compiler",
+        "Param": "processors.repro.app_level",
+        "PerSession": "processors.repro.app_level",
+        "ReproError": "processors.repro.statements",
+        "ReproFiles": "processors.repro.ci_files",
+        "SqlRewrite": "processors.repro.rewrite",
+        "apply_rewrites": "processors.repro.rewrite",
+        "code_quality": "processors.repro.ci_files",
+        "compile_repro": "processors.repro.compiler",
+        "first_divergence": "processors.repro.divergence",
+        "junit_xml": "processors.repro.ci_files",
+        "load_trace": "processors.repro.divergence",
+        "lock_waits": "processors.repro.divergence",
+        "run_repro": "processors.repro.runner",
+        "write_repro_files": "processors.repro.ci_files",
+    },
+)

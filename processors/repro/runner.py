@@ -21,14 +21,17 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from processors.model.outputs import RunInfo
-from processors.repro.compiler import GeneratedTest
 from processors.repro.divergence import ExecutedStatement, load_trace
+from processors.repro.limits import STATEMENT_TIMEOUT_MS
+
+if TYPE_CHECKING:
+    from processors.repro.compiler import GeneratedTest
 
 TIMEOUT_S = 180.0
 VERDICT = "DefectReproduced"
-STATEMENT_TIMEOUT_MS = 5000  # the default of ``[repro] statement_timeout_ms`` too
 PASSED = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP"})  # from the daemon's env
 PASSED_PREFIXES = ("LC_",)
 

@@ -7,11 +7,16 @@ to park the sink); ``patching`` applies a
 repro's patch; ``config`` and ``factory`` make it a component.
 """
 
+from typing import TYPE_CHECKING
+
+from processors.lazy import exports
 from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.factory import FACTORY
-from sinks.gitlab.issues import IssueRef
-from sinks.gitlab.retry import GitLabError, GitLabParkedError, GitLabPermanentError, GitLabRetryableError
-from sinks.gitlab.sink import GitLabQueueFull, GitLabSink
+
+if TYPE_CHECKING:
+    from sinks.gitlab.issues import IssueRef
+    from sinks.gitlab.retry import GitLabError, GitLabParkedError, GitLabPermanentError, GitLabRetryableError
+    from sinks.gitlab.sink import GitLabQueueFull, GitLabSink
 
 __all__ = [
     "FACTORY",
@@ -24,3 +29,17 @@ __all__ = [
     "GitLabSink",
     "IssueRef",
 ]
+
+# python-gitlab and requests are imported on first use: a daemon without the sink never loads them.
+__getattr__ = exports(
+    __name__,
+    {
+        "IssueRef": "sinks.gitlab.issues",
+        "GitLabError": "sinks.gitlab.retry",
+        "GitLabParkedError": "sinks.gitlab.retry",
+        "GitLabPermanentError": "sinks.gitlab.retry",
+        "GitLabRetryableError": "sinks.gitlab.retry",
+        "GitLabQueueFull": "sinks.gitlab.sink",
+        "GitLabSink": "sinks.gitlab.sink",
+    },
+)

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
 from processors.component import Context, Factory
 from sinks.gitlab.config import GitLabConfig
-from sinks.gitlab.sink import GitLabSink
+
+if TYPE_CHECKING:
+    from sinks.gitlab.sink import GitLabSink
 
 
 def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
     """The sink of ``config``, or None when there is no token (``token_file``, when set and readable, wins over the
-    secret ``gitlab_token``)."""
+    secret ``gitlab_token``). The sink's module (python-gitlab, requests) is imported here, not before."""
+    from sinks.gitlab.sink import GitLabSink
+
     token = ctx.secret("gitlab_token")
     if config.token_file:
         with contextlib.suppress(OSError):

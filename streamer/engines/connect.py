@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from streamer.engines import jars
 from streamer.engines.kafka import LOG4J2, java_command
 from streamer.engines.layout import Layout
@@ -154,6 +152,8 @@ def _running(state: EngineState) -> bool:
 
 
 def _slot_active(pg_dsn: str) -> bool:
+    import psycopg  # here, not at the top: the daemon (`run`) never loads the PostgreSQL driver
+
     try:
         with psycopg.connect(pg_dsn, connect_timeout=2) as conn:
             row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)).fetchone()

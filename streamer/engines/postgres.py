@@ -16,8 +16,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import psycopg
-
 from streamer.engines.layout import Layout
 from streamer.engines.process import EngineError, free_port, spawn, wait_until
 from streamer.engines.state import EngineState
@@ -122,6 +120,8 @@ def dsn(state: EngineState, database: str = "postgres") -> str:
 
 
 def healthy(state: EngineState) -> bool:
+    import psycopg  # here, not at the top: the daemon (`run`) never loads the PostgreSQL driver
+
     try:
         with psycopg.connect(dsn(state), connect_timeout=2) as conn:
             row = conn.execute("SHOW wal_level").fetchone()

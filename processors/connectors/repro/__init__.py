@@ -1,6 +1,15 @@
 """The repro worker: RED, the repair plan and GREEN for each new defect (a connector: incidents in, repros out)."""
 
+from typing import TYPE_CHECKING
+
 from processors.connectors.repro.config import ReproConfig
-from processors.connectors.repro.worker import FACTORY, ReproWorker
+from processors.connectors.repro.factory import FACTORY
+from processors.lazy import exports
+
+if TYPE_CHECKING:
+    from processors.connectors.repro.worker import ReproWorker
 
 __all__ = ["FACTORY", "ReproConfig", "ReproWorker"]
+
+# The worker (libcst, psycopg) is imported on first use: a daemon without it never loads them.
+__getattr__ = exports(__name__, {"ReproWorker": "processors.connectors.repro.worker"})

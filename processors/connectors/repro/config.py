@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from processors.component import Section
-from processors.repro.runner import STATEMENT_TIMEOUT_MS
+from processors.repro.limits import STATEMENT_TIMEOUT_MS
 
 
 class ReproConfig(Section):

@@ -35,10 +35,9 @@ from pathlib import Path
 
 import structlog
 
-from processors.component import Context, Factory, GraphQueries, Publish
+from processors.component import GraphQueries, Publish
 from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.green import sql_green
-from processors.detectors.collisions.config import CollisionConfig
 from processors.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
 from processors.repair import RepairPlan, apply, plan_repairs
@@ -310,27 +309,6 @@ def _operation(statement: str) -> str:
     """What a statement the graph knows does, by its first keyword (``write`` when it cannot be told)."""
     words = statement.lstrip(" \t\r\n(").split(None, 1)
     return _OPERATIONS.get(words[0].lower() if words else "", "write")
-
-
-def create(config: ReproConfig, ctx: Context) -> ReproWorker:
-    if ctx.graph is None:
-        raise RuntimeError("the repro worker needs the graph (where incidents and their writers are)")
-    return ReproWorker(
-        config,
-        graph=ctx.graph,
-        publish=ctx.publish,
-        dsn=dsn.get_secret_value() if (dsn := ctx.secret("postgres_dsn")) is not None else "",
-        invariants=ctx.section("collisions", CollisionConfig).invariants,
-        telemetry=ctx.telemetry("repro"),
-        max_attempts=config.max_attempts,
-        max_tracked=config.max_tracked_fingerprints,
-    )
-
-
-FACTORY: Factory[ReproConfig, ReproWorker] = Factory(
-    kind="connector", name="repro", config=ReproConfig, create=create, topics=("incidents",), events=(ReproEvent,),
-    enabled=lambda c: c.enabled,
-)  # fmt: skip
 
 
 __all__ = ["ReproWorker"]

@@ -1,0 +1,26 @@
+"""Lazy package exports (PEP 562): a package names what it offers without importing it until first use.
+
+A component's heavy dependencies (libcst and psycopg for the repro worker, python-gitlab and requests for the GitLab
+sink: ~50 MB resident together) are then loaded only by a daemon that enables the component.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` that imports ``name`` from ``where[name]`` on first access."""
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)  # the next access is a plain attribute
+        return value
+
+    return __getattr__
