@@ -28,8 +28,8 @@ def _loaded(*modules: str) -> list[str]:
 
 
 def test_the_daemon_and_its_cli_load_no_component_dependency_and_no_scipy() -> None:
-    """The repro worker's libcst (and its psycopg templates), the GitLab sink's python-gitlab and requests, and scipy (the first
-    statistical test imports it) are loaded by what uses them, not by `trace-repro run` starting."""
+    """The repro worker's libcst (and its psycopg templates), the GitLab sink's python-gitlab and requests, and scipy
+    (the first statistical test imports it) are loaded by what uses them, not by `trace-repro run` starting."""
     assert _loaded("streamer.cli", "streamer.runtime.app", "streamer.components", "streamer.config") == []
 
 

@@ -193,7 +193,7 @@ TALLIES_SINCE = (
 
 CALLS_PARTS = (
     "UNWIND $keys AS k MATCH (a:Service {name: k[0]})-[c:CALLS_PART {window: k[2]}]->(b:Service {name: k[1]}) "
-    "RETURN k[0], k[1], k[2], c.count, c.errors, c.bins, c.bin_counts, c.min, c.max"
+    "RETURN k[0], k[1], k[2], c.count, c.errors, toJSON([c.bins, c.bin_counts]), c.min, c.max"
 )
 CALLS_TOTAL = (
     "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
@@ -202,8 +202,8 @@ CALLS_TOTAL = (
 )
 STATS_PARTS = (
     "UNWIND $keys AS k MATCH (:Operation {key: k[0]})-[x:STATS_PART {window: k[1], version: k[2]}]->(:Window) "
-    "RETURN k[0], k[1], k[2], x.revision, x.requests, x.errors, x.signatures, x.path_ns, x.bins, x.bin_counts, "
-    "x.min, x.max"
+    "RETURN k[0], k[1], k[2], x.revision, x.requests, x.errors, x.signatures, x.path_ns, "
+    "toJSON([x.bins, x.bin_counts]), x.min, x.max"
 )
 STATS_TOTAL = (
     "UNWIND $rows AS r MATCH (o:Operation {key: r.operation_key}) MATCH (w:Window {id: r.window}) "

@@ -9,6 +9,7 @@ publishes an event once more (at-least-once, deduplicable by ``event_id``) but n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,8 +28,12 @@ from sinks.graph.writer import GraphWriter
 
 log = structlog.get_logger("trace_repro.graph")
 
-_CALLS_FIELDS = ("count", "errors", "bins", "bin_counts", "min", "max")
-_STATS_FIELDS = ("revision", "requests", "errors", "signatures", "path_ns", "bins", "bin_counts", "min", "max")
+# A part's latency sketch comes back as one JSON text, ``[bins, bin_counts]`` (integers, which FalkorDB's toJSON
+# writes exactly): a few hundred numbers per part read as one string, not one RESP line each (the Python RESP parser
+# took ~10 % of the daemon's main thread reading them back).
+_SKETCH = "sketch"
+_CALLS_FIELDS = ("count", "errors", _SKETCH, "min", "max")
+_STATS_FIELDS = ("revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
 
 
 def _calls_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
@@ -80,7 +85,9 @@ class GraphSink(Sink):
         rows = await self.writer.query(parts_query, {"keys": [list(k) for k in sorted(keys)]})
         grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for row in rows:
-            grouped.setdefault((row[0], row[1], row[2]), []).append(dict(zip(fields, row[3:], strict=True)))
+            part = dict(zip(fields, row[3:], strict=True))
+            part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
+            grouped.setdefault((row[0], row[1], row[2]), []).append(part)
         totals = [make(key, parts) for key, parts in sorted(grouped.items())]
         return await self.writer.write_rows(name, total_upsert, totals)
 

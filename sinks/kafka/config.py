@@ -28,7 +28,7 @@ class KafkaConfig(Section):
     max_poll_records: int = Field(500, ge=1, description="messages per getmany() per call")
     fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
     max_partition_fetch_bytes: int = Field(
-        2 * 1024 * 1024,
+        1024 * 1024,
         ge=1024,
         description="bytes per partition per fetch, so per batch: the memory bound of a batch (decoded spans take ten "
         "times their bytes); a larger message still comes, alone",

@@ -9,7 +9,7 @@ from processors.connectors.proofs.contracts import ProofContract
 from processors.model.outputs import IncidentEvent
 from processors.model.verdict import Receipt, VerdictEvent
 from sinks.graph.sink import GraphSink
-from tests.graph.requests import info
+from tests.graph.checkout_request import info
 from tests.graph.test_paths_live import request
 
 pytestmark = pytest.mark.engines

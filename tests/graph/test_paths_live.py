@@ -16,7 +16,7 @@ from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent
 from processors.traces import ClosedTrace
 from sinks.graph.sink import GraphSink
-from tests.graph.requests import UPDATE, info, span, update_of
+from tests.graph.checkout_request import UPDATE, info, span, update_of
 
 pytestmark = pytest.mark.engines
 

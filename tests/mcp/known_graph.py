@@ -28,7 +28,7 @@ from processors.model.verdict import Receipt, VerdictEvent
 from processors.sketch import LatencySketch
 from processors.traces import ClosedTrace
 from sinks.graph.sink import GraphSink
-from tests.graph.requests import info, span, update_of
+from tests.graph.checkout_request import info, span, update_of
 
 T0 = 1_700_000_000_000  # ms
 W1, W2 = f"{T0}-{T0 + 60_000}", f"{T0 + 60_000}-{T0 + 120_000}"
