@@ -46,7 +46,7 @@ __all__ = [
     "write_repro_files",
 ]
 
-# Imported on first use (libcst, psycopg): a daemon without the repro worker never loads them.
+# Imported on first use (libcst): a daemon without the repro worker never loads it.
 __getattr__ = exports(
     __name__,
     {

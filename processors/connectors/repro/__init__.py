@@ -11,5 +11,5 @@ if TYPE_CHECKING:
 
 __all__ = ["FACTORY", "ReproConfig", "ReproWorker"]
 
-# The worker (libcst, psycopg) is imported on first use: a daemon without it never loads them.
+# The worker (libcst, the compiler, the repair planner) is imported on first use: a daemon without it never loads them.
 __getattr__ = exports(__name__, {"ReproWorker": "processors.connectors.repro.worker"})

@@ -1,6 +1,6 @@
 """The repro worker as a component: its section ``[repro]``, the incidents topic it consumes, how it is built.
 
-Off unless ``repro.enabled``; the worker's module (libcst, psycopg, the compiler and the repair planner) is imported
+Off unless ``repro.enabled``; the worker's module (libcst, the compiler and the repair planner) is imported
 by :func:`create`, so a daemon without the worker never loads it.
 """
 
