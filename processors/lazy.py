@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
-def exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for ``package`` that imports ``name`` from ``where[name]`` on first access."""
+def exports(package: str, modules: Mapping[str, Iterable[str]]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` that imports each name from its module (``{module: names}``, as the
+    package's ``TYPE_CHECKING`` imports read) on first access."""
+    where = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)

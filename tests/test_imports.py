@@ -52,7 +52,7 @@ def test_lazy_exports_are_the_modules_own_objects() -> None:
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
-    getattr_ = exports("processors.repro", {"compile_repro": "processors.repro.compiler"})
+    getattr_ = exports("processors.repro", {"processors.repro.compiler": ("compile_repro",)})
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         getattr_("nope")
     with pytest.raises(AttributeError):

@@ -34,12 +34,8 @@ __all__ = [
 __getattr__ = exports(
     __name__,
     {
-        "IssueRef": "sinks.gitlab.issues",
-        "GitLabError": "sinks.gitlab.retry",
-        "GitLabParkedError": "sinks.gitlab.retry",
-        "GitLabPermanentError": "sinks.gitlab.retry",
-        "GitLabRetryableError": "sinks.gitlab.retry",
-        "GitLabQueueFull": "sinks.gitlab.sink",
-        "GitLabSink": "sinks.gitlab.sink",
+        "sinks.gitlab.issues": ("IssueRef",),
+        "sinks.gitlab.retry": ("GitLabError", "GitLabParkedError", "GitLabPermanentError", "GitLabRetryableError"),
+        "sinks.gitlab.sink": ("GitLabQueueFull", "GitLabSink"),
     },
 )

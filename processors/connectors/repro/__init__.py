@@ -12,4 +12,4 @@ if TYPE_CHECKING:
 __all__ = ["FACTORY", "ReproConfig", "ReproWorker"]
 
 # The worker (libcst, the compiler, the repair planner) is imported on first use: a daemon without it never loads them.
-__getattr__ = exports(__name__, {"ReproWorker": "processors.connectors.repro.worker"})
+__getattr__ = exports(__name__, {"processors.connectors.repro.worker": ("ReproWorker",)})
