@@ -57,3 +57,19 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         getattr_("nope")
     with pytest.raises(AttributeError):
         sinks.gitlab.nope  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_statistical_tests_a_daemon_runs_do_not_load_scipy_stats() -> None:
+    """The regression detector and the proof judge test with scipy.special (41 MB with numpy), not scipy.stats (87)."""
+    code = (
+        "import sys\n"
+        "from processors.stat_tests import conditional_binomial, mann_whitney, rate_interval\n"
+        "from processors.connectors.proofs.verdicts import requests_for_share\n"
+        "conditional_binomial(3, 100, 9, 100, 'greater'); rate_interval(2, 50)\n"
+        "requests_for_share(40, 1000, 0.01, 0.05)\n"
+        "mann_whitney([1.0, 2.0, 3.0], [2.5, 4.0]); mann_whitney(list(range(30)), [x / 2 for x in range(40)])\n"
+        "assert 'scipy.special' in sys.modules, 'the tests did not run'\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy.stats' or m.startswith('scipy.stats.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.replace("'", '"')) == []

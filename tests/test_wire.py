@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from typing import Any
 
@@ -11,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.telemetry import Telemetry
 from streamer.decode import internal as wire
+from streamer.decode.strings import SharedStrings
 
 text = st.text(max_size=40)
 ints = st.integers(min_value=-(2**70), max_value=2**70)
@@ -73,6 +76,36 @@ def test_access_round_trips_exactly(a: Access) -> None:
     assert type(back.operation) is DbOperation
     assert type(back.lock) is LockMode
     assert all(type(x) is tuple for x in (back.params, back.set_values, back.predicates, back.links, back.set_exprs))
+
+
+@given(st.lists(accesses, min_size=1, max_size=6))
+def test_access_round_trips_exactly_through_a_shared_string_table(batch: list[Access]) -> None:
+    """Sharing repeated strings (a table of 3, so that it evicts) changes no value of any access."""
+    shared = SharedStrings(3)
+    assert [wire.decode(wire.encode_access(a), shared) for a in batch] == batch
+    assert len(shared) <= 3
+
+
+def test_accesses_share_their_repeated_strings_but_not_their_own() -> None:
+    """Two accesses of one statement hold one copy of it, of their table, code site and predicate columns; each keeps
+    its own span id (never offered to the table). The table's bound evicts the least recently used, counted."""
+    base = Access("orders:1", "orders", DbOperation.WRITE, LockMode.NONE, "t" * 32, "s" * 16, "shop", "v1", 1, 2,
+                  "UPDATE orders SET status = $1 WHERE id = $2", params=("paid", 1), set_values=(("status", "paid"),),
+                  predicates=(("version", "=", "v" + "3"),), function="pay", file="shop/orders.py")  # fmt: skip
+    other = dataclasses.replace(base, span_id="r" * 16)
+    shared = SharedStrings(64, telemetry := Telemetry("decode"))
+    one, two = (wire.decode(wire.encode_access(a), shared) for a in (base, other))
+    assert isinstance(one, Access) and isinstance(two, Access)
+    for name in ("entity", "table", "statement", "service", "version", "function", "file"):
+        assert getattr(one, name) is getattr(two, name), name
+    assert one.set_values[0][1] is two.set_values[0][1] and one.predicates[0][2] is two.predicates[0][2]
+    assert one.params[0] is two.params[0]
+    assert one.span_id is not two.span_id and one.trace_id is not two.trace_id
+    assert telemetry.dropped == {"max_shared_strings": 0}
+    small = SharedStrings(2, telemetry)
+    for s in ("a", "b", "c"):
+        small("".join([s]))
+    assert len(small) == 2 and telemetry.dropped == {"max_shared_strings": 1}
 
 
 @given(changes)

@@ -15,3 +15,6 @@ class DecodeConfig(Section):
     idempotency_key_attribute: str = "app.idempotency_key"
     max_attribute_bytes: int = Field(65_536, ge=64, description="longer attributes make the message oversize")
     oversize: str = Field("dlq", pattern="^(dlq|truncate)$", description="oversize attribute: DLQ or truncate+count")
+    max_shared_strings: int = Field(
+        16_384, ge=1, description="distinct strings (statements, tables, code locations) stage 2's accesses share"
+    )

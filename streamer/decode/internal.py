@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from processors.model.events import Access, RowChange
 from streamer.decode.jsontext import loads
+from streamer.decode.strings import SharedStrings
 
 SCHEMA_VERSION = 1
 _ACCESS_FIELDS = tuple(f.name for f in fields(Access))
@@ -65,9 +66,29 @@ _EVENTS: dict[str, tuple[str, TypeAdapter[Any], frozenset[str]]] = {
 _WATERMARK: TypeAdapter[Watermark] = TypeAdapter(Watermark)
 
 
-def decode(data: bytes) -> Access | RowChange | Watermark:
+# An access's strings that repeat across accesses (one per statement, table, code site, ...), and its lists whose
+# items (or items' items: a predicate's column and operator) do; never its span id, its own.
+_SHARED_FIELDS = ("entity", "table", "service", "version", "statement", "route", "function", "file", "trace_exception")
+_SHARED_LISTS = ("params", "set_values", "predicates", "set_exprs")
+
+
+def _share(body: dict[str, Any], shared: SharedStrings) -> None:
+    for name in _SHARED_FIELDS:
+        value = body.get(name)
+        if type(value) is str:
+            body[name] = shared(value)
+    for name in _SHARED_LISTS:
+        items = body.get(name)
+        if type(items) is list:
+            body[name] = [shared(x) if type(x) is str else
+                          [shared(y) if type(y) is str else y for y in x] if type(x) is list else x
+                          for x in items]  # fmt: skip
+
+
+def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChange | Watermark:
     """Back to events, every field checked against its declared type (the topic may carry anything: a record
-    that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed)."""
+    that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed). With
+    ``shared``, an access's repeated strings are the table's copies (see ``streamer.decode.strings``)."""
     msg = _object(loads(data, "internal_invalid", "internal event"), "internal event")
     if msg.get("v") != SCHEMA_VERSION:
         raise ValueError(f"unsupported internal schema version {msg.get('v')!r}")
@@ -81,6 +102,8 @@ def decode(data: bytes) -> Access | RowChange | Watermark:
         unknown = sorted(set(body) - known)
         if unknown:
             raise ValueError(f"{kind}: unknown field(s) {unknown[:5]}")
+        if shared is not None and kind == "access":
+            _share(body, shared)
         event: Access | RowChange = adapter.validate_python(body)
     except KeyError:
         raise ValueError(f"unknown internal event kind {kind!r}") from None

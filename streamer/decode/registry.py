@@ -33,6 +33,7 @@ from streamer.decode.otlp import (
     decode_traces_json,
     decode_traces_proto,
 )
+from streamer.decode.strings import SharedStrings
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +131,11 @@ def _events(config: DecodeConfig, telemetry: Telemetry) -> Decode:
 
 
 def _internal(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+    shared = SharedStrings(config.max_shared_strings, telemetry)
+
     def internal(record: Record) -> Sequence[Any]:
         try:
-            return (decode_internal(record.value or b""),)
+            return (decode_internal(record.value or b"", shared),)
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError("internal_invalid", str(exc)[:500]) from exc
 

@@ -6,15 +6,19 @@ import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from processors.model.units import zero_error_floor
 from processors.stat_tests import (
     benjamini_hochberg,
+    binomial_tail,
     conditional_binomial,
     errors_needed,
     mann_whitney,
     poisson_e_test,
+    proportion_interval,
     rate_interval,
     requests_to_show_drop,
     zero_error_upper_bound,
@@ -49,7 +53,7 @@ def test_increase_direction_and_no_errors_at_all() -> None:
 
 def test_rate_ratio_interval_is_the_exact_binomial_interval_rescaled() -> None:
     """The CI of the rate ratio comes from the Clopper-Pearson CI of the after share of the errors."""
-    r = conditional_binomial(10, 1_000, 30, 1_000, "two-sided")
+    r = conditional_binomial(10, 1_000, 30, 1_000, "greater")
     ci = stats.binomtest(30, 40, 0.5).proportion_ci(0.95, method="exact")
     assert r.interval is not None
     assert r.interval == pytest.approx((ci.low / (1 - ci.low), ci.high / (1 - ci.high)))
@@ -103,3 +107,68 @@ def test_mann_whitney_finds_a_shift_and_not_its_absence() -> None:
     same = [10 + rng.gauss(0, 1) for _ in range(50)]
     assert mann_whitney(before, same, "greater").p_value > 0.01
     assert mann_whitney(shifted, before, "greater").p_value > 0.99
+
+
+# ---- the same numbers as scipy.stats (the tests are computed from scipy.special; see processors.stat_tests) -------
+
+EXAMPLES = settings(max_examples=300, deadline=None, derandomize=True, database=None)
+
+
+@st.composite
+def binomial_cases(draw: st.DrawFn) -> tuple[int, int, float]:
+    n = draw(st.integers(1, 5_000))
+    return draw(st.integers(0, n)), n, draw(st.floats(0.0005, 0.9995))
+
+
+@EXAMPLES
+@given(binomial_cases(), st.sampled_from(["greater", "less"]))
+def test_binomial_tail_is_scipy_binomtest(case: tuple[int, int, float], alternative: str) -> None:
+    k, n, p = case
+    expected = stats.binomtest(k, n, p, alternative=alternative).pvalue
+    assert binomial_tail(k, n, p, alternative) == pytest.approx(expected, rel=1e-9, abs=1e-300)  # type: ignore[arg-type]
+
+
+@EXAMPLES
+@given(binomial_cases(), st.sampled_from([0.8, 0.9, 0.95, 0.99]))
+def test_proportion_interval_is_scipy_exact_interval(case: tuple[int, int, float], confidence: float) -> None:
+    """Closed form (inverse regularised beta) against scipy's root search, which stops within 2e-12."""
+    k, n, _ = case
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    assert proportion_interval(k, n, confidence) == pytest.approx((ci.low, ci.high), rel=1e-8, abs=1e-11)
+
+
+samples = st.one_of(  # tied integers (the asymptotic test with its tie term), distinct floats (exact when small)
+    st.lists(st.integers(0, 6), min_size=1, max_size=40),
+    st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=12, unique=True),
+    st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=300),
+)
+
+
+@EXAMPLES
+@given(samples, samples, st.sampled_from(["greater", "less", "two-sided"]))
+def test_mann_whitney_is_scipy_mannwhitneyu(before: list[float], after: list[float], alternative: str) -> None:
+    """Ranks, tie term, exact distribution of U (a side of at most 8, no ties) and normal approximation: scipy's."""
+    expected = stats.mannwhitneyu(after, before, alternative=alternative, method="auto")
+    r = mann_whitney(before, after, alternative)  # type: ignore[arg-type]
+    assert r.statistic == pytest.approx(float(expected.statistic), rel=1e-12)
+    p = float(expected.pvalue)
+    assert r.p_value == pytest.approx(1.0 if math.isnan(p) else p, rel=1e-9, abs=1e-15)
+
+
+def test_mann_whitney_exact_distribution_known_values() -> None:
+    """Mann and Whitney's table: n1 = 3, n2 = 4, P(U <= 1) = 2/35; the two-sided textbook example (p = 0.1111)."""
+    r = mann_whitney([1.0, 2.0, 3.0, 4.0], [0.1, 0.2, 1.5], "less")  # after ranks 1, 2, 4: U1 = 1
+    assert r.statistic == 1.0 and r.p_value == pytest.approx(2 / 35, rel=1e-12)
+    males, females = [19.0, 22, 16, 29, 24], [20.0, 11, 17, 12]
+    assert mann_whitney(females, males, "two-sided").p_value == pytest.approx(1 / 9, rel=1e-12)
+    assert mann_whitney([5.0] * 30, [5.0] * 30, "greater").p_value == 1.0  # all tied: no evidence
+
+
+@pytest.mark.parametrize("small", [1, 7, 8, 9])
+def test_mann_whitney_switches_to_the_normal_approximation_where_scipy_does(small: int) -> None:
+    """Exact while a side has at most 8 samples (and nothing is tied), asymptotic from 9 on both sides."""
+    rng = random.Random(small)
+    before, after = [rng.random() for _ in range(small)], [rng.random() + 0.2 for _ in range(25)]
+    for x, y in ((before, after), (after, before)):
+        expected = stats.mannwhitneyu(y, x, alternative="greater", method="auto").pvalue
+        assert mann_whitney(x, y, "greater").p_value == pytest.approx(expected, rel=1e-9)

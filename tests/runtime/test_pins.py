@@ -167,3 +167,25 @@ def test_forget_drops_a_revoked_partitions_input_from_every_key() -> None:
     assert t.held("traces", "a") == {(OTHER, 7)}
     assert t.committable(TP, 5) == 5
     assert t.committable(OTHER, 9) == 7
+
+
+def test_a_key_held_by_one_record_then_more_holds_each_once() -> None:
+    """Most keys are held by the one record they came in (kept without a set); a second record and a repeat of
+    either pin once each, and a revocation of the first record's partition leaves the key holding the second."""
+    t = PinTracker()
+    t.feeding((TP, 4))
+    t.retained("history", "orders:1")
+    t.retained("history", "orders:1")
+    assert t.held("history", "orders:1") == {(TP, 4)} and t.total() == 1
+    t.feeding((OTHER, 2))
+    t.retained("history", "orders:1")
+    t.feeding((TP, 4))
+    t.retained("history", "orders:1")
+    assert t.held("history", "orders:1") == {(TP, 4), (OTHER, 2)} and t.total() == 2
+    t.feeding((TP, 9))
+    t.retained("history", "orders:2")
+    t.forget(TP)
+    assert t.held("history", "orders:1") == {(OTHER, 2)} and t.held("history", "orders:2") == frozenset()
+    t.released("history", "orders:1")
+    t.release(t.take_released())
+    assert t.committable(OTHER, 5) == 5 and t.total() == 0

@@ -106,12 +106,12 @@ def requests_for_share(slow_before: int, requests_before: int, share: float, alp
     """
     if requests_before <= 0 or slow_before <= share * requests_before:
         return None
-    import numpy as np  # here, not at the top: see processors.stat_tests._stats
-    from scipy.stats import binom
+    import numpy as np  # here, not at the top: see processors.stat_tests._special
+    from scipy.special import bdtr  # binomial CDF, as processors.stat_tests.binomial_tail
 
     n = np.arange(1, cap + 1)
-    slow = np.minimum(n, np.ceil(share * n))
-    p = binom.cdf(slow, slow_before + slow, n / (requests_before + n))
+    slow = np.minimum(n, np.ceil(share * n)).astype(np.int64)  # integers: a float count is deprecated in bdtr
+    p = bdtr(slow, slow_before + slow, n / (requests_before + n))
     hits = np.flatnonzero(p <= alpha)
     return int(hits[0]) + 1 if hits.size else None
 
