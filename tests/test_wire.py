@@ -83,12 +83,12 @@ def test_access_round_trips_exactly_through_a_shared_string_table(batch: list[Ac
     """Sharing repeated strings (a table of 3, so that it evicts) changes no value of any access."""
     shared = SharedStrings(3)
     assert [wire.decode(wire.encode_access(a), shared) for a in batch] == batch
-    assert len(shared) <= 3
+    assert len(shared) <= 3  # bound() after every access
 
 
 def test_accesses_share_their_repeated_strings_but_not_their_own() -> None:
     """Two accesses of one statement hold one copy of it, of their table, code site and predicate columns; each keeps
-    its own span id (never offered to the table). The table's bound evicts the least recently used, counted."""
+    its own span id (never offered to the table). Past its bound the table starts again, counting what it held."""
     base = Access("orders:1", "orders", DbOperation.WRITE, LockMode.NONE, "t" * 32, "s" * 16, "shop", "v1", 1, 2,
                   "UPDATE orders SET status = $1 WHERE id = $2", params=("paid", 1), set_values=(("status", "paid"),),
                   predicates=(("version", "=", "v" + "3"),), function="pay", file="shop/orders.py")  # fmt: skip
@@ -104,8 +104,11 @@ def test_accesses_share_their_repeated_strings_but_not_their_own() -> None:
     assert telemetry.dropped == {"max_shared_strings": 0}
     small = SharedStrings(2, telemetry)
     for s in ("a", "b", "c"):
-        small("".join([s]))
-    assert len(small) == 2 and telemetry.dropped == {"max_shared_strings": 1}
+        small(s)
+        small.bound()
+    assert len(small) == 0 and telemetry.dropped == {"max_shared_strings": 3}  # past 2, it started again
+    kept = small("".join(["d", "e"]))
+    assert small("de") is kept and len(small) == 1
 
 
 @given(changes)

@@ -73,16 +73,18 @@ _SHARED_LISTS = ("params", "set_values", "predicates", "set_exprs")
 
 
 def _share(body: dict[str, Any], shared: SharedStrings) -> None:
+    share = shared.table.setdefault
     for name in _SHARED_FIELDS:
         value = body.get(name)
         if type(value) is str:
-            body[name] = shared(value)
+            body[name] = share(value, value)
     for name in _SHARED_LISTS:
         items = body.get(name)
         if type(items) is list:
-            body[name] = [shared(x) if type(x) is str else
-                          [shared(y) if type(y) is str else y for y in x] if type(x) is list else x
+            body[name] = [share(x, x) if type(x) is str else
+                          [share(y, y) if type(y) is str else y for y in x] if type(x) is list else x
                           for x in items]  # fmt: skip
+    shared.bound()
 
 
 def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChange | Watermark:
