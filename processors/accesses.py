@@ -8,7 +8,8 @@ judges in stage 2, where the rest of the trace is not at hand.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import operator
+from dataclasses import fields
 
 from processors.model.events import Access
 from processors.model.span import Span
@@ -30,24 +31,27 @@ def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
     return "", ""
 
 
+_FIELDS = tuple(f.name for f in fields(Access))
+_values = operator.attrgetter(*_FIELDS)
+_REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links")
+_AT = tuple(_FIELDS.index(name) for name in _REQUEST)
+
+
 def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
-    """Stamp each access with its request: route, interval and outcome (what the collision detector judges)."""
+    """Stamp each access with its request: route, interval and outcome (what the collision detector judges).
+    (Built positionally: ``dataclasses.replace`` of 33 fields was 2.5 % of stage 1.)"""
     root = trace.root
     exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
-    return [
-        replace(
-            a,
-            route=root.route or root.name,
-            request_start_ns=root.start_ns,
-            request_end_ns=max(root.end_ns, trace.end_ns),
-            trace_error=any(s.is_error for s in trace.spans),
-            trace_exception=exception,
-            trace_status=root.http_status,
-            links=links,
-        )
-        for a in accesses
-    ]
+    request = (root.route or root.name, root.start_ns, max(root.end_ns, trace.end_ns),
+               any(s.is_error for s in trace.spans), exception, root.http_status, links)  # fmt: skip
+    stamped = []
+    for a in accesses:
+        values = list(_values(a))
+        for at, value in zip(_AT, request, strict=True):
+            values[at] = value
+        stamped.append(Access(*values))
+    return stamped
 
 
 def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor) -> list[Access]:

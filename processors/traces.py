@@ -94,11 +94,14 @@ class TraceAssembler:
         Returns the traces closed early by the ``max_open`` bound to make room.
         """
         count = self.telemetry.count
+        fed: set[str] = set()  # traces this message already feeds: retained once per message, not once per span
+        added = 0
         for span in spans:
             tid = span.trace_id
             trace = self._open.get(tid)
             if trace is None:
                 trace = self._open.retain(tid)
+                fed.add(tid)
                 trace.first_ns, trace.last_ns = span.start_ns, span.end_ns
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
@@ -108,21 +111,26 @@ class TraceAssembler:
                     count("late_spans")
             if span.span_id in trace.span_ids:
                 count("duplicate_spans")
-                self._open.retain(tid)  # a replayed message still feeds this open trace: pin it too
+                if tid not in fed:  # a replayed message still feeds this open trace: pin it too
+                    self._open.retain(tid)
+                    fed.add(tid)
                 continue
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
                 continue
-            self._open.retain(tid)  # this message feeds the trace
+            if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
+                self._open.retain(tid)
+                fed.add(tid)
             trace.spans.append(span)
             trace.span_ids.add(span.span_id)
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
                 heapq.heappush(self._starts, (span.start_ns, tid))
-            count("spans")
+            added += 1
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
+        count("spans", added)
         forced, self._forced = self._forced, []
         return forced
 
