@@ -8,10 +8,7 @@ judges in stage 2, where the rest of the trace is not at hand.
 
 from __future__ import annotations
 
-import operator
-from dataclasses import fields
-
-from processors.model.events import Access
+from processors.model.events import ACCESS_FIELDS, Access, access_values
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
 from processors.traces import ClosedTrace
@@ -31,10 +28,8 @@ def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
     return "", ""
 
 
-_FIELDS = tuple(f.name for f in fields(Access))
-_values = operator.attrgetter(*_FIELDS)
 _REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links")
-_AT = tuple(_FIELDS.index(name) for name in _REQUEST)
+_AT = tuple(ACCESS_FIELDS.index(name) for name in _REQUEST)
 
 
 def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
@@ -47,7 +42,7 @@ def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
                any(s.is_error for s in trace.spans), exception, root.http_status, links)  # fmt: skip
     stamped = []
     for a in accesses:
-        values = list(_values(a))
+        values = list(access_values(a))
         for at, value in zip(_AT, request, strict=True):
             values[at] = value
         stamped.append(Access(*values))

@@ -15,23 +15,21 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from processors.model.events import Access, RowChange
+from processors.model.events import ACCESS_FIELDS, Access, RowChange, access_values
 from streamer.decode.jsontext import loads
 from streamer.decode.strings import SharedStrings
 
 SCHEMA_VERSION = 1
-_ACCESS_FIELDS = tuple(f.name for f in fields(Access))
 _CHANGE_FIELDS = tuple(f.name for f in fields(RowChange))
 
 
 # json writes a tuple as an array, an enum of str as its value, anything else it has no text for with ``default``.
 _ENCODER = json.JSONEncoder(default=str)
-_access_values = operator.attrgetter(*_ACCESS_FIELDS)
 _change_values = operator.attrgetter(*_CHANGE_FIELDS)
 
 
 def encode_access(a: Access) -> bytes:
-    body = dict(zip(_ACCESS_FIELDS, _access_values(a), strict=True))
+    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
     return _ENCODER.encode({"v": SCHEMA_VERSION, "kind": "access", "access": body}).encode()
 
 
@@ -60,7 +58,7 @@ def _object(value: Any, what: str) -> dict[str, Any]:
 
 
 _EVENTS: dict[str, tuple[str, TypeAdapter[Any], frozenset[str]]] = {
-    "access": ("access", TypeAdapter(Access), frozenset(_ACCESS_FIELDS)),
+    "access": ("access", TypeAdapter(Access), frozenset(ACCESS_FIELDS)),
     "row_change": ("change", TypeAdapter(RowChange), frozenset(_CHANGE_FIELDS)),
 }
 _WATERMARK: TypeAdapter[Watermark] = TypeAdapter(Watermark)
