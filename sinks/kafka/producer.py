@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from processors.model.base import Published
 from processors.sink import Sink
 from processors.telemetry import Telemetry
 from sinks.kafka.config import KafkaConfig
+
+_PARTITIONER = DefaultPartitioner()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +58,38 @@ class KafkaSink(Sink):
             self._started = False
 
     async def send(self, messages: Iterable[Message]) -> None:
-        """Produce every message and wait until all are acknowledged."""
-        futures = []
+        """Produce every message and wait until all are acknowledged.
+
+        Messages are appended to one record batch per partition at a time and each full batch is submitted whole,
+        so a batch of messages costs one future per record batch rather than one ``send`` per message (stage 1's
+        ~600 accesses per batch were 40 % of its write path's time). A keyed message goes to the partition the
+        producer's default partitioner would choose (murmur2 of its key), one without key or partition is sent
+        alone, by the producer's own choice. Order per partition is the order of ``messages``.
+        """
+        futures: list[asyncio.Future[Any]] = []
+        building: dict[tuple[str, int], Any] = {}
+        partitions: dict[str, list[int]] = {}
         for m in messages:
-            futures.append(await self._producer.send(m.topic, m.value, key=m.key, partition=m.partition,
-                                                     headers=list(m.headers) or None))  # fmt: skip
             self.telemetry.count(m.topic)
+            partition = m.partition
+            if partition is None and m.key is not None:
+                if m.topic not in partitions:
+                    partitions[m.topic] = sorted(await self._producer.partitions_for(m.topic))
+                partition = _PARTITIONER(m.key, partitions[m.topic], None)
+            if partition is None:
+                futures.append(await self._producer.send(m.topic, m.value, headers=list(m.headers) or None))
+                continue
+            tp = (m.topic, partition)
+            batch = building.get(tp)
+            if batch is not None and batch.append(key=m.key, value=m.value, timestamp=None,
+                                                  headers=list(m.headers)) is not None:  # fmt: skip
+                continue
+            if batch is not None:  # full: submitted, and the message starts the next one
+                futures.append(await self._producer.send_batch(batch, m.topic, partition=partition))
+            batch = building[tp] = self._producer.create_batch()
+            batch.append(key=m.key, value=m.value, timestamp=None, headers=list(m.headers))  # the first always fits
+        for (topic, partition), batch in building.items():
+            futures.append(await self._producer.send_batch(batch, topic, partition=partition))
         if futures:
             await asyncio.gather(*futures)
 

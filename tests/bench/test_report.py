@@ -127,3 +127,16 @@ def test_incidents_must_be_the_planted_rows() -> None:
     assert not missed["ok"] and missed["tables"]["orders"]["missed"] == ["7"]
     elsewhere = as_planted([*incidents, {"table": "orders", "entity": "orders:99", "manifest": False}], planted, raced)
     assert not elsewhere["ok"] and elsewhere["tables"]["orders"]["unexpected"] == ["99"]
+
+
+def test_the_written_span_nodes_are_checked_and_reported_beside_the_rows() -> None:
+    """The write phase's Span nodes must be the kept spans of the stage's rows; the rows target names their share."""
+    results = _results()
+    results["phases"]["stage"]["span_nodes"] = 150_000
+    results["phases"]["falkordb_write"] |= {"span_nodes": 150_000, "expected_span_nodes": 150_000}
+    check = next(c for c in checks(results) if "Span nodes" in c["check"])
+    assert check["ok"] and check["detail"] == "150,000 vs 150,000"
+    results["phases"]["falkordb_write"]["span_nodes"] = 149_999
+    assert not next(c for c in checks(results) if "Span nodes" in c["check"])["ok"]
+    rows = next(t for t in targets(results) if t["name"] == "graph rows per span")
+    assert rows["note"].endswith("0.50 Span nodes/span")
