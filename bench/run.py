@@ -31,7 +31,9 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
 
 Ratios: every phase over the floor; end to end over the slowest ceiling (1-4). Targets (issue 14) are judged on
 those ratios in this one run and printed met / not met. Correctness: the graphs of phases 3 and 5 hold exactly
-the Trace count of phase 2, and the shop's incidents are the planted defects; if not, the run exits 1.
+the Trace count of phase 2, phase 3's holds exactly the Span nodes of phase 2's rows (a detailed trace's row carries
+its kept spans: reported as Span nodes per span beside the rows), and the shop's incidents are the planted defects;
+if not, the run exits 1.
 
 Engines: the running ones named by ``TRACE_REPRO_KAFKA_BOOTSTRAP`` and ``TRACE_REPRO_FALKORDB_URL`` when both
 are set (the bench's topics and graphs are deleted afterwards unless ``--keep``), otherwise a private Kafka and
