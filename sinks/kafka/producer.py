@@ -63,8 +63,9 @@ class KafkaSink(Sink):
         Messages are appended to one record batch per partition at a time and each full batch is submitted whole,
         so a batch of messages costs one future per record batch rather than one ``send`` per message (stage 1's
         ~600 accesses per batch were 40 % of its write path's time). A keyed message goes to the partition the
-        producer's default partitioner would choose (murmur2 of its key), one without key or partition is sent
-        alone, by the producer's own choice. Order per partition is the order of ``messages``.
+        producer's default partitioner would choose (murmur2 of its key), so the messages of one key keep their
+        order on its partition, as do messages placed on a partition; one without key or partition is sent alone,
+        where the producer chooses.
         """
         futures: list[asyncio.Future[Any]] = []
         building: dict[tuple[str, int], Any] = {}
