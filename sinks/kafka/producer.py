@@ -9,6 +9,7 @@ returns once every message is acknowledged: the runtime commits offsets only aft
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,11 @@ from processors.telemetry import Telemetry
 from sinks.kafka.config import KafkaConfig
 
 _PARTITIONER = DefaultPartitioner()
+
+
+def _append(batch: Any, m: Message) -> bool:
+    """Add ``m`` to an aiokafka record batch; False when the batch is full."""
+    return batch.append(key=m.key, value=m.value, timestamp=None, headers=list(m.headers)) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +76,9 @@ class KafkaSink(Sink):
         futures: list[asyncio.Future[Any]] = []
         building: dict[tuple[str, int], Any] = {}
         partitions: dict[str, list[int]] = {}
+        topics: Counter[str] = Counter()
         for m in messages:
-            self.telemetry.count(m.topic)
+            topics[m.topic] += 1
             partition = m.partition
             if partition is None and m.key is not None:
                 if m.topic not in partitions:
@@ -80,17 +87,16 @@ class KafkaSink(Sink):
             if partition is None:
                 futures.append(await self._producer.send(m.topic, m.value, headers=list(m.headers) or None))
                 continue
-            tp = (m.topic, partition)
-            batch = building.get(tp)
-            if batch is not None and batch.append(key=m.key, value=m.value, timestamp=None,
-                                                  headers=list(m.headers)) is not None:  # fmt: skip
-                continue
-            if batch is not None:  # full: submitted, and the message starts the next one
-                futures.append(await self._producer.send_batch(batch, m.topic, partition=partition))
-            batch = building[tp] = self._producer.create_batch()
-            batch.append(key=m.key, value=m.value, timestamp=None, headers=list(m.headers))  # the first always fits
+            batch = building.get((m.topic, partition))
+            if batch is None or not _append(batch, m):
+                if batch is not None:  # full: submitted, and the message starts the next one
+                    futures.append(await self._producer.send_batch(batch, m.topic, partition=partition))
+                batch = building[m.topic, partition] = self._producer.create_batch()
+                _append(batch, m)  # the first message of a batch always fits
         for (topic, partition), batch in building.items():
             futures.append(await self._producer.send_batch(batch, topic, partition=partition))
+        for topic, n in topics.items():
+            self.telemetry.count(topic, n)
         if futures:
             await asyncio.gather(*futures)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Collection, Hashable, Iterable
 from typing import Any, Protocol
 
@@ -231,8 +232,8 @@ class StageRunner:
             log.info(event.kind, fingerprint=event.fingerprint)
 
     async def produce(self, messages: list[Message]) -> None:
-        for m in messages:
-            self.metrics.published.labels(m.topic).inc()
+        for topic, n in Counter(m.topic for m in messages).items():
+            self.metrics.published.labels(topic).inc(n)
         await self.producer.send(messages)
 
     async def _commit(self, only: Iterable[TopicPartition] | None = None) -> None:

@@ -56,6 +56,7 @@ async def test_keyed_messages_go_where_the_producer_would_put_them_in_order(kafk
     await plain.start()
     try:
         await sink.send([Message(topic, k, b"%d" % i, (("h", b"%d" % i),)) for i, k in enumerate(keys)])
+        assert sink.telemetry.events == {topic: len(keys)}  # counted per topic, once per message
         expected = {k: (await (await plain.send(reference, b"", key=k))).partition for k in set(keys)}
     finally:
         await plain.stop()
