@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker
 from streamer.runtime.records import StageOutput
+from streamer.runtime.stage import Stage
 from tests.fake_clock import FakeClock
 from tests.otlp_factory import ShopTelemetry, to_proto
 
@@ -36,8 +38,11 @@ MS = 1_000_000
 T0 = 1_800_000_000 * S
 SPANS = "otlp_spans"
 CDC = "shop.public.orders"
+CHARGES_CDC = "shop.public.charges"
 READ = "SELECT status FROM orders WHERE id = %s"
 WRITE = "UPDATE orders SET status = %s WHERE id = %s"
+CHARGE_READ = "SELECT id FROM charges WHERE order_id = %s"
+CHARGE = "INSERT INTO charges (order_id, amount) VALUES (%s, %s) RETURNING id"
 INTERNAL_PARTITIONS = 2
 
 
@@ -46,11 +51,12 @@ class Scenario:
     """Messages on the spans and CDC topics, and what detection must find in them."""
 
     spans: list[tuple[int, bytes]] = field(default_factory=list)  # (event time of the message, TracesData)
-    changes: list[tuple[int, bytes, bytes]] = field(default_factory=list)  # (commit time, key, Debezium value)
+    changes: list[tuple[int, bytes, bytes, str]] = field(default_factory=list)  # (commit time, key, value, topic)
     collisions: set[tuple[str, str, str]] = field(default_factory=set)  # (entity, culprit fn, victim fn)
     credits: dict[int, str] = field(default_factory=dict)  # lsn -> code function of the writer
     shop: ShopTelemetry = field(default_factory=ShopTelemetry)
     lsn: int = 1_000
+    charge_id: int = 500
 
     def _request(self, function: str, route: str, start_ns: int, statements: list[tuple[str, str, int, int]]) -> None:
         """One request: a server span, its handler, one DB span per (sql, params, start offset, duration)."""
@@ -73,6 +79,10 @@ class Scenario:
         self.spans.append((end, to_proto(self.shop.take())))
 
     def _change(self, row: int, before: str, after: str, commit_ns: int, writer: str) -> None:
+        self._debezium("orders", {"id": row, "status": before}, {"id": row, "status": after}, commit_ns, writer)
+
+    def _debezium(self, table: str, before: dict[str, Any] | None, after: dict[str, Any], commit_ns: int,
+                  writer: str) -> None:  # fmt: skip
         self.lsn += 8
         commit_ms = commit_ns // MS
         source = {
@@ -82,13 +92,14 @@ class Scenario:
             "ts_ms": commit_ms,
             "db": "shop",
             "schema": "public",
-            "table": "orders",
+            "table": table,
             "txId": self.lsn // 8,
             "lsn": self.lsn,
         }
-        value = {"before": {"id": row, "status": before}, "after": {"id": row, "status": after}, "source": source,
-                 "op": "u", "ts_ms": commit_ms + 50}  # fmt: skip
-        self.changes.append((commit_ns, json.dumps({"id": row}).encode(), json.dumps(value).encode()))
+        value = {"before": before, "after": after, "source": source, "op": "u" if before else "c",
+                 "ts_ms": commit_ms + 50}  # fmt: skip
+        key = json.dumps({"id": after["id"]}).encode()
+        self.changes.append((commit_ns, key, json.dumps(value).encode(), f"shop.public.{table}"))
         self.credits[self.lsn] = writer
 
     def lost_update(self, row: int, at_ns: int, *, same_value: bool = False) -> None:
@@ -101,6 +112,17 @@ class Scenario:
         self._change(row, "pending", "cancelled", at_ns + 11 * MS + MS // 2, "shop.jobs.expire_cart")
         self._change(row, "cancelled", b_value, at_ns + 15 * MS, "shop.handlers.capture_payment")
         self.collisions.add((f"orders:{row}", "shop.jobs.expire_cart", "shop.handlers.capture_payment"))
+
+    def double_charge(self, order: int, at_ns: int) -> None:
+        """Two charge requests for one order both find no charge, then both insert one (ids the database assigns):
+        a phantom through inserts, seen only in the row images Debezium sends."""
+        self.charge_id += 2
+        for n, (function, offset) in enumerate((("shop.handlers.charge", 0), ("shop.handlers.charge_retry", MS))):
+            self._request(function, "/orders/{id}/charges", at_ns + offset,
+                          [(CHARGE_READ, f"({order},)", 0, MS), (CHARGE, f"({order}, 12.5)", 8 * MS, MS)])  # fmt: skip
+            self._debezium("charges", None, {"id": self.charge_id + n, "order_id": order, "amount": 12.5},
+                           at_ns + offset + 9 * MS + MS // 2, function)  # fmt: skip
+        self.collisions.add((f"charges:{self.charge_id}", "shop.handlers.charge", "shop.handlers.charge_retry"))
 
     def serial_update(self, row: int, at_ns: int, value: str) -> None:
         """One request reads and writes the row, alone."""
@@ -121,23 +143,31 @@ class Found:
 class Chain:
     """Stage 1 and stage 2 wired in process; see the module docstring."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], owners: Sequence[Sequence[tuple[str, int]]] = (((SPANS, 0), (CDC, 0)),)):
+        """``owners``: the input partitions of each stage-1 instance (one instance owning both by default; several
+        model ``--workers``, each a consumer of the group with its share of the partitions)."""
         base = {"TRACE_REPRO_KAFKA__CDC_PATTERN": r"^shop\.[^.]+\.[^.]+$"}
         self.settings = config.load(None, env={**base, **env})
         self.clock = FakeClock(T0)
         self.metrics = Metrics()
-        factories = default().factories
-        t1, t2 = PinTracker(), PinTracker()
-        self.ingest = IngestStage(self.settings, self.metrics, self.clock, tracker=t1,
-                                  processors=stage_processors(self.settings, self.metrics, self.clock, "ingest", t1,
-                                                              factories))  # fmt: skip
+        self.workers = [self.ingest_stage(tps) for tps in owners]
+        self.ingest = self.workers[0]
+        t2 = PinTracker()
         self.entities = EntityStage(self.settings, self.metrics, self.clock, tracker=t2,
                                     processors=stage_processors(self.settings, self.metrics, self.clock, "entities",
-                                                                t2, factories))  # fmt: skip
-        self.ingest.broadcast_partitions = INTERNAL_PARTITIONS
-        self.ingest.assign([(SPANS, 0), (CDC, 0)])
+                                                                t2, default().factories))  # fmt: skip
         self.offsets: dict[tuple[str, int], int] = {}
         self.found = Found()
+
+    def ingest_stage(self, tps: Sequence[tuple[str, int]]) -> IngestStage:
+        """A stage-1 instance owning ``tps``, as a worker process (or a restarted one) would be."""
+        tracker = PinTracker()
+        stage = IngestStage(self.settings, self.metrics, self.clock, tracker=tracker,
+                            processors=stage_processors(self.settings, self.metrics, self.clock, "ingest", tracker,
+                                                        default().factories))  # fmt: skip
+        stage.broadcast_partitions = INTERNAL_PARTITIONS
+        stage.assign(tps)
+        return stage
 
     def _record(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> Record:
         offset = self.offsets.get((topic, partition), 0)
@@ -147,7 +177,7 @@ class Chain:
     def run(self, scenario: Scenario, rnd: random.Random, *, wall_step_s: float = 0.2) -> Found:
         """Feed the scenario in time order, in random batches, the clock following event time; then go idle."""
         inputs = [(t, self._record(SPANS, 0, None, v)) for t, v in scenario.spans]
-        inputs += [(t + 40 * MS, self._record(CDC, 0, k, v)) for t, k, v in scenario.changes]  # Debezium's delay
+        inputs += [(t + 40 * MS, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]  # its delay
         inputs.sort(key=lambda x: x[0])
         queue = [r for _, r in inputs]
         times = [t for t, _ in inputs]
@@ -162,12 +192,17 @@ class Chain:
             self._step([])
         return self.found
 
-    def _step(self, records: list[Record]) -> None:
-        out = self.ingest.process(records)
-        self.ingest.release(out.release)
-        self.found.dead_letters += sum(1 for m in out.produce if m.topic == self.settings.kafka.dlq_topic)
+    def _step(self, records: list[Record], workers: Sequence[IngestStage] | None = None) -> None:
+        """One batch of every stage-1 instance in ``workers`` (default: all), each on the records of the partitions
+        it owns, then stage 2 on what they sent."""
+        produced = []
+        for stage in self.workers if workers is None else workers:
+            out = stage.process([r for r in records if (r.topic, r.partition) in stage.assignment])
+            stage.release(out.release)
+            produced += out.produce
+        self.found.dead_letters += sum(1 for m in produced if m.topic == self.settings.kafka.dlq_topic)
         internal: list[Record] = []
-        for m in out.produce:
+        for m in produced:
             if m.topic != self.settings.kafka.accesses_topic:
                 continue
             event = internal_codec.decode(m.value or b"")
@@ -189,10 +224,8 @@ class Chain:
 
     def committable_everywhere(self) -> bool:
         """Every input position of both stages is committable: no pin left behind."""
-        stages = ((self.ingest, (SPANS, CDC)), (self.entities, (self.settings.kafka.accesses_topic,)))
-        return all(
-            stage.committable(tp, self.offsets[tp]) == self.offsets[tp]
-            for stage, topics in stages
-            for tp in self.offsets
-            if tp[0] in topics
-        )
+        owned: list[tuple[Stage, set[tuple[str, int]]]] = [(w, {tp for tp in w.assignment if tp[0] in (SPANS, CDC)})
+                                                           for w in self.workers]  # fmt: skip
+        owned.append((self.entities, {tp for tp in self.offsets if tp[0] == self.settings.kafka.accesses_topic}))
+        return all(stage.committable(tp, self.offsets[tp]) == self.offsets[tp]
+                   for stage, tps in owned for tp in tps if tp in self.offsets)  # fmt: skip

@@ -31,7 +31,7 @@ EXAMPLES = 100  # 10^5 inputs in all
 _scenario = Scenario()
 _scenario.lost_update(1, T0 + 1_000 * MS)
 SPAN_MESSAGES = [v for _, v in _scenario.spans]
-CDC_MESSAGES = [(k, v) for _, k, v in _scenario.changes]
+CDC_MESSAGES = [(k, v) for _, k, v, _ in _scenario.changes]
 EVENT = incident(evidence_access("1.0", "f", "/r", at_ms=T0 / MS), evidence_access("1.0", "g", "/r", at_ms=T0 / MS))
 ACCESS = Access(entity="orders:1", table="orders", operation=DbOperation.WRITE, lock=LockMode.NONE, trace_id="a" * 32,
                 span_id="b" * 16, service="shop", version="1", start_ns=T0, end_ns=T0 + MS, statement="UPDATE x",

@@ -583,7 +583,8 @@ def test_low_watermark_is_published_to_every_internal_partition() -> None:
     assert [part for part, _ in marks] == [0, 1, 2]
     for _, mark in marks:
         assert isinstance(mark, wire.Watermark)
-        assert mark.partitions == (f"{SPANS}/0", f"{SPANS}/1")
+        assert mark.partitions == (f"{SPANS}/0",)
+        assert mark.idle == (f"{SPANS}/1", "shop.public.orders/0")  # silent since assigned: nothing to wait for
         assert mark.watermark_ns == T0 + 9_501 * MS  # the watermark: the open trace started after it
     long = SHOP.tracer.start_span("GET /export", start_time=T0 + 12 * S)  # a long request, still open ...
     long.end(end_time=T0 + 19_200 * MS)
@@ -607,11 +608,14 @@ def test_a_newly_assigned_cdc_partition_holds_the_low_watermark_until_it_deliver
     p.clock.advance(31)
     topic = p.settings.kafka.accesses_topic
     out = p.spans(request(10))
-    assert not [m for m in out.produce if m.topic == topic]  # held at zero: nothing to publish
+    [held] = [wire.decode(m.value or b"") for m in out.produce if m.topic == topic]
+    assert isinstance(held, wire.Watermark) and held.watermark_ns == 0  # held at zero: stage 2 waits
+    assert held.partitions == (f"{SPANS}/0", "shop.public.orders/0") and held.idle == ()
     p.stage.progress({(SPANS, 0), cdc})  # read to its end, and silent for the idle timeout since assigned
     out = p.spans(request(11))
     [mark] = [wire.decode(m.value or b"") for m in out.produce if m.topic == topic]
     assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 10 * S  # the open trace's start
+    assert mark.partitions == (f"{SPANS}/0",) and mark.idle == ("shop.public.orders/0",)
 
 
 def test_a_newly_assigned_partition_holds_event_time_back_until_it_delivers() -> None:
