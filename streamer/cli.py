@@ -5,8 +5,8 @@ trace-repro local status                                           PID, health a
 trace-repro local env                                              the TRACE_REPRO_* variables (eval-able)
 trace-repro local capture schema.table ...                         have Debezium capture tables
 trace-repro local down [--keep-data]                               stop them all
-trace-repro run [--config FILE] [--stage all|ingest|entities]      the daemon (stage 1 as N worker processes,
-                [--workers N|auto]                                 default: the cores)
+trace-repro run [--config FILE] [--stage all|ingest|entities]      the daemon (stage 1 as N worker processes;
+                [--workers N|auto]                                 default: the `workers` setting, 1)
 trace-repro contract add --fingerprint F --signature S [...]       add a proof contract
 trace-repro gate --diff F --description F --contract F.json        merge-request gate for a fix
                  [--junit F.xml] [--codequality F.json]            (its tests' run; a Code Quality report)

@@ -1,8 +1,8 @@
 """The daemon's entry point: load the configuration, then run the runtime until SIGTERM/SIGINT.
 
-With more than one worker (``--workers N`` or the ``workers`` setting; default: the cores), stage 1 runs as N worker
-processes under a supervisor (:mod:`streamer.runtime.workers`); with one, or with ``--stage entities`` (stage 2 is
-one instance per daemon), the daemon runs in this process.
+With more than one worker (``--workers N`` or the ``workers`` setting; default 1, "auto" = the cores), stage 1 runs
+as N worker processes under a supervisor (:mod:`streamer.runtime.workers`); with one, or with ``--stage entities``
+(stage 2 is one instance per daemon), the daemon runs in this process.
 """
 
 from __future__ import annotations

@@ -122,18 +122,6 @@ def test_row_change_round_trips_exactly(c: RowChange) -> None:
     assert all(type(pair) is tuple for pair in back.key)
 
 
-def test_watermark_round_trips_and_its_idle_list_is_optional() -> None:
-    """A watermark decodes to an equal one; ``idle`` is written only when it has partitions, and a watermark
-    written before it existed decodes with none."""
-    for w in (wire.Watermark(7, ("otlp_spans/0",)), wire.Watermark(0, (), ("otlp_spans/1", "shop.public.x/0"))):
-        assert wire.decode(wire.encode_watermark(w)) == w
-    assert "idle" not in json.loads(wire.encode_watermark(wire.Watermark(7, ("otlp_spans/0",))))["watermark"]
-    old = b'{"v": 1, "kind": "watermark", "watermark": {"ns": 5, "partitions": ["otlp_spans/2"]}}'
-    assert wire.decode(old) == wire.Watermark(5, ("otlp_spans/2",), ())
-    with pytest.raises(ValueError):
-        wire.decode(b'{"v": 1, "kind": "watermark", "watermark": {"ns": 5, "partitions": [], "idle": 3}}')
-
-
 def test_encoding_is_versioned_json() -> None:
     """The internal format is a JSON object with the schema version and the event kind."""
     c = RowChange("public.orders", CdcOp.UPDATE, (("id", 1),), None, {"id": 1}, 5, 6, 7, "9")

@@ -77,22 +77,13 @@ class Watermarks:
         """Whether some partition has delivered an event."""
         return any(p.max_event_ns for p in self._parts.values())
 
-    def silent(self) -> set[Hashable]:
-        """The partitions that never delivered an event and are idle (read to their end and silent since they were
-        assigned): they have no progress to promise and hold nothing back."""
-        now = self._clock()
-        return {tp for tp, p in self._parts.items() if not p.max_event_ns and self._idle(tp, p, now)}
-
     def holding(self) -> bool:
         """Whether some partition is active (not idle): else this input has nothing more to come for now."""
         return bool(self._active(self._clock()))
 
-    def _idle(self, tp: Hashable, p: _Partition, now: int) -> bool:
-        """Silent for ``idle_ns`` and read to its end (until the runtime first reports, silence is enough)."""
-        return now - p.last_seen_wall_ns >= self.idle_ns and (self._caught_up is None or tp in self._caught_up)
-
     def _active(self, now: int) -> list[_Partition]:
-        return [p for tp, p in self._parts.items() if not self._idle(tp, p, now)]
+        silent_ok = self._caught_up if self._caught_up is not None else self._parts.keys()  # None: silence is enough
+        return [p for tp, p in self._parts.items() if now - p.last_seen_wall_ns < self.idle_ns or tp not in silent_ok]
 
     def current(self) -> int:
         """The stage watermark in event-time nanoseconds (0 before any event; it moves back when a newly assigned
@@ -136,10 +127,6 @@ class UpstreamWatermarks:
         else:
             entry.watermark_ns = max(entry.watermark_ns, watermark_ns)
             entry.updated_wall_ns = now
-
-    def forget(self, source: str) -> None:
-        """Upstream says: ``source`` has nothing (it never delivered and is read to its end); stop waiting for it."""
-        self._sources.pop(source, None)
 
     def current(self) -> int:
         now = self._clock()

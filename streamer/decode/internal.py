@@ -40,18 +40,14 @@ def encode_row_change(c: RowChange) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Watermark:
-    """Stage 1's low watermark for its input partitions (``"otlp_spans/0"``); ``idle``: partitions it owns that
-    promise nothing (never delivered, read to their end and silent), which stage 2 stops waiting for."""
+    """Stage 1's low watermark for its input partitions (``"otlp_spans/0"``)."""
 
     watermark_ns: int
     partitions: tuple[str, ...]
-    idle: tuple[str, ...] = ()
 
 
 def encode_watermark(w: Watermark) -> bytes:
-    body: dict[str, Any] = {"ns": w.watermark_ns, "partitions": list(w.partitions)}
-    if w.idle:
-        body["idle"] = list(w.idle)
+    body = {"ns": w.watermark_ns, "partitions": list(w.partitions)}
     return json.dumps({"v": SCHEMA_VERSION, "kind": "watermark", "watermark": body}).encode()
 
 
@@ -100,8 +96,7 @@ def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChan
     try:
         if kind == "watermark":
             body = _object(msg.get("watermark"), "watermark")
-            return _WATERMARK.validate_python({"watermark_ns": body.get("ns"), "partitions": body.get("partitions"),
-                                               "idle": body.get("idle", [])})  # fmt: skip
+            return _WATERMARK.validate_python({"watermark_ns": body.get("ns"), "partitions": body.get("partitions")})
         field_name, adapter, known = _EVENTS[str(kind)]
         body = _object(msg.get(field_name), str(kind))
         unknown = sorted(set(body) - known)

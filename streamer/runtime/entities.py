@@ -118,8 +118,6 @@ class EntityStage(Stage):
                 marks = self.upstream((record.topic, record.partition))
                 for partition in event.partitions:
                     marks.update(partition, event.watermark_ns)
-                for partition in event.idle:
-                    marks.forget(partition)
             elif isinstance(event, Access):
                 self.correlator.add_access(event)
                 for processor in self.processors:

@@ -100,7 +100,7 @@ class IngestStage(Stage):
         self._kept: list[Sequence[Span]] = []  # this batch's spans, whose details are read at its end
         self._last_retention_ns = 0
         self.broadcast_topic = settings.kafka.accesses_topic
-        self._published: tuple[int, int, tuple[str, ...]] = (0, 0, ())  # (low watermark, wall time, idle) last sent
+        self._published = (0, 0)  # (low watermark, wall time) last published
         self._future_ns = s_to_ns(w.max_future_skew_s)
         self._longest_ns = s_to_ns(w.max_span_duration_s)
         self._clock_drops = telemetry("clock").declare("future_time", "absurd_duration")
@@ -254,49 +254,44 @@ class IngestStage(Stage):
         for processor in self.processors:
             self.call(processor, processor.on_trace, trace, accesses)
 
-    def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int | None:
+    def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int:
         """What this instance promises for the spans and CDC partitions it owns: every access of a trace that could
         have run before it, and every row change committed before it, is on the internal topic.
 
         The spans side is the watermark held back to the oldest open trace. An active CDC partition (one just
         assigned: until it delivers or is read to its end) holds it to the commits it has delivered; idle ones
-        promise their idle catch-up when they are all this instance has. Partitions that never delivered and are
-        idle promise nothing (an instance owning only such partitions must not hold the others back); None when
-        nothing is promised."""
+        promise their idle catch-up when they are all this instance has. When everything owned is idle and never
+        delivered (``--workers``: a worker whose share has no traffic), nothing older than the wall clock can come:
+        it promises the wall clock, so that it does not hold the others back and a partition it hands over in a
+        rebalance stays held at that promise until its next owner reports."""
         promises = []
         if self.watermarks.holding() or self.watermarks.seen():
             promises.append(watermark_ns if open_since is None else min(watermark_ns, open_since))
         if self.cdc_marks.holding() or (not promises and self.cdc_marks.seen()):
             promises.append(self.cdc_marks.current())
-        return min(promises, default=None)
+        return min(promises, default=self.clock())
 
-    def _publish_watermark(self, low_ns: int | None, out: StageOutput) -> None:
+    def _publish_watermark(self, low_ns: int, out: StageOutput) -> None:
         """The low watermark of the spans and CDC partitions owned, to every internal partition: at once when this
-        batch sent accesses or row changes (stage 2 can act on them) or a partition fell silent, else when it moved
-        and a second has passed since the last one (idle catch-up), and every ten seconds anyway (a heartbeat: this
-        upstream is alive). Zero (a partition just assigned, not delivered yet) is published too: stage 2 holds for
-        it. Partitions that never delivered and are idle go as ``idle``: stage 2 stops waiting for them.
+        batch sent accesses or row changes (stage 2 can act on them), else when it moved and a second has passed
+        since the last one (idle catch-up), and every ten seconds anyway (a heartbeat: this upstream is alive).
+        Zero (a partition just assigned, not delivered yet) is published too: stage 2 holds for it.
 
         With several instances (``--workers``) each owns a share: the row changes of a table may be on one and the
         spans that wrote them on another, and stage 2's event time is the minimum over every partition's promise,
         so that it never passes commits still waiting on a partition (a worker down, a rebalance replaying)."""
         k = self.settings.kafka
-        silent = self.watermarks.silent() | self.cdc_marks.silent()
-        owned = [(t, p) for t, p in self.assignment if t == k.spans_topic or self.cdc_marks.owns((t, p))]
-        idle = tuple(sorted(f"{t}/{p}" for t, p in owned if (t, p) in silent))
-        live = tuple(sorted(f"{t}/{p}" for t, p in owned if (t, p) not in silent))
-        last_ns, last_wall, last_idle = self._published
+        owned = sorted(f"{t}/{p}" for t, p in self.assignment if t == k.spans_topic or self.cdc_marks.owns((t, p)))
+        last_ns, last_wall = self._published
         now = self.clock()
-        if not owned or not self.broadcast_partitions or (low_ns is None and not idle):
+        if not owned or not self.broadcast_partitions:
             return
         sent = any(m.topic == k.accesses_topic for m in out.produce)
-        moved = low_ns is not None and low_ns > last_ns
-        due = (moved and (sent or now - last_wall >= WATERMARK_EVERY_NS)) or now - last_wall >= HEARTBEAT_NS
-        if not due and idle == last_idle:
+        moved = low_ns > last_ns
+        if not (moved and (sent or now - last_wall >= WATERMARK_EVERY_NS)) and now - last_wall < HEARTBEAT_NS:
             return
-        low = max(low_ns or 0, last_ns)
-        self._published = (low, now, idle)
-        value = internal.encode_watermark(internal.Watermark(low, live if low_ns is not None else (), idle))
+        self._published = (max(low_ns, last_ns), now)
+        value = internal.encode_watermark(internal.Watermark(max(low_ns, last_ns), tuple(owned)))
         out.produce += [Message(k.accesses_topic, None, value, partition=p) for p in range(self.broadcast_partitions)]
 
     def _retention(self, watermark_ns: int, out: StageOutput) -> None:

@@ -200,32 +200,10 @@ def test_upstream_is_the_minimum_over_upstream_partitions_and_expires_stale_ones
     assert up.current() == T + 20 * S
 
 
-def test_a_partition_that_never_delivered_is_silent_once_idle_and_read_to_its_end() -> None:
-    """Just assigned, a partition holds; read to its end and silent for the idle timeout without ever delivering, it
-    is silent (nothing to promise); one that delivered is never silent, however long it is quiet."""
-    clock = FakeClock()
-    wm = Watermarks(LATE, IDLE, clock)
-    wm.assign(P0)
+def test_seen_once_a_partition_delivered() -> None:
+    """Owned partitions are known from assignment; seen only once one of them delivered an event."""
+    wm = Watermarks(LATE, IDLE, FakeClock())
     wm.assign(P1)
+    assert wm.owns(P1) and not wm.owns(P0) and not wm.seen()
     wm.observe(P0, T)
-    wm.progress({P0})  # P1 has a backlog
-    clock.advance(31)
-    assert wm.silent() == set()
-    wm.progress({P0, P1})
-    assert wm.silent() == {P1}
-    assert wm.seen() and wm.owns(P1) and not wm.owns(P2)
-
-
-def test_upstream_forgets_a_partition_upstream_says_has_nothing() -> None:
-    """A partition reported idle (never delivered, read to its end) stops holding event time at once, not only
-    after the expiry; reported again, it counts again."""
-    clock = FakeClock()
-    up = UpstreamWatermarks(60 * S, clock)
-    up.update("otlp_spans/0", T + 10 * S)
-    up.update("otlp_spans/1", 0)  # just assigned: held
-    assert up.current() == 0
-    up.forget("otlp_spans/1")
-    assert up.current() == T + 10 * S
-    up.update("otlp_spans/1", T + 12 * S)
-    up.update("otlp_spans/0", T + 20 * S)
-    assert up.current() == T + 12 * S
+    assert wm.seen() and wm.owns(P0)
