@@ -225,8 +225,16 @@ class RowCorrelator:
         return keyed + scoped
 
     def correlate_many(self, changes: Sequence[RowChange]) -> list[tuple[RowChange, Correlation | None]]:
-        """The writers of one row's changes, in commit order, each access crediting at most one change."""
+        """The writers of one row's changes, in commit order, each access crediting at most one change. A change
+        delivered more than once (a replay after a crash, before the first copy was credited) is matched once and
+        every copy gets that writer: copies must not count as more changes than writers."""
         ordered = sorted(changes, key=lambda c: c.lsn)
+        first: dict[ChangeId, RowChange] = {}
+        for c in ordered:
+            first.setdefault(_change_id(c), c)
+        if len(first) < len(ordered):
+            once = {_change_id(c): f for c, f in self.correlate_many(list(first.values()))}
+            return [(c, once[_change_id(c)]) for c in ordered]
         results: list[Correlation | None] = []
         tied: list[tuple[int, list[Access]]] = []  # changes that matched several writers equally well
         for change in ordered:

@@ -345,3 +345,19 @@ def test_a_replayed_change_gets_the_writer_it_got_the_first_time() -> None:
     other = replace(first, lsn=2, commit_ts_ms=first.commit_ts_ms + 1)
     [(_, none)] = rc.correlate_many([other])  # a second change cannot have been made by the same statement
     assert none is None
+
+
+def test_copies_of_tied_changes_delivered_together_are_matched_as_one_change_each() -> None:
+    """Two writers set the same value and both commits match both on values and time: commit order decides. When
+    each change arrives twice before either is credited (a replay after a crash), the copies are still two
+    changes, not four: each copy gets its change's writer."""
+    rc = RowCorrelator()
+    a = write(T1, sets=(("status", "cancelled"),), end_ms=1004)
+    b = write(T2, sets=(("status", "cancelled"),), end_ms=1006)
+    rc.add_access(a)
+    rc.add_access(b)
+    first = change(after={"id": 8812, "status": "cancelled"}, commit_ms=1005)
+    second = replace(first, lsn=2, commit_ts_ms=1007)
+    got = rc.correlate_many([first, second, first, second])
+    assert [(c.lsn, f.access if f else None) for c, f in got] == [(1, a), (1, a), (2, b), (2, b)]
+    assert {f.strength for _, f in got if f} == {"commit_order"}

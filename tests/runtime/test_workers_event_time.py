@@ -26,10 +26,12 @@ def _scenario(rounds: int) -> Scenario:
     return s
 
 
-def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = None) -> None:
+def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = None, unacked_s: float = 0) -> None:
     """Feed the scenario in arrival order, a few records a batch, the clock following event time. While the clock is
     in ``down`` (ns), the worker owning the row changes is dead: its records wait on the topic, and a new instance
-    replays them when it comes back (a supervisor's restart, a rebalance). Then everything goes idle."""
+    replays them when it comes back (a supervisor's restart, a rebalance), with the row changes of its last
+    ``unacked_s`` seconds before it died again: sent, but killed before it committed them. Then everything goes
+    idle."""
     rnd = random.Random(3)
     inputs = [(t, chain._record(SPANS, 0, None, v)) for t, v in scenario.spans]
     inputs += [(t + 40_000_000, chain._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
@@ -43,6 +45,8 @@ def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = Non
         i += size
         dead = down is not None and down[0] <= chain.clock.now < down[1]
         if dead:
+            if not waiting:
+                waiting = [r for t, r in inputs[:i] if r.topic != SPANS and down[0] - unacked_s * S <= t < down[0]]
             waiting += [r for r in batch if r.topic != SPANS]
             chain._step([r for r in batch if r.topic == SPANS], [chain.workers[0]])
             continue
@@ -70,6 +74,19 @@ def test_a_worker_owning_only_row_changes_holds_stage_2_while_it_is_down() -> No
     assert len(chain.found.incidents) == len(scenario.collisions)
     assert {lsn: chain.found.functions[span] for lsn, span in chain.found.credits.items()} == scenario.credits
     assert chain.committable_everywhere()
+
+
+def test_row_changes_sent_twice_by_a_worker_killed_before_its_commit_lose_no_defect() -> None:
+    """The row-change worker is SIGKILLed after sending its last 3 s of row changes but before committing them:
+    its replacement sends them again, and stage 2 may hold both copies of a change at once. Each defect is still
+    found once (a phantom's two inserts are two changes for its two writers, not four) and credited to its
+    writer."""
+    scenario = _scenario(12)
+    chain = Chain({}, owners=(SPAN_OWNER, CDC_OWNER))
+    _run(chain, scenario, down=(T0 + 30 * S, T0 + 40 * S), unacked_s=3)
+    assert _found(chain) == scenario.collisions
+    assert len(chain.found.incidents) == len(scenario.collisions)
+    assert {lsn: chain.found.functions[span] for lsn, span in chain.found.credits.items()} == scenario.credits
 
 
 def test_the_row_change_worker_is_a_source_of_stage_2_event_time() -> None:
