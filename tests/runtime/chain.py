@@ -174,11 +174,16 @@ class Chain:
         self.offsets[(topic, partition)] = offset + 1
         return Record(topic, partition, offset, key, value)
 
+    def arrivals(self, scenario: Scenario) -> list[tuple[int, Record]]:
+        """The scenario's messages as records, by the event time they arrive at (row changes Debezium's 40 ms
+        after their commit)."""
+        inputs = [(t, self._record(SPANS, 0, None, v)) for t, v in scenario.spans]
+        inputs += [(t + 40 * MS, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
+        return sorted(inputs, key=lambda x: x[0])
+
     def run(self, scenario: Scenario, rnd: random.Random, *, wall_step_s: float = 0.2) -> Found:
         """Feed the scenario in time order, in random batches, the clock following event time; then go idle."""
-        inputs = [(t, self._record(SPANS, 0, None, v)) for t, v in scenario.spans]
-        inputs += [(t + 40 * MS, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]  # its delay
-        inputs.sort(key=lambda x: x[0])
+        inputs = self.arrivals(scenario)
         queue = [r for _, r in inputs]
         times = [t for t, _ in inputs]
         while queue:
@@ -224,8 +229,7 @@ class Chain:
 
     def committable_everywhere(self) -> bool:
         """Every input position of both stages is committable: no pin left behind."""
-        owned: list[tuple[Stage, set[tuple[str, int]]]] = [(w, {tp for tp in w.assignment if tp[0] in (SPANS, CDC)})
-                                                           for w in self.workers]  # fmt: skip
+        owned: list[tuple[Stage, set[tuple[str, int]]]] = [(w, w.assignment) for w in self.workers]
         owned.append((self.entities, {tp for tp in self.offsets if tp[0] == self.settings.kafka.accesses_topic}))
         return all(stage.committable(tp, self.offsets[tp]) == self.offsets[tp]
                    for stage, tps in owned for tp in tps if tp in self.offsets)  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 
-from processors.state.watermarks import UpstreamWatermarks
 from streamer.decode.registry import Record
 from tests.runtime.chain import CDC, CHARGES_CDC, SPANS, T0, Chain, S, Scenario
 
@@ -33,9 +32,7 @@ def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = Non
     ``unacked_s`` seconds before it died again: sent, but killed before it committed them. Then everything goes
     idle."""
     rnd = random.Random(3)
-    inputs = [(t, chain._record(SPANS, 0, None, v)) for t, v in scenario.spans]
-    inputs += [(t + 40_000_000, chain._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
-    inputs.sort(key=lambda x: x[0])
+    inputs = chain.arrivals(scenario)
     waiting: list[Record] = []
     i = 0
     while i < len(inputs):
@@ -65,8 +62,8 @@ def _found(chain: Chain) -> set[tuple[str, str, str]]:
 
 def test_a_worker_owning_only_row_changes_holds_stage_2_while_it_is_down() -> None:
     """Spans on one worker, row changes on another that dies for 45 s of the run and is replaced: every planted
-    lost update is found once, every change credited to its writer, and stage 2's event time never passed the
-    commits that were waiting on the dead worker's partition."""
+    lost update and double charge is found once and every change credited to its writer (judged before the
+    waiting changes arrived, they would not be), and no input stays pinned."""
     scenario = _scenario(12)
     chain = Chain({}, owners=(SPAN_OWNER, CDC_OWNER))
     _run(chain, scenario, down=(T0 + 15 * S, T0 + 60 * S))
@@ -91,12 +88,18 @@ def test_row_changes_sent_twice_by_a_worker_killed_before_its_commit_lose_no_def
 
 def test_the_row_change_worker_is_a_source_of_stage_2_event_time() -> None:
     """The worker owning only row changes publishes its progress for them: held at zero until its partition first
-    delivers, then its commit progress; stage 2 takes it into its minimum."""
+    delivers, then the commit time it reached; stage 2 takes it into its minimum."""
+    scenario = _scenario(1)
     chain = Chain({}, owners=(SPAN_OWNER, CDC_OWNER))
     chain._step([])
-    marks = [m for m in chain.entities._upstream.values() if isinstance(m, UpstreamWatermarks)]
-    assert marks and all(f"{CDC}/0" in m._sources for m in marks)
-    assert chain.entities.event_time() == 0
+    sources = [marks._sources for marks in chain.entities._upstream.values()]
+    assert len(sources) == 2 and all(s[f"{CDC}/0"].watermark_ns == 0 for s in sources)
+    commit_ns, key, value, topic = scenario.changes[0]
+    chain.clock.now = commit_ns + 6 * S  # the charges partition, silent since assigned, is idle by now
+    chain._step([chain._record(topic, 0, key, value)])
+    reached = commit_ns // 1_000_000 * 1_000_000  # Debezium's commit time is in ms
+    assert all(s[f"{CDC}/0"].watermark_ns == reached for s in sources)
+    assert chain.entities.event_time() == reached  # the binding promise: the silent spans worker's is the clock
 
 
 def test_a_worker_owning_only_a_silent_spans_partition_does_not_stall_stage_2() -> None:
