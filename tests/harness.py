@@ -124,6 +124,13 @@ class Harness:
 
 def harness_settings(kafka_bootstrap: str, falkordb_url: str, components: Components | None = None,
                      **overrides: str) -> Settings:  # fmt: skip
+    env = harness_env(kafka_bootstrap, falkordb_url, **overrides)
+    return config.load(None, env=env, factories=components.factories if components is not None else None)
+
+
+def harness_env(kafka_bootstrap: str, falkordb_url: str, **overrides: str) -> dict[str, str]:
+    """``TRACE_REPRO_*`` for a test daemon: its own group, graph and topics, quick event time (a subprocess gets
+    these as its environment)."""
     tag = uuid.uuid4().hex[:8]
     env = {
         "TRACE_REPRO_KAFKA_BOOTSTRAP": kafka_bootstrap,
@@ -146,4 +153,4 @@ def harness_settings(kafka_bootstrap: str, falkordb_url: str, components: Compon
         "TRACE_REPRO_HTTP__PORT": "0",
     }
     env.update({f"TRACE_REPRO_{k.upper()}": v for k, v in overrides.items()})
-    return config.load(None, env=env, factories=components.factories if components is not None else None)
+    return env

@@ -100,7 +100,7 @@ class IngestStage(Stage):
         self._kept: list[Sequence[Span]] = []  # this batch's spans, whose details are read at its end
         self._last_retention_ns = 0
         self.broadcast_topic = settings.kafka.accesses_topic
-        self._published = (0, 0)  # (low watermark, wall time) last published
+        self._published = (0, 0)  # (low watermark, wall time) last published; it may move back
         self._future_ns = s_to_ns(w.max_future_skew_s)
         self._longest_ns = s_to_ns(w.max_span_duration_s)
         self._clock_drops = telemetry("clock").declare("future_time", "absurd_duration")
@@ -279,7 +279,11 @@ class IngestStage(Stage):
 
         With several instances (``--workers``) each owns a share: the row changes of a table may be on one and the
         spans that wrote them on another, and stage 2's event time is the minimum over every partition's promise,
-        so that it never passes commits still waiting on a partition (a worker down, a rebalance replaying)."""
+        so that it never passes commits still waiting on a partition (a worker down, a rebalance replaying). The
+        promise goes out as it is now, also when it is below the last one: after a rebalance hands this instance a
+        dead worker's partitions, it holds at what they replay. Stage 2 keeps each partition at the highest promise
+        it got, so a lower one holds back only the partitions newly owned, at their previous owner's promise (raised
+        to this instance's old promise, it would let stage 2 judge the replayed row changes before their accesses)."""
         k = self.settings.kafka
         owned = sorted(f"{t}/{p}" for t, p in self.assignment if t == k.spans_topic or self.cdc_marks.owns((t, p)))
         last_ns, last_wall = self._published
@@ -290,8 +294,8 @@ class IngestStage(Stage):
         moved = low_ns > last_ns
         if not (moved and (sent or now - last_wall >= WATERMARK_EVERY_NS)) and now - last_wall < HEARTBEAT_NS:
             return
-        self._published = (max(low_ns, last_ns), now)
-        value = internal.encode_watermark(internal.Watermark(max(low_ns, last_ns), tuple(owned)))
+        self._published = (low_ns, now)
+        value = internal.encode_watermark(internal.Watermark(low_ns, tuple(owned)))
         out.produce += [Message(k.accesses_topic, None, value, partition=p) for p in range(self.broadcast_partitions)]
 
     def _retention(self, watermark_ns: int, out: StageOutput) -> None:

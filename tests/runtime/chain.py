@@ -174,10 +174,10 @@ class Chain:
         self.offsets[(topic, partition)] = offset + 1
         return Record(topic, partition, offset, key, value)
 
-    def arrivals(self, scenario: Scenario) -> list[tuple[int, Record]]:
+    def arrivals(self, scenario: Scenario, spans_partitions: int = 1) -> list[tuple[int, Record]]:
         """The scenario's messages as records, by the event time they arrive at (row changes Debezium's 40 ms
-        after their commit)."""
-        inputs = [(t, self._record(SPANS, 0, None, v)) for t, v in scenario.spans]
+        after their commit); the spans messages (one trace each) dealt round the spans partitions."""
+        inputs = [(t, self._record(SPANS, n % spans_partitions, None, v)) for n, (t, v) in enumerate(scenario.spans)]
         inputs += [(t + 40 * MS, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
         return sorted(inputs, key=lambda x: x[0])
 

@@ -25,15 +25,26 @@ def _scenario(rounds: int) -> Scenario:
     return s
 
 
-def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = None, unacked_s: float = 0) -> None:
+def _run(
+    chain: Chain,
+    scenario: Scenario,
+    *,
+    down: tuple[int, int] | None = None,
+    unacked_s: float = 0,
+    takeover: bool = False,
+    spans_partitions: int = 1,
+) -> None:
     """Feed the scenario in arrival order, a few records a batch, the clock following event time. While the clock is
-    in ``down`` (ns), the worker owning the row changes is dead: its records wait on the topic, and a new instance
-    replays them when it comes back (a supervisor's restart, a rebalance), with the row changes of its last
-    ``unacked_s`` seconds before it died again: sent, but killed before it committed them. Then everything goes
-    idle."""
+    in ``down`` (ns), the second worker is dead: the records of its partitions wait on their topics, and when it
+    comes back they are replayed from its last commit: what its pins held (the spans of traces still open), and
+    what it sent in its last ``unacked_s`` seconds before it died (killed before it committed them). A new instance
+    of it replays them (a supervisor's restart) or, with ``takeover``, the first worker, which the rebalance hands
+    its partitions: it catches up on them a few records a batch, a second of wall time each, while its own
+    partitions stay idle. Then everything goes idle."""
     rnd = random.Random(3)
-    inputs = chain.arrivals(scenario)
-    waiting: list[Record] = []
+    inputs = chain.arrivals(scenario, spans_partitions)
+    dead_tps = set(chain.workers[1].assignment)
+    waiting: list[Record] | None = None
     i = 0
     while i < len(inputs):
         size = rnd.randint(1, 4)
@@ -42,18 +53,38 @@ def _run(chain: Chain, scenario: Scenario, *, down: tuple[int, int] | None = Non
         i += size
         dead = down is not None and down[0] <= chain.clock.now < down[1]
         if dead:
-            if not waiting:
-                waiting = [r for t, r in inputs[:i] if r.topic != SPANS and down[0] - unacked_s * S <= t < down[0]]
-            waiting += [r for r in batch if r.topic != SPANS]
-            chain._step([r for r in batch if r.topic == SPANS], [chain.workers[0]])
+            if waiting is None:  # killed: what it sent since its last commit waits for a replay
+                waiting = _uncommitted(chain, [(t, r) for t, r in inputs[: i - size] if (r.topic, r.partition)
+                                               in dead_tps], since_ns=down[0] - int(unacked_s * S))  # fmt: skip
+            waiting += [r for r in batch if (r.topic, r.partition) in dead_tps]
+            chain._step([r for r in batch if (r.topic, r.partition) not in dead_tps], [chain.workers[0]])
             continue
-        if waiting:  # back: a new instance of the dead worker replays what it had not committed
-            chain.workers[1] = chain.ingest_stage(CDC_OWNER)
-            batch, waiting = waiting + batch, []
+        if waiting is not None and takeover:
+            chain.workers = [chain.workers[0]]
+            chain.workers[0].assign(dead_tps | chain.workers[0].assignment)
+            while waiting:
+                chain.clock.advance(1)
+                n = rnd.randint(1, 4)
+                chain._step(waiting[:n])
+                waiting = waiting[n:]
+        elif waiting is not None:
+            chain.workers[1] = chain.ingest_stage(sorted(dead_tps))
+            batch = waiting + batch
+        waiting = None
         chain._step(batch)
     for _ in range(150):
         chain.clock.advance(0.5)
         chain._step([])
+
+
+def _uncommitted(chain: Chain, sent: list[tuple[int, Record]], since_ns: int) -> list[Record]:
+    """What the dead worker must have replayed: from the offset its pins let it commit (the spans of its open
+    traces), and everything it sent from ``since_ns`` on (sent, not committed)."""
+    positions: dict[tuple[str, int], int] = {}
+    for _, r in sent:
+        positions[(r.topic, r.partition)] = r.offset + 1
+    committed = {tp: chain.workers[1].committable(tp, position) for tp, position in positions.items()}
+    return [r for t, r in sent if r.offset >= committed[(r.topic, r.partition)] or t >= since_ns]
 
 
 def _found(chain: Chain) -> set[tuple[str, str, str]]:
@@ -84,6 +115,21 @@ def test_row_changes_sent_twice_by_a_worker_killed_before_its_commit_lose_no_def
     assert _found(chain) == scenario.collisions
     assert len(chain.found.incidents) == len(scenario.collisions)
     assert {lsn: chain.found.functions[span] for lsn, span in chain.found.credits.items()} == scenario.credits
+
+
+def test_a_worker_taking_over_a_dead_workers_partitions_holds_stage_2_until_it_has_replayed_them() -> None:
+    """The worker owning a spans partition and the row changes is SIGKILLed; 30 s later the rebalance hands its
+    partitions to the surviving worker, whose own spans partition has moved on meanwhile. Until it has replayed
+    the dead worker's backlog, stage 2 stays at what the dead worker promised for them: the survivor's promise
+    for its own partition does not vouch for the ones it just took over (had it, the replayed row changes would
+    be judged before the replayed accesses of their writers), so every defect is found and credited."""
+    scenario = _scenario(12)
+    chain = Chain({}, owners=(SPAN_OWNER, [(SPANS, 1), *CDC_OWNER]))
+    _run(chain, scenario, down=(T0 + 20 * S, T0 + 50 * S), unacked_s=3, takeover=True, spans_partitions=2)
+    assert _found(chain) == scenario.collisions
+    assert len(chain.found.incidents) == len(scenario.collisions)
+    assert {lsn: chain.found.functions[span] for lsn, span in chain.found.credits.items()} == scenario.credits
+    assert chain.committable_everywhere()
 
 
 def test_the_row_change_worker_is_a_source_of_stage_2_event_time() -> None:
