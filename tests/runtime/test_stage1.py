@@ -618,6 +618,30 @@ def test_a_newly_assigned_cdc_partition_holds_the_low_watermark_until_it_deliver
     assert mark.partitions == (f"{SPANS}/0", "shop.public.orders/0")
 
 
+def test_partitions_taken_over_are_promised_at_what_they_replayed_not_at_this_instances_progress() -> None:
+    """A worker that a rebalance hands a dead worker's spans partition publishes its promise as it is now, below
+    what it promised before for its own partition: held at zero until the partition delivers, then at its replay's
+    progress. (Stage 2 keeps each partition at the highest promise it got, so its own partition keeps its old one;
+    its old promise sent for the new partition would let stage 2 judge rows before the replayed accesses.)"""
+    p = Pipe()
+    p.stage.broadcast_partitions = 1
+    topic = p.settings.kafka.accesses_topic
+    p.stage.assign([(SPANS, 0)])
+    p.send(p.encode(request(30)), partition=0)
+    p.clock.advance(11)
+    before = [wire.decode(m.value or b"") for m in p.send(p.encode(request(40)), partition=0).produce]
+    assert [m.watermark_ns for m in before if isinstance(m, wire.Watermark)] == [T0 + 39_501 * MS]
+    p.stage.assign([(SPANS, 0), (SPANS, 1)])  # the dead worker's partition
+    p.clock.advance(11)  # the heartbeat is due
+    [held] = [wire.decode(m.value or b"") for m in p.stage.process([]).produce if m.topic == topic]
+    assert isinstance(held, wire.Watermark) and held.partitions == (f"{SPANS}/0", f"{SPANS}/1")
+    assert held.watermark_ns == 0  # the partition taken over has delivered nothing yet
+    p.clock.advance(11)
+    out = p.stage.process([p.record(p.encode(request(8)), partition=1)])  # its replay, from its last commit
+    [mark] = [wire.decode(m.value or b"") for m in out.produce if m.topic == topic]
+    assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 7_501 * MS  # the replay's newest - lateness
+
+
 def test_a_newly_assigned_partition_holds_event_time_back_until_it_delivers() -> None:
     """After a rebalance the partition taken over replays from its committed offset, behind the others: its traces
     must assemble whole, not close span by span as late against the other partitions' progress."""
