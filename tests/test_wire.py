@@ -122,6 +122,15 @@ def test_row_change_round_trips_exactly(c: RowChange) -> None:
     assert all(type(pair) is tuple for pair in back.key)
 
 
+def test_watermark_round_trips_and_a_malformed_one_is_refused() -> None:
+    """A watermark (a zero one too: a partition just assigned, held) decodes to an equal one; partitions that are
+    not a list of names are refused."""
+    for w in (wire.Watermark(7, ("otlp_spans/0", "shop.public.orders/0")), wire.Watermark(0, ("otlp_spans/1",))):
+        assert wire.decode(wire.encode_watermark(w)) == w
+    with pytest.raises(ValueError):
+        wire.decode(b'{"v": 1, "kind": "watermark", "watermark": {"ns": 5, "partitions": 3}}')
+
+
 def test_encoding_is_versioned_json() -> None:
     """The internal format is a JSON object with the schema version and the event kind."""
     c = RowChange("public.orders", CdcOp.UPDATE, (("id", 1),), None, {"id": 1}, 5, 6, 7, "9")
