@@ -29,7 +29,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from processors.model.base import Published
-from processors.model.events import Access, Commit, LogRecord
+from processors.model.events import Access, Commit, LogRecord, Relay
 from processors.model.graph import GraphBatch
 from processors.state.provenance import StateEvents
 from processors.telemetry import Telemetry
@@ -100,10 +100,12 @@ class Context(Protocol):
 
 @dataclass
 class Emit:
-    """What processors hand the runtime at a watermark: events to publish and graph rows to write."""
+    """What processors hand the runtime at a watermark: events to publish, graph rows to write and (stage 1) relays
+    to the stage-2 processor of the same component."""
 
     events: list[Published] = field(default_factory=list)
     graph: GraphBatch = field(default_factory=GraphBatch)
+    relays: list[Relay] = field(default_factory=list)
 
 
 class Processor:
@@ -131,6 +133,10 @@ class Processor:
     def on_commit(self, entity: str, commit: Commit) -> None:
         """(entities) A committed row change, with the access that made it when correlation found it."""
 
+    def on_relay(self, relay: Relay, part: str) -> None:
+        """(entities) A relay of this component's stage-1 processor (``relay.component == self.name``), from internal
+        partition ``part``; raises ``ValueError`` when its body does not validate (the record is dead-lettered)."""
+
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         """Event time reached ``watermark_ns`` (no open trace started before ``open_since_ns``): emit."""
 
@@ -154,13 +160,18 @@ class Factory(Generic[C, T]):
     """How to build one component; see the module docstring."""
 
     kind: Kind
-    name: str  # unique: the config section ``[name]`` and the ``component`` label of its telemetry
+    name: str  # unique: the config section ``[name]`` (unless ``section`` names another) and the telemetry label
     config: type[C]
     create: Callable[[C, Context], T]
     stage: Stage = ""  # detectors and stage connectors: the stage they run in
     topics: Sequence[str] = ()  # output topic roles it consumes: incidents | repros | verdicts | contracts
     events: Sequence[type[Published]] = ()  # kinds it publishes (registered for every sink)
     enabled: Callable[[C], bool] = _always  # off by config (e.g. a sink without a URL)
+    section: str = ""  # the config section when it is another component's (its halves in two stages share one)
+
+    @property
+    def config_section(self) -> str:
+        return self.section or self.name
 
 
 __all__ = ["Context", "Emit", "Factory", "GraphQueries", "Kind", "Processor", "Publish", "Section", "Stage"]

@@ -16,13 +16,15 @@ from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
 from processors.detectors.collisions import FACTORY as COLLISIONS
 from processors.detectors.regressions import FACTORY as REGRESSIONS
+from processors.detectors.regressions import JUDGE as REGRESSION_JUDGE
 from sinks.files import FACTORY as FILES
 from sinks.gitlab import FACTORY as GITLAB
 from streamer.decode.registry import DECODERS, DecoderFactory
 
 FACTORIES: tuple[Factory[Any, Any], ...] = (
     COLLISIONS,  # detector, stage "entities": cross-trace collisions on one row
-    REGRESSIONS,  # detector, stage "ingest": latency and error regressions
+    REGRESSIONS,  # detector, stage "ingest": windowed service statistics, relayed to its judge
+    REGRESSION_JUDGE,  # detector, stage "entities": latency and error regressions on every instance's statistics
     PROOF,  # connector, stage "ingest": proof contracts and verdicts
     REPRO,  # connector, incidents -> repros: RED, repair plan, GREEN
     GITLAB,  # sink: GitLab issues

@@ -102,11 +102,12 @@ def settings_model(factories: Sequence[Factory[Any, Any]] | None = None) -> type
         factories = default().factories
     sections: dict[str, type[BaseModel]] = {}
     for f in factories:
-        if f.name in CoreSettings.model_fields:
+        name = f.config_section
+        if name in CoreSettings.model_fields:
             continue  # a component configured by a core section
-        known = sections.setdefault(f.name, f.config)
+        known = sections.setdefault(name, f.config)
         if known is not f.config:
-            raise ValueError(f"config section [{f.name}] is claimed by two components")
+            raise ValueError(f"config section [{name}] is claimed by two components")
     return _model(tuple(sorted(sections.items())))
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.model.events import ACCESS_FIELDS, Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.model.events import ACCESS_FIELDS, Access, CdcOp, DbOperation, LockMode, Relay, RowChange
 from processors.telemetry import Telemetry
 from streamer.decode import internal as wire
 from streamer.decode.strings import SharedStrings
@@ -129,6 +129,17 @@ def test_watermark_round_trips_and_a_malformed_one_is_refused() -> None:
         assert wire.decode(wire.encode_watermark(w)) == w
     with pytest.raises(ValueError):
         wire.decode(b'{"v": 1, "kind": "watermark", "watermark": {"ns": 5, "partitions": 3}}')
+
+
+def test_relay_round_trips_and_a_malformed_one_is_refused() -> None:
+    """A relay decodes to an equal one (its body is the receiving processor's to validate); a relay without a
+    component or with a body that is not an object is refused."""
+    r = Relay("regressions", "regressions", {"start_ns": 5, "samples": [1.5, 2.0], "signatures": {"e": 1}})
+    assert wire.decode(wire.encode_relay(r)) == r
+    for bad in ({"component": "", "key": "k", "body": {}}, {"component": "x", "key": 1, "body": {}},
+                {"component": "x", "key": "k", "body": [1]}, [1]):  # fmt: skip
+        with pytest.raises((ValueError, TypeError)):
+            wire.decode(json.dumps({"v": 1, "kind": "relay", "relay": bad}).encode())
 
 
 def test_encoding_is_versioned_json() -> None:

@@ -192,6 +192,21 @@ class Commit:
     skew_ms: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """A stage-1 processor's message to the stage-2 processor of the same component, on the internal topic.
+
+    Some work needs every stage-1 instance's share of one window (the regression tests on a window's statistics):
+    stage 1 relays each share, keyed by ``key`` so that all of them reach one stage-2 instance, ahead of the
+    watermark that promises them. ``body`` is JSON data; the receiving processor validates it (a body that does not
+    validate raises ``ValueError``, and its record is dead-lettered).
+    """
+
+    component: str  # the receiving processor's name
+    key: str  # the routing key: one key, one internal partition, one stage-2 instance
+    body: dict[str, Any]
+
+
 def scope_key(table: str) -> str:
     """The entity key of a table's predicate accesses, e.g. ``orders:*``."""
     return table.rsplit(".", 1)[-1] + ":*"

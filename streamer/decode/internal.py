@@ -1,9 +1,10 @@
-"""The internal stage-1 → stage-2 topic: ``Access`` and ``RowChange`` events as versioned JSON, and watermarks.
+"""The internal stage-1 → stage-2 topic: ``Access`` and ``RowChange`` events as versioned JSON, watermarks, relays.
 
 Accesses and row changes are keyed by entity key, so every event about one row lands in one partition and one
 stage-2 consumer. A :class:`Watermark` is sent by every stage-1 instance into *every* partition: the low watermark
 of the input partitions it owns (every trace with a span before it has closed and its accesses are emitted), which
-is what stage 2's event time follows.
+is what stage 2's event time follows. A :class:`~processors.model.events.Relay` carries a stage-1 processor's share
+of a window to its stage-2 half, keyed by the relay's own key.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from processors.model.events import ACCESS_FIELDS, Access, RowChange, access_values
+from processors.model.events import ACCESS_FIELDS, Access, Relay, RowChange, access_values
 from streamer.decode.jsontext import loads
 from streamer.decode.strings import SharedStrings
 
@@ -49,6 +50,19 @@ class Watermark:
 def encode_watermark(w: Watermark) -> bytes:
     body = {"ns": w.watermark_ns, "partitions": list(w.partitions)}
     return json.dumps({"v": SCHEMA_VERSION, "kind": "watermark", "watermark": body}).encode()
+
+
+def encode_relay(r: Relay) -> bytes:
+    body = {"component": r.component, "key": r.key, "body": r.body}
+    return _ENCODER.encode({"v": SCHEMA_VERSION, "kind": "relay", "relay": body}).encode()
+
+
+def _relay(value: Any) -> Relay:
+    body = _object(value, "relay")
+    component, key, data = body.get("component"), body.get("key"), body.get("body")
+    if type(component) is not str or not component or type(key) is not str:
+        raise ValueError("relay: component and key must be strings")
+    return Relay(component, key, _object(data, "relay body"))
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -85,7 +99,7 @@ def _share(body: dict[str, Any], shared: SharedStrings) -> None:
     shared.bound()
 
 
-def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChange | Watermark:
+def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChange | Watermark | Relay:
     """Back to events, every field checked against its declared type (the topic may carry anything: a record
     that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed). With
     ``shared``, an access's repeated strings are the table's copies (see ``streamer.decode.strings``)."""
@@ -97,6 +111,8 @@ def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChan
         if kind == "watermark":
             body = _object(msg.get("watermark"), "watermark")
             return _WATERMARK.validate_python({"watermark_ns": body.get("ns"), "partitions": body.get("partitions")})
+        if kind == "relay":
+            return _relay(msg.get("relay"))
         field_name, adapter, known = _EVENTS[str(kind)]
         body = _object(msg.get(field_name), str(kind))
         unknown = sorted(set(body) - known)

@@ -66,7 +66,7 @@ class RuntimeContext:
 
 def create(factory: Factory[Any, Any], ctx: RuntimeContext, settings: CoreSettings) -> Any:
     """The component, or None when its config turns it off (or its factory declines, e.g. no token)."""
-    config = settings.section(factory.name, factory.config)
+    config = settings.section(factory.config_section, factory.config)
     if not factory.enabled(config):
         return None
     component = factory.create(config, ctx)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Sequence
 from processors.component import Processor
 from processors.correlation import Correlation, RowCorrelator
 from processors.graph_rows import change_row
-from processors.model.events import Access, CdcOp, Commit, RowChange
+from processors.model.events import Access, CdcOp, Commit, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState
 from processors.state.watermarks import UpstreamWatermarks
@@ -103,11 +103,15 @@ class EntityStage(Stage):
             return 0
         return min((marks.current() for marks in self._upstream.values()), default=0)
 
-    def _internal(self, record: Record, events: Sequence[Access | RowChange | Watermark], out: StageOutput) -> None:
+    def _internal(self, record: Record, events: Sequence[Access | RowChange | Watermark | Relay],
+                  out: StageOutput) -> None:  # fmt: skip
         self._record, self._out = record, out
         entity = (record.key or b"").decode("utf-8", "replace")
         limit = self.clock() + self._future_ns
         for event in events:
+            if isinstance(event, Relay):
+                self._relay(record, event, out)
+                continue
             at = (event.watermark_ns if isinstance(event, Watermark) else event.end_ns if isinstance(event, Access)
                   else event.commit_ts_ms * MS_NS)  # fmt: skip
             if at > limit:  # stage 1 never sends such times: a foreign or corrupt record must not stall event time
@@ -127,6 +131,17 @@ class EntityStage(Stage):
                 self._pending.put(key, event)  # holds this record until the change is credited
                 self._waiting.setdefault(entity, []).append(key)
                 heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
+
+    def _relay(self, record: Record, relay: Relay, out: StageOutput) -> None:
+        """A stage-1 processor's relay, to the processor of the same name here (pinned by what it feeds)."""
+        receivers = [p for p in self.processors if p.name == relay.component]
+        if not receivers:  # the component is off in this stage's config: nothing here wants it
+            self.metrics.telemetry(self.name).drop("relay_unclaimed")
+        for processor in receivers:
+            try:
+                processor.on_relay(relay, f"{record.topic}/{record.partition}")
+            except ValueError as exc:
+                self._dead_letter(record, "internal_invalid", f"relay to {relay.component}: {exc}"[:500], out)
 
     # ---- the credit rule ----------------------------------------------------------------------------------------
 

@@ -233,7 +233,9 @@ class IngestStage(Stage):
         open_since = self.traces.oldest_start()
         for window in self.calls.close_until(watermark_ns, open_since):
             window_rows(window, out.graph)
-        self.emit(watermark_ns, open_since, out)
+        relays = self.emit(watermark_ns, open_since, out).relays  # ahead of the watermark that promises them
+        topic = self.settings.kafka.accesses_topic
+        out.produce.extend(Message(topic, r.key.encode(), internal.encode_relay(r)) for r in relays)
         out.graph.tables.extend({"name": t, "key": list(k)} for t, k in self.extractor.keys.fresh().items())
         self._publish_watermark(self._low_watermark(watermark_ns, open_since), out)
         self._retention(watermark_ns, out)

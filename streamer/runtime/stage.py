@@ -112,10 +112,13 @@ class Stage:
         """Close what the watermark allows and let the processors emit."""
         self.emit(watermark_ns, None, out)
 
-    def emit(self, watermark_ns: int, open_since_ns: int | None, out: StageOutput) -> None:
+    def emit(self, watermark_ns: int, open_since_ns: int | None, out: StageOutput) -> Emit:
+        """The processors' ``on_watermark``: their events and graph rows go into ``out``; returns what they emitted
+        (stage 1 sends the relays on)."""
         emit = Emit(out.events, out.graph)
         for processor in self.processors:
             self.call(processor, processor.on_watermark, watermark_ns, open_since_ns, emit)
+        return emit
 
     def call(self, processor: Processor, hook: Callable[..., None], *args: Any) -> None:
         """One processor hook; an exception is counted against that processor and logged, never propagated."""

@@ -14,11 +14,15 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanKind
 
-from processors.model.events import Access, DbOperation, LockMode
+from processors.detectors.regressions.shares import KEY
+from processors.model.events import Access, DbOperation, LockMode, Relay
 from streamer import config
+from streamer.components import default
 from streamer.decode import internal as wire
+from streamer.runtime.context import stage_processors
 from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
+from streamer.runtime.pins import PinTracker
 from streamer.runtime.records import Message, Record, StageOutput
 from tests.fake_clock import FakeClock
 from tests.otlp_factory import ShopTelemetry, ids, to_json, to_proto
@@ -664,3 +668,27 @@ def test_a_newly_assigned_partition_holds_event_time_back_until_it_delivers() ->
         and trace["root"] != ""
         and len([s for s in out.graph.spans if s["trace"] == trace_id(replayed)]) == len(replayed)
     )
+
+
+def test_a_closed_windows_statistics_are_relayed_to_stage_2_ahead_of_the_promise_that_covers_them() -> None:
+    """With the daemon's components, a closed statistics window leaves as shares on the internal topic, all under
+    the judge's key, before the low watermark that passes the window's end plus the trace gap (stage 2 tests the
+    window once every instance has promised that much, so every share is ahead of it in its partition)."""
+    p = Pipe()
+    tracker = PinTracker()
+    processors = stage_processors(p.settings, p.metrics, p.clock, "ingest", tracker, default().factories)
+    p.stage = IngestStage(p.settings, p.metrics, p.clock, tracker=tracker, processors=processors)
+    p.stage.broadcast_partitions = 2
+    p.stage.assign([TP])
+    p.spans(request(1) + request(2))
+    assert not [m for m in p.tick(11.4).produce if m.key == KEY.encode()]  # watermark T0 + 10.901 s: W0 is open
+    out = p.tick(11.5)  # watermark T0 + 11.001 s: W0 closes
+    decoded = [(m.key, wire.decode(m.value or b"")) for m in out.produce if m.topic == p.settings.kafka.accesses_topic]
+    assert [type(e).__name__ for _, e in decoded] == ["Relay", "Watermark", "Watermark"]
+    key, share = decoded[0]
+    assert isinstance(share, Relay) and (key, share.component) == (KEY.encode(), "regressions")
+    body = share.body
+    assert (body["start_ns"], body["end_ns"], body["part"], body["requests"]) == (T0, T0 + 10 * S, f"{SPANS}/0", 2)
+    assert body["operation"] == "/orders/{id}/capture" and len(body["samples"]) == body["seen"] == 2
+    mark = decoded[1][1]
+    assert isinstance(mark, wire.Watermark) and mark.watermark_ns >= T0 + 11 * S

@@ -13,8 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -29,7 +27,7 @@ from streamer import config
 from streamer.engines import LocalEngines
 from streamer.runtime.topics import create_topics
 from tests.harness import Harness, harness_env
-from tests.runtime.test_workers_live import _consumed, _events, _ready, _scrape, _tail, _wait, _worker_pids
+from tests.runtime.test_workers_live import _consumed, _events, _ready, _scrape, _spawn, _tail, _wait, _worker_pids
 
 pytestmark = pytest.mark.engines
 
@@ -68,9 +66,7 @@ def test_two_workers_find_every_defect_when_the_row_change_worker_is_killed(
     asyncio.run(create_topics(k.bootstrap, {k.spans_topic: 2, k.logs_topic: 1, **dict.fromkeys(cdc, 1)}))
     graph = Harness(settings, kafka_bootstrap, falkordb_url)
     log = tmp_path / "daemon.log"
-    with log.open("ab") as out:
-        daemon = subprocess.Popen([sys.executable, "-m", "streamer.cli", "run", "--workers", "2"],
-                                  env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    daemon = _spawn(env, log)
     try:
         inputs = {f"{t}/0" for t in cdc} | {f"{k.spans_topic}/{p}" for p in range(2)}
 

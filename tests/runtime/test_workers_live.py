@@ -104,6 +104,13 @@ def _wait(what: str, ready: Any, daemon: subprocess.Popen[bytes], log: Path, tim
         time.sleep(0.2)
 
 
+def _spawn(env: dict[str, str], log: Path, workers: int = 2) -> subprocess.Popen[bytes]:
+    """``trace-repro run --workers N`` as an operator runs it: ``env`` over this environment, output to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "streamer.cli", "run", "--workers", str(workers)],
+                                env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+
 def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-4000:]
 

@@ -8,7 +8,7 @@ from processors.component import Section
 
 
 class RegressionConfig(Section):
-    """Windowed service statistics and the regression detector (stage 1)."""
+    """Windowed service statistics (stage 1) and the regression tests on every instance's share of them (stage 2)."""
 
     reservoir_size: int = Field(256, ge=8, description="latency samples kept per (operation, version) per window")
     slow_traces: int = Field(32, ge=1, description="slowest requests per key per window whose critical path is kept")

@@ -1,8 +1,11 @@
-"""The regression detector as a stage-1 component: windowed service statistics in, regressions out.
+"""The regression detector as two halves of one component, both configured by ``[regressions]``.
 
-Closed traces feed the per-window statistics (``stats.ServiceStats``); each closed window is written to the graph
-(``STATS`` edges) and tested (``detector.RegressionDetector``); every regression is published as a
-``RegressionEvent`` on the incidents topic.
+* Stage 1 (``Regressions``): closed traces feed the per-window statistics of the spans partitions this instance
+  owns (``stats.ServiceStats``); each closed window is written to the graph (``STATS`` edges, summed over input
+  partitions there) and relayed to stage 2 as shares (``shares``).
+* Stage 2 (``judge.RegressionJudge``): the shares of every stage-1 instance are merged per window and tested
+  (``detector.RegressionDetector``); every regression is published as a ``RegressionEvent`` on the incidents topic.
+  So N stage-1 instances (``--workers N``) test what one would: each window's whole traffic, once.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections.abc import Sequence
 
 from processors.component import Context, Emit, Factory, Processor
 from processors.detectors.regressions.config import RegressionConfig
-from processors.detectors.regressions.detector import DetectorSettings, RegressionDetector
+from processors.detectors.regressions.judge import RegressionJudge
+from processors.detectors.regressions.shares import COMPONENT, shares
 from processors.detectors.regressions.stats import ServiceStats, stats_rows
 from processors.model.events import Access
 from processors.model.regression import RegressionEvent
@@ -23,23 +27,19 @@ from processors.traces import ClosedTrace
 
 
 class Regressions(Processor):
-    """Statistics windows and the regression tests on each; see the module docstring."""
+    """Statistics windows of this instance's traffic, written and relayed; see the module docstring."""
 
-    name = "regressions"
+    name = COMPONENT
 
     def __init__(self, config: RegressionConfig, windows: WindowConfig, *, telemetry: Telemetry | None = None,
                  events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
-        self.telemetry = telemetry or Telemetry("regressions")
+        self.telemetry = telemetry or Telemetry(COMPONENT)
         r = config
         self.stats = ServiceStats(s_to_ns(windows.window_s), s_to_ns(windows.trace_gap_s),
                                   reservoir_size=r.reservoir_size, slow_traces=r.slow_traces,
                                   max_signatures=r.max_signatures, max_sites=r.max_sites, seed=r.seed,
                                   max_windows=windows.max_windows, telemetry=self.telemetry,
                                   events=events)  # fmt: skip
-        settings = DetectorSettings(baseline_windows=r.baseline_windows, fdr=r.fdr, min_requests=r.min_requests,
-                                    min_samples=r.min_samples, min_latency_ratio=r.min_latency_ratio,
-                                    reservoir_size=r.reservoir_size, seed=r.seed)  # fmt: skip
-        self.detector = RegressionDetector(settings, telemetry=self.telemetry)
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
         self.stats.add(trace)
@@ -50,17 +50,24 @@ class Regressions(Processor):
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         for window in self.stats.close_until(watermark_ns, open_since_ns):
             out.graph.stats.extend(stats_rows(window))
-            findings = self.detector.on_window(window)
-            out.events.extend(findings.regressions)
+            out.relays.extend(shares(window))
         self.telemetry.gauge("open_windows", len(self.stats))
 
 
 def create(config: RegressionConfig, ctx: Context) -> Regressions:
-    return Regressions(config, ctx.section("windows", WindowConfig), telemetry=ctx.telemetry("regressions"),
+    return Regressions(config, ctx.section("windows", WindowConfig), telemetry=ctx.telemetry(COMPONENT),
                        events=ctx.state_events)  # fmt: skip
+
+
+def create_judge(config: RegressionConfig, ctx: Context) -> RegressionJudge:
+    return RegressionJudge(config, ctx.section("windows", WindowConfig), telemetry=ctx.telemetry(COMPONENT),
+                           events=ctx.state_events)  # fmt: skip
 
 
 FACTORY: Factory[RegressionConfig, Regressions] = Factory(
     kind="detector", name="regressions", config=RegressionConfig, create=create, stage="ingest",
-    events=(RegressionEvent,),
+)  # fmt: skip
+JUDGE: Factory[RegressionConfig, RegressionJudge] = Factory(
+    kind="detector", name="regression_judge", config=RegressionConfig, create=create_judge, stage="entities",
+    events=(RegressionEvent,), section="regressions",
 )  # fmt: skip

@@ -237,17 +237,21 @@ class ServiceStats:
                 # The sketch reads a quantile back within (gamma - 1) / 2 of its true value: widen the cut as much.
                 p95_ns = op.latency.quantile(0.95) * MS_NS * (1 - 0.5 * (op.latency.gamma - 1))
                 op.path_ns, op.path_traces = op.slow.ownership(p95_ns)
-        if len(window.value) == 1:
-            [merged] = window.value.values()
-        else:
-            keys = sorted({k for ops in window.value.values() for k in ops})
-            merged = {}
-            for key in keys:
-                total = merge([ops[key] for ops in window.value.values() if key in ops], self._rng,
-                              self.reservoir_size)  # fmt: skip
-                if total is not None:
-                    merged[key] = total
+        merged = merge_parts(window.value, self._rng, self.reservoir_size)
         return StatsWindow(window.window_id, window.start_ns, window.end_ns, merged, window.value)
+
+
+def merge_parts(parts: Parts, rng: random.Random, reservoir_size: int) -> Ops:
+    """A window's statistics over all its input partitions."""
+    if len(parts) == 1:
+        [merged] = parts.values()
+        return merged
+    out: Ops = {}
+    for key in sorted({k for ops in parts.values() for k in ops}):
+        total = merge([ops[key] for ops in parts.values() if key in ops], rng, reservoir_size)
+        if total is not None:
+            out[key] = total
+    return out
 
 
 def merge(parts: Iterable[OpStats], rng: random.Random, reservoir_size: int) -> OpStats | None:
