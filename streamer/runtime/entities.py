@@ -1,4 +1,5 @@
-"""The entities stage (stage 2): per-row processing on the internal topic (co-partitioned by entity key).
+"""The entities stage (stage 2): per-row processing on the internal topic (co-partitioned by entity key), and the
+relays of stage-1 processors to their stage-2 halves (the regression tests on every instance's statistics).
 
 Event time here is the *upstream* low watermark: every stage-1 instance publishes, into every partition of the
 internal topic, the event time up to which every trace of its input partitions has closed and its accesses have

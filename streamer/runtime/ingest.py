@@ -5,7 +5,8 @@ Inputs (``[kafka]``): the spans and logs topics (decoded as ``kafka.span_encodin
 processors that subscribed to them (the proof desk). Spans assemble into traces that close in event time; a closed
 trace becomes graph rows (as the detail policy says), CALLS aggregates, the row accesses of its DB spans (published
 to the internal topic, keyed by entity, for the entities stage) and input for this stage's processors (the
-regression detector, the proof desk). Row changes pass straight through to the internal topic.
+regression statistics, the proof desk), whose relays (a closed statistics window's shares) go to the internal topic
+too, ahead of the watermark. Row changes pass straight through to the internal topic.
 
 Event time flows on: after every batch this stage publishes its *low watermark* into every partition of the
 internal topic, for the spans partitions it owns: its watermark, held back to the start of the oldest trace still
