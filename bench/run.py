@@ -333,7 +333,7 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
         "spans_per_s": _rate(gen.spans, seconds),
         "batch_messages": settings.kafka.max_poll_records,
         "batch_partition_bytes": settings.kafka.max_partition_fetch_bytes,
-        "accesses_produced": produced,
+        "internal_produced": produced,  # to stage 2: accesses, row changes, watermarks, relays
         "sql": dict(stage.extractor.counters),
     }
     return batches, figures
@@ -855,7 +855,7 @@ def report(results: dict[str, Any]) -> str:
     row("decode-only ceiling", "decode", d["spans_per_s"], d["seconds"], "decode_traces_proto")
     s = p["stage"]
     note = (
-        f"IngestStage.process; {s['detailed_traces']:,} detailed traces, {s['accesses_produced']:,} accesses, "
+        f"IngestStage.process; {s['detailed_traces']:,} detailed traces, {s['internal_produced']:,} internal messages, "
         f"{graph_rows_per_span(s):.2f} graph rows/span ({span_nodes_per_span(s) or 0:.2f} Span nodes/span)"
     )
     row("stage-only ceiling", "stage", s["spans_per_s"], s["seconds"], note)

@@ -20,7 +20,7 @@ def _results(*, e2e: float = 60_000.0, traces: int = 1_000, incidents_ok: bool =
         "parse": _phase(1_000_000.0, protobuf="upb"),
         "walk": _phase(400_000.0),
         "decode": _phase(200_000.0),
-        "stage": _phase(100_000.0, detailed_traces=1_000, accesses_produced=10, graph_rows={"spans": 60_000}),
+        "stage": _phase(100_000.0, detailed_traces=1_000, internal_produced=10, graph_rows={"spans": 60_000}),
         "falkordb_write": _phase(80_000.0, rows=60_000, rows_per_s=16_000.0, client_cpu_share=0.5, cpu_cores={},
                                  traces=1_000, expected_traces=1_000),
         "kafka_produce": _phase(500_000.0, mb_per_s=50.0, messages_per_s=1_000.0),
