@@ -134,10 +134,11 @@ def test_watermark_round_trips_and_a_malformed_one_is_refused() -> None:
 def test_relay_round_trips_and_a_malformed_one_is_refused() -> None:
     """A relay decodes to an equal one (its body is the receiving processor's to validate); a relay without a
     component or with a body that is not an object is refused."""
-    r = Relay("regressions", "regressions", {"start_ns": 5, "samples": [1.5, 2.0], "signatures": {"e": 1}})
+    r = Relay("regressions", "regressions", 7, {"start_ns": 5, "samples": [1.5, 2.0], "signatures": {"e": 1}})
     assert wire.decode(wire.encode_relay(r)) == r
-    for bad in ({"component": "", "key": "k", "body": {}}, {"component": "x", "key": 1, "body": {}},
-                {"component": "x", "key": "k", "body": [1]}, [1]):  # fmt: skip
+    for bad in ({"component": "", "key": "k", "at": 1, "body": {}}, {"component": "x", "key": 1, "at": 1, "body": {}},
+                {"component": "x", "key": "k", "at": 1, "body": [1]}, {"component": "x", "key": "k", "body": {}},
+                {"component": "x", "key": "k", "at": "1", "body": {}}, [1]):  # fmt: skip
         with pytest.raises((ValueError, TypeError)):
             wire.decode(json.dumps({"v": 1, "kind": "relay", "relay": bad}).encode())
 

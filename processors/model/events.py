@@ -198,12 +198,14 @@ class Relay:
 
     Some work needs every stage-1 instance's share of one window (the regression tests on a window's statistics):
     stage 1 relays each share, keyed by ``key`` so that all of them reach one stage-2 instance, ahead of the
-    watermark that promises them. ``body`` is JSON data; the receiving processor validates it (a body that does not
-    validate raises ``ValueError``, and its record is dead-lettered).
+    watermark that promises them. ``at_ns`` is the event time it is about (a window's end): stage 2 refuses one from
+    beyond the wall clock, like any internal event. ``body`` is JSON data; the receiving processor validates it (a
+    body that does not validate raises ``ValueError``, and its record is dead-lettered).
     """
 
     component: str  # the receiving processor's name
     key: str  # the routing key: one key, one internal partition, one stage-2 instance
+    at_ns: int
     body: dict[str, Any]
 
 

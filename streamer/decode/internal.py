@@ -53,16 +53,16 @@ def encode_watermark(w: Watermark) -> bytes:
 
 
 def encode_relay(r: Relay) -> bytes:
-    body = {"component": r.component, "key": r.key, "body": r.body}
+    body = {"component": r.component, "key": r.key, "at": r.at_ns, "body": r.body}
     return _ENCODER.encode({"v": SCHEMA_VERSION, "kind": "relay", "relay": body}).encode()
 
 
 def _relay(value: Any) -> Relay:
     body = _object(value, "relay")
-    component, key, data = body.get("component"), body.get("key"), body.get("body")
-    if type(component) is not str or not component or type(key) is not str:
-        raise ValueError("relay: component and key must be strings")
-    return Relay(component, key, _object(data, "relay body"))
+    component, key, at, data = body.get("component"), body.get("key"), body.get("at"), body.get("body")
+    if type(component) is not str or not component or type(key) is not str or type(at) is not int:
+        raise ValueError("relay: component and key must be strings, at an integer")
+    return Relay(component, key, at, _object(data, "relay body"))
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:

@@ -110,16 +110,15 @@ class EntityStage(Stage):
         entity = (record.key or b"").decode("utf-8", "replace")
         limit = self.clock() + self._future_ns
         for event in events:
-            if isinstance(event, Relay):
-                self._relay(record, event, out)
-                continue
             at = (event.watermark_ns if isinstance(event, Watermark) else event.end_ns if isinstance(event, Access)
-                  else event.commit_ts_ms * MS_NS)  # fmt: skip
+                  else event.at_ns if isinstance(event, Relay) else event.commit_ts_ms * MS_NS)  # fmt: skip
             if at > limit:  # stage 1 never sends such times: a foreign or corrupt record must not stall event time
                 self.metrics.telemetry("clock").drop("future_time")
                 self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
                 continue
-            if isinstance(event, Watermark):
+            if isinstance(event, Relay):
+                self._relay(record, event, out)
+            elif isinstance(event, Watermark):
                 marks = self.upstream((record.topic, record.partition))
                 for partition in event.partitions:
                     marks.update(partition, event.watermark_ns)

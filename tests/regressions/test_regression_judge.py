@@ -169,11 +169,15 @@ def test_a_share_for_a_tested_window_is_late_and_a_bad_one_is_dead_lettered() ->
     s2.upstream(T0 + SIZE + GAP)
     s2.relay(*b[:1])
     assert s2.dropped("judge_late") == 1
-    body = dict(a[1].body, requests=-1)
-    out = s2.relay(Relay("regressions", KEY, body), Relay("regressions", KEY, dict(a[1].body, bins=[1, 2])))
+    at, good = a[1].at_ns, a[1].body
+    bad = [dict(good, requests=-1), dict(good, bins=[1, 2]), dict(good, start_ns=good["start_ns"] + 1),
+           dict(good, end_ns=at + SIZE, start_ns=at)]  # fmt: skip
+    out = s2.relay(*[Relay("regressions", KEY, at, body) for body in bad])
+    future = Relay("regressions", KEY, s2.clock.now + 3600 * S, dict(a[1].body))  # beyond the clock: never closes
+    out.produce += s2.relay(future).produce
     assert [dict(m.headers)["reason"] for m in out.produce if m.topic == s2.settings.kafka.dlq_topic] == [
-        b"internal_invalid", b"internal_invalid"]  # fmt: skip
-    assert s2.metrics.registry.get_sample_value("trace_repro_dlq_messages_total", {"reason": "internal_invalid"}) == 2
+        b"internal_invalid"] * 4 + [b"clock_skew"]  # fmt: skip
+    assert s2.metrics.registry.get_sample_value("trace_repro_dlq_messages_total", {"reason": "internal_invalid"}) == 4
     s2.relay(*a[1:], *b[1:])
     s2.upstream(T0 + 2 * SIZE + GAP)
     [evidence] = [e for e in s2.events[0].evidence if e.comparison == "version"]

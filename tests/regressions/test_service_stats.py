@@ -138,3 +138,16 @@ def test_stats_rows_feed_every_parameter_of_the_statement() -> None:
     assert row["operation_key"] == operation_key_of("split", "/split/even") == "split:/split/even"
     assert (row["requests"], row["errors"], row["version"]) == (1, 1, "1.0")
     assert json.loads(row["signatures"]) == {"error:POST /split/even:E": 1}
+
+
+def test_a_request_closed_twice_is_one_of_the_slowest_once() -> None:
+    """A trace delivered again after it closed (at-least-once delivery) reassembles and counts again; its slowest
+    request is kept once among the slowest (it was summed twice into the critical-path ownership, and with another
+    ownership for the same span, a fragment's, the heap compared the two dicts and raised)."""
+    w = ServiceStats(SIZE, GRACE, slow_traces=2)
+    trace = request(T0, "1.0", dur_ms=50.0)
+    w.add(trace)
+    w.add(trace)
+    [window] = w.close_until(T0 + SIZE + GRACE)
+    [op] = window.ops.values()
+    assert op.requests == 2 and op.path_traces == 1

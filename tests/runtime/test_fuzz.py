@@ -1,7 +1,7 @@
 """No poison pill: over 10^5 generated bad inputs on every input topic of both stages, nothing stops either stage.
 
 Each example mutates real messages of every kind the stages read (OTLP protobuf spans and logs, Debezium JSON, the
-incidents and contracts topics, the internal topic's accesses, row changes and watermarks): byte flips,
+incidents and contracts topics, the internal topic's accesses, row changes, watermarks and relays): byte flips,
 truncations, garbage, JSON values of the wrong type, lone surrogates in keys, tables and transaction ids, huge and
 negative numbers. Both stages must process every batch without raising, send what they cannot use to the DLQ with
 a reason and its position, and keep committing: once the input stops and event time moves on, every position is
@@ -18,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 
-from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.detectors.regressions.shares import shares
+from processors.detectors.regressions.stats import ServiceStats
+from processors.model.events import Access, CdcOp, DbOperation, LockMode, Relay, RowChange
 from streamer.decode import internal as wire
 from streamer.decode.registry import Record
 from tests.regressions.builders import access as evidence_access
-from tests.regressions.builders import incident
+from tests.regressions.builders import incident, request
 from tests.runtime.chain import CDC, MS, SPANS, T0, Chain, Scenario
 
 PER_EXAMPLE = 1_000
@@ -78,6 +80,19 @@ def _json_bytes(doc: Any, rnd: random.Random) -> bytes:
     return text.encode() if rnd.random() < 0.9 else _flip(text.encode(), rnd)
 
 
+def _share() -> Relay:
+    """A regression-statistics share of a window with one request of each outcome (the judge's input)."""
+    stats = ServiceStats(60_000 * MS, 10_000 * MS)
+    stats.add(request(T0 - T0 % (60_000 * MS), "1.0", exception="RoundingError"))
+    stats.add(request(T0 - T0 % (60_000 * MS), "1.0"))
+    [window] = stats.close_until(T0 + 3_600_000 * MS)
+    [relay] = shares(window)
+    return relay
+
+
+RELAY = _share()
+
+
 def _bad_inputs(chain: Chain, rnd: random.Random) -> list[tuple[str, bytes | None, bytes | None]]:
     k = chain.settings.kafka
     out: list[tuple[str, bytes | None, bytes | None]] = []
@@ -97,7 +112,7 @@ def _bad_inputs(chain: Chain, rnd: random.Random) -> list[tuple[str, bytes | Non
             out.append((k.contracts_topic, None, _json_bytes({"kind": "contract", "signature": "x:y:z"}, rnd)))
         else:
             good = [wire.encode_access(ACCESS), wire.encode_row_change(CHANGE),
-                    wire.encode_watermark(wire.Watermark(T0, ("otlp_spans/0",)))]  # fmt: skip
+                    wire.encode_watermark(wire.Watermark(T0, ("otlp_spans/0",))), wire.encode_relay(RELAY)]  # fmt: skip
             key = rnd.choice([b"orders:1", b"\xff\xfe", None, "\ud800".encode("utf-8", "surrogatepass")])
             out.append((k.accesses_topic, key, _json_bytes(json.loads(rnd.choice(good)), rnd)))
     return out

@@ -10,7 +10,9 @@ window: the shares travel under one key.
 A share relayed twice (a stage-1 instance replaying input it had not committed, after a crash or a rebalance) is
 kept once: of two shares of one (window, input partition, operation, version), the one that counted more requests
 stays (a replay of the same input counts the same or, replayed from the middle of a window, fewer). A share for a
-window already tested is late: counted (``judge_late``), left out.
+window already tested is late: counted (``judge_late``), left out. A share must describe one window of the
+configured size ending at its relay's event time, which stage 2 refuses beyond the wall clock: a corrupt or foreign
+one is dead-lettered instead of opening a window that never closes (and never lets its input be committed).
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class RegressionJudge(Processor):
 
     def on_relay(self, relay: Relay, part: str) -> None:
         share = Share.model_validate(relay.body)  # pydantic's ValidationError is a ValueError: dead-lettered
+        size = self._windows.size_ns
+        if share.end_ns != relay.at_ns or share.end_ns - share.start_ns != size or share.start_ns % size:
+            raise ValueError(f"share: window {share.start_ns}-{share.end_ns} is not a {size} ns window ending at "
+                             f"{relay.at_ns}")  # fmt: skip
         op = share.op(self.reservoir_size)
         parts = self._windows.at(share.start_ns)
         if parts is None:

@@ -69,5 +69,5 @@ def shares(window: StatsWindow) -> list[Relay]:
                     "bins": sketch["bins"], "bin_counts": sketch["bin_counts"], "min": sketch["min"],
                     "max": sketch["max"], "samples": op.samples.values, "seen": op.samples.seen,
                     "first_ns": op.first_ns, "path_ns": op.path_ns, "path_traces": op.path_traces}  # fmt: skip
-            out.append(Relay(COMPONENT, KEY, body))
+            out.append(Relay(COMPONENT, KEY, window.end_ns, body))
     return out
