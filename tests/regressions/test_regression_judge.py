@@ -86,8 +86,8 @@ class Stage2:
         self.offsets = itertools.count()
         self.events: list[RegressionEvent] = []
 
-    def feed(self, values: Sequence[tuple[bytes | None, bytes]]) -> StageOutput:
-        records = [Record(TOPIC, 0, next(self.offsets), key, value) for key, value in values]
+    def feed(self, values: Sequence[tuple[bytes | None, bytes]], partition: int = 0) -> StageOutput:
+        records = [Record(TOPIC, partition, next(self.offsets), key, value) for key, value in values]
         out = self.stage.process(records)
         self.events += [e for e in out.events if isinstance(e, RegressionEvent)]
         return out
@@ -95,9 +95,9 @@ class Stage2:
     def relay(self, *relays: Relay) -> StageOutput:
         return self.feed([(r.key.encode(), wire.encode_relay(r)) for r in relays])
 
-    def upstream(self, at_ns: int) -> StageOutput:
-        """Both spans partitions promised up to ``at_ns``."""
-        return self.feed([(None, wire.encode_watermark(wire.Watermark(at_ns, PARTS)))])
+    def upstream(self, at_ns: int, partition: int = 0) -> StageOutput:
+        """Both spans partitions promised up to ``at_ns`` (read in internal partition ``partition``)."""
+        return self.feed([(None, wire.encode_watermark(wire.Watermark(at_ns, PARTS)))], partition)
 
     def dropped(self, reason: str) -> float:
         value = self.metrics.registry.get_sample_value("trace_repro_dropped_total",
@@ -195,3 +195,20 @@ def test_shares_hold_their_records_until_their_window_is_tested() -> None:
     out = s2.upstream(T0 + SIZE + GAP)
     s2.stage.release(out.release)
     assert s2.stage.committable((TOPIC, 0), 4) == 4
+
+
+def test_shares_of_a_revoked_partition_are_left_to_its_next_owner() -> None:
+    """The internal partition the shares came in goes to another stage-2 instance (a rebalance): it replays them
+    and tests the window; this instance drops them, and publishes nothing for it when its event time moves on."""
+    a, b = halves(traffic(0, "0.9", 40, 0), traffic(1, "1.0", 40, 12))
+    s2 = Stage2()
+    s2.relay(*a, *b)
+    s2.upstream(T0 + SIZE + GAP)
+    s2.stage.forget((TOPIC, 0))
+    s2.upstream(T0 + 2 * SIZE + GAP, partition=1)
+    assert s2.events == []
+    replay = Stage2()  # the next owner, from the committed offset
+    replay.relay(*a, *b)
+    replay.upstream(T0 + SIZE + GAP)
+    replay.upstream(T0 + 2 * SIZE + GAP)
+    assert [e.signature for e in replay.events] == [SIG]
