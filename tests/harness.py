@@ -154,3 +154,8 @@ def harness_env(kafka_bootstrap: str, falkordb_url: str, **overrides: str) -> di
     }
     env.update({f"TRACE_REPRO_{k.upper()}": v for k, v in overrides.items()})
     return env
+
+
+def shipped_event_time(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without its event-time overrides: windows, trace gap, lateness and idleness as shipped."""
+    return {key: value for key, value in env.items() if not key.startswith("TRACE_REPRO_WINDOWS__")}

@@ -32,11 +32,10 @@ from streamer.runtime.records import Record, StageOutput
 from tests.fake_clock import FakeClock
 from tests.regressions.builders import MS, T0, S, request
 
-SIZE = 10 * S
-GAP = 1 * S
+WINDOWS = WindowConfig()  # the shipped event time: 60 s windows, closed a 10 s trace gap after their end
+SIZE = int(WINDOWS.window_s * S)
+GAP = int(WINDOWS.trace_gap_s * S)
 TOPIC = "trace-repro.accesses"
-ENV = {"TRACE_REPRO_WINDOWS__WINDOW_S": "10", "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
-       "TRACE_REPRO_WINDOWS__IDLE_S": "600"}  # fmt: skip
 SIG = "error:POST /split/even:RoundingError"
 PARTS = ("otlp_spans/0", "otlp_spans/1")
 
@@ -55,7 +54,7 @@ def traffic(window: int, version: str, n: int, errors: int) -> list[ClosedTrace]
 
 def halves(*batches: list[ClosedTrace]) -> list[list[Relay]]:
     """Each spans partition's stage-1 instance: its share of every closed window, relayed; per instance."""
-    windows = WindowConfig(window_s=10, trace_gap_s=1)
+    windows = WINDOWS
     out = []
     for part in PARTS:
         stage1 = Regressions(RegressionConfig(), windows)
@@ -76,7 +75,8 @@ class Stage2:
     """The entities stage with the daemon's components, fed relay and watermark records on internal partition 0."""
 
     def __init__(self) -> None:
-        self.settings = config.load(None, env=ENV)
+        self.settings = config.load(None, env={})
+        assert self.settings.windows == WINDOWS
         self.clock = FakeClock(T0 + 3600 * S)
         self.metrics = Metrics()
         self.tracker = PinTracker()
@@ -113,7 +113,7 @@ def test_two_instances_shares_are_tested_together_where_neither_alone_could_be()
     alone = []
     for part in PARTS:
         detector = RegressionDetector(DetectorSettings())
-        stage1 = Regressions(RegressionConfig(), WindowConfig(window_s=10, trace_gap_s=1))
+        stage1 = Regressions(RegressionConfig(), WINDOWS)
         for i, batch in enumerate(batches):
             for trace in batch:
                 if trace.part == part:

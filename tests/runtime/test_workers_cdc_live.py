@@ -26,7 +26,7 @@ from bench.shop.traffic import run_traffic
 from streamer import config
 from streamer.engines import LocalEngines
 from streamer.runtime.topics import create_topics
-from tests.harness import Harness, harness_env
+from tests.harness import Harness, harness_env, shipped_event_time
 from tests.runtime.test_workers_live import _consumed, _events, _ready, _scrape, _spawn, _tail, _wait, _worker_pids
 
 pytestmark = pytest.mark.engines
@@ -56,7 +56,7 @@ def test_two_workers_find_every_defect_when_the_row_change_worker_is_killed(
     env = harness_env(kafka_bootstrap, falkordb_url, kafka__cdc_pattern=rf"^{prefix}\.public\.[a-z]+$",
                       collisions__invariants=json.dumps({"inventory": ["stock >= 0"]}))  # fmt: skip
     if event_time == "shipped":
-        env = {key: value for key, value in env.items() if not key.startswith("TRACE_REPRO_WINDOWS__")}
+        env = shipped_event_time(env)
     settings = config.load(None, env=env)
     k = settings.kafka
     dsn = engines.address("postgres")

@@ -20,7 +20,7 @@ from bench.shop.proof.traffic import run_scenario
 from processors.requests import operation_key_of
 from streamer import config
 from streamer.runtime.topics import create_topics
-from tests.harness import Harness, harness_env
+from tests.harness import Harness, harness_env, shipped_event_time
 from tests.runtime.test_workers_live import _events, _ready, _spans_owned, _spawn, _tail, _wait
 
 pytestmark = pytest.mark.engines
@@ -32,12 +32,17 @@ PART_REQUESTS = (
 )
 
 
+@pytest.mark.parametrize("event_time", ["shipped", "quick"])
 def test_two_workers_regressions_are_tested_on_the_whole_window(
-    kafka_bootstrap: str, falkordb_url: str, tmp_path: Path
+    kafka_bootstrap: str, falkordb_url: str, tmp_path: Path, event_time: str
 ) -> None:
     """1.0's RoundingError against 0.9, with the spans split over two workers: both routes' regressions are found,
-    each once per occurrence, and each one's evidence counts the requests of both workers' partitions."""
+    each once per occurrence, and each one's evidence counts the requests of both workers' partitions. On the
+    shipped event time (60 s windows closed a 10 s trace gap after their end: both builds mostly share a window, the
+    version comparison's case) and on quick 1 s windows (the builds in windows of their own, with baselines)."""
     env = harness_env(kafka_bootstrap, falkordb_url, windows__window_s="1", windows__trace_gap_s="0.2")
+    if event_time == "shipped":
+        env = shipped_event_time(env)
     settings = config.load(None, env=env)
     k = settings.kafka
     asyncio.run(create_topics(k.bootstrap, {k.spans_topic: 2, k.logs_topic: 1}))
@@ -61,7 +66,7 @@ def test_two_workers_regressions_are_tested_on_the_whole_window(
             values = [json.loads(m.value) for m in asyncio.run(graph.consume_all(k.incidents_topic, 10**6, 3))]
             return [e for e in values if str(e.get("signature", "")).endswith(ROUNDING)]
 
-        _wait("both routes' regressions", lambda: len({e["operation"] for e in rounding()}) == 2, daemon, log, 180)
+        _wait("both routes' regressions", lambda: len({e["operation"] for e in rounding()}) == 2, daemon, log, 300)
         found = rounding()
         assert len({e["occurrence"] for e in found}) == len(found), "an occurrence was published twice"
         for event in found:

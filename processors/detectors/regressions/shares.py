@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
-from processors.detectors.regressions.stats import OpStats, Reservoir, SlowTraces, StatsWindow
+from processors.detectors.regressions.stats import OpStats, Reservoir, StatsWindow
 from processors.model.events import Relay
 from processors.sketch import LatencySketch
 
@@ -50,11 +50,13 @@ class Share(BaseModel):
     def op(self, reservoir_size: int) -> OpStats:
         if len(self.bins) != len(self.bin_counts):
             raise ValueError("share: bins and bin_counts differ in length")
-        sketch = LatencySketch.from_row(self.bins, self.bin_counts, self.min, self.max)
-        return OpStats(self.service, self.operation, self.version, self.label, self.revision, self.requests,
-                       self.errors, dict(self.signatures), {}, sketch,
-                       Reservoir(reservoir_size, list(self.samples[:reservoir_size]), self.seen), SlowTraces(0),
-                       self.first_ns, dict(self.path_ns), self.path_traces)  # fmt: skip
+        return OpStats(
+            self.service, self.operation, self.version, self.label, self.revision, requests=self.requests,
+            errors=self.errors, signatures=dict(self.signatures),
+            latency=LatencySketch.from_row(self.bins, self.bin_counts, self.min, self.max),
+            samples=Reservoir(reservoir_size, list(self.samples[:reservoir_size]), self.seen),
+            first_ns=self.first_ns, path_ns=dict(self.path_ns), path_traces=self.path_traces,
+        )  # fmt: skip
 
 
 def shares(window: StatsWindow) -> list[Relay]:
@@ -63,11 +65,12 @@ def shares(window: StatsWindow) -> list[Relay]:
     for part, ops in sorted(window.parts.items()):
         for _, op in sorted(ops.items()):
             sketch = op.latency.to_row()
-            body = {"start_ns": window.start_ns, "end_ns": window.end_ns, "part": part, "service": op.service,
-                    "operation": op.operation, "version": op.version, "label": op.label, "revision": op.revision,
-                    "requests": op.requests, "errors": op.errors, "signatures": op.signatures,
-                    "bins": sketch["bins"], "bin_counts": sketch["bin_counts"], "min": sketch["min"],
-                    "max": sketch["max"], "samples": op.samples.values, "seen": op.samples.seen,
-                    "first_ns": op.first_ns, "path_ns": op.path_ns, "path_traces": op.path_traces}  # fmt: skip
-            out.append(Relay(COMPONENT, KEY, window.end_ns, body))
+            share = Share(
+                start_ns=window.start_ns, end_ns=window.end_ns, part=part, service=op.service,
+                operation=op.operation, version=op.version, label=op.label, revision=op.revision,
+                requests=op.requests, errors=op.errors, signatures=op.signatures, bins=sketch["bins"],
+                bin_counts=sketch["bin_counts"], min=sketch["min"], max=sketch["max"], samples=op.samples.values,
+                seen=op.samples.seen, first_ns=op.first_ns, path_ns=op.path_ns, path_traces=op.path_traces,
+            )  # fmt: skip
+            out.append(Relay(COMPONENT, KEY, window.end_ns, share.model_dump()))
     return out
