@@ -11,6 +11,7 @@ import ast
 import functools
 import json
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -158,9 +159,12 @@ def literal_params(text: str) -> tuple[tuple[Scalar, ...], tuple[tuple[str, Scal
 
 
 def literal_params_ast(text: str) -> tuple[tuple[Scalar, ...], tuple[tuple[str, Scalar], ...]]:
-    """``literal_params`` by ``ast.literal_eval`` alone."""
+    """``literal_params`` by ``ast.literal_eval`` alone (the warnings production text can raise, such as an invalid
+    escape sequence, are not the daemon's: silenced)."""
     try:
-        value = ast.literal_eval(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return (), ()
     if isinstance(value, dict):

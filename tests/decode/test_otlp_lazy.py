@@ -7,6 +7,7 @@ the oracle; ``literal_params`` (pattern first, then ``ast``) is compared with ``
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 import pytest
@@ -192,6 +193,14 @@ def test_literal_params_match_ast(values: list[Any], as_list: bool) -> None:
 def test_literal_params_edge_shapes(text: str) -> None:
     """Shapes near the pattern's edge parse exactly as ``ast.literal_eval`` parses them."""
     assert literal_params(text) == literal_params_ast(text)
+
+
+def test_parameters_with_invalid_escapes_parse_without_warnings() -> None:
+    """Production text such as ``('C:\\eval', {})`` is parsed by ``ast`` without the warning Python raises for an
+    invalid escape sequence (the fuzz test printed one; under ``-W error`` the parameters were lost)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert literal_params(r"('a\e', {})") == (("a\\e", "{}"), ())
 
 
 def test_lazy_span_is_a_frozen_span() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -262,3 +264,50 @@ def test_a_row_judged_before_it_is_old_enough_to_forget_is_forgotten_later() -> 
     assert d.telemetry.state["rows"] == 20
     assert d.close_until(T0 + 100_000 * MS) == []
     assert len(d) == 0 and d.telemetry.state["rows"] == 0 and d.telemetry.state["traces"] == 0
+
+
+def test_row_changes_that_arrive_after_their_pair_was_judged_are_judged_with_it() -> None:
+    """Debezium lagging past the settle time: the two checkouts were judged without their row changes (a relative
+    decrement proves nothing alone); the changes arriving later, while the row's history lasts, re-judge the pair,
+    and the oversell is found."""
+    d = detector(invariants={"inventory": [Invariant("stock >= 0")]})
+    e = "inventory:sku-1"
+    take = "UPDATE inventory SET stock = stock - 1 WHERE sku = %s"
+    for a in (
+        acc("a", DbOperation.READ, 0, entity=e),
+        acc("b", DbOperation.READ, 1, entity=e),
+        replace(acc("a", DbOperation.WRITE, 2, entity=e, statement=take), set_exprs=("stock = stock - 1",)),
+        replace(acc("b", DbOperation.WRITE, 3, entity=e, statement=take), set_exprs=("stock = stock - 1",)),
+    ):
+        d.on_access(a)
+    assert d.close_until(T0 + 600 * MS) == []  # judged: two relative decrements, nothing committed yet
+    d.on_commit(e, Commit(change(5, {"stock": 1}, {"stock": 0}, 3, table="public.inventory"), "a" * 32))
+    d.on_commit(e, Commit(change(6, {"stock": 0}, {"stock": -1}, 4, table="public.inventory"), "b" * 32))
+    [c] = d.close_until(T0 + 700 * MS)
+    assert c.anomaly == "invariant_violation" and c.manifest
+    assert d.close_until(T0 + 800 * MS) == [] and d.counters["late_commits"] == 2
+
+
+def test_a_late_statement_of_a_judged_trace_is_judged_against_the_others() -> None:
+    """A trace's write that reached stage 2 after its read had been judged (its spans closed in two fragments)
+    re-judges that trace's pairs: the lost update is found, once."""
+    d = detector()
+    early = [acc("a", DbOperation.READ, 0, function="expire_cart"), acc("b", DbOperation.READ, 2),
+             acc("b", DbOperation.WRITE, 9, set_values=(("status", "paid"),))]  # fmt: skip
+    for a in early:
+        d.on_access(a)
+    assert d.close_until(T0 + 600 * MS) == []
+    d.on_access(acc("a", DbOperation.WRITE, 5, function="expire_cart", set_values=(("status", "cancelled"),)))
+    [c] = d.close_until(T0 + 700 * MS)
+    assert c.anomaly == "lost_update" and c.culprit.function == "expire_cart"
+    assert d.close_until(T0 + 800 * MS) == []
+
+
+def test_input_later_than_the_history_it_needed_is_counted() -> None:
+    """A row change arriving after its row's history was pruned cannot be judged with it: it is counted."""
+    d = detector()
+    for a in (acc("a", DbOperation.READ, 0), acc("a", DbOperation.WRITE, 2)):
+        d.on_access(a)
+    assert d.close_until(T0 + 10_000 * MS) == [] and len(d) == 0
+    d.on_commit("orders:1", Commit(change(5, {"status": "x"}, {"status": "y"}, 3), "a" * 32))
+    assert d.counters["late_past_history"] == 1 and "late_commits" not in d.counters

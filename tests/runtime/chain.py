@@ -58,8 +58,10 @@ class Scenario:
     lsn: int = 1_000
     charge_id: int = 500
 
-    def _request(self, function: str, route: str, start_ns: int, statements: list[tuple[str, str, int, int]]) -> None:
-        """One request: a server span, its handler, one DB span per (sql, params, start offset, duration)."""
+    def _request(self, function: str, route: str, start_ns: int, statements: list[tuple[str, str, int, int]],
+                 split_ns: int = 0) -> None:  # fmt: skip
+        """One request: a server span, its handler, one DB span per (sql, params, start offset, duration); with
+        ``split_ns``, its first statement's span is exported alone and the rest ``split_ns`` after the request."""
         tracer = self.shop.tracer
         end = start_ns + max(at + dur for _, _, at, dur in statements) + MS
         with tracer.start_as_current_span(f"POST {route}", kind=SpanKind.SERVER, start_time=start_ns,
@@ -76,7 +78,13 @@ class Scenario:
                 handler.end(end_time=end)
             server.set_attribute("http.response.status_code", 200)
             server.end(end_time=end)
-        self.spans.append((end, to_proto(self.shop.take())))
+        spans = self.shop.take()
+        if split_ns:
+            first = min((x for x in spans if x.name == "db"), key=lambda x: x.start_time or 0)
+            self.spans.append((first.end_time or end, to_proto([first])))
+            self.spans.append((end + split_ns, to_proto([x for x in spans if x is not first])))
+        else:
+            self.spans.append((end, to_proto(spans)))
 
     def _change(self, row: int, before: str, after: str, commit_ns: int, writer: str) -> None:
         self._debezium("orders", {"id": row, "status": before}, {"id": row, "status": after}, commit_ns, writer)
@@ -102,11 +110,13 @@ class Scenario:
         self.changes.append((commit_ns, key, json.dumps(value).encode(), f"shop.public.{table}"))
         self.credits[self.lsn] = writer
 
-    def lost_update(self, row: int, at_ns: int, *, same_value: bool = False) -> None:
-        """expire_cart and capture_payment both read the row, then both write it: the first write is lost."""
+    def lost_update(self, row: int, at_ns: int, *, same_value: bool = False, split_ns: int = 0) -> None:
+        """expire_cart and capture_payment both read the row, then both write it: the first write is lost.
+        ``split_ns``: expire_cart's read is exported alone, the rest of its trace that much later."""
         b_value = "cancelled" if same_value else "paid"
         self._request("shop.jobs.expire_cart", "/jobs/expire", at_ns,
-                      [(READ, f"({row},)", 0, MS), (WRITE, f"('cancelled', {row})", 10 * MS, MS)])  # fmt: skip
+                      [(READ, f"({row},)", 0, MS), (WRITE, f"('cancelled', {row})", 10 * MS, MS)],
+                      split_ns)  # fmt: skip
         self._request("shop.handlers.capture_payment", "/orders/{id}/capture", at_ns + 2 * MS,
                       [(READ, f"({row},)", 0, MS), (WRITE, f"('{b_value}', {row})", 12 * MS, MS)])  # fmt: skip
         self._change(row, "pending", "cancelled", at_ns + 11 * MS + MS // 2, "shop.jobs.expire_cart")
@@ -174,20 +184,29 @@ class Chain:
         self.offsets[(topic, partition)] = offset + 1
         return Record(topic, partition, offset, key, value)
 
-    def arrivals(self, scenario: Scenario, spans_partitions: int = 1) -> list[tuple[int, Record]]:
-        """The scenario's messages as records, by the event time they arrive at (row changes Debezium's 40 ms
-        after their commit); the spans messages (one trace each) dealt round the spans partitions."""
+    def arrivals(self, scenario: Scenario, spans_partitions: int = 1, cdc_lag_ns: int = 40 * MS) -> list[
+            tuple[int, Record]]:  # fmt: skip
+        """The scenario's messages as records, by the event time they arrive at (row changes ``cdc_lag_ns`` after
+        their commit, Debezium's lag); the spans messages (one trace each) dealt round the spans partitions."""
         inputs = [(t, self._record(SPANS, n % spans_partitions, None, v)) for n, (t, v) in enumerate(scenario.spans)]
-        inputs += [(t + 40 * MS, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
+        inputs += [(t + cdc_lag_ns, self._record(topic, 0, k, v)) for t, k, v, topic in scenario.changes]
         return sorted(inputs, key=lambda x: x[0])
 
-    def run(self, scenario: Scenario, rnd: random.Random, *, wall_step_s: float = 0.2) -> Found:
-        """Feed the scenario in time order, in random batches, the clock following event time; then go idle."""
-        inputs = self.arrivals(scenario)
+    def run(self, scenario: Scenario, rnd: random.Random, *, wall_step_s: float = 0.2, cdc_lag_s: float = 0.04,
+            polls: bool = False) -> Found:  # fmt: skip
+        """Feed the scenario in time order, in random batches, the clock following event time; then go idle.
+        ``polls``: the consumer also polls while nothing arrives (every ``wall_step_s``), and a batch holds only
+        what arrived within half a second of its first record, so quiet stretches pass in real time."""
+        inputs = self.arrivals(scenario, cdc_lag_ns=int(cdc_lag_s * S))
         queue = [r for _, r in inputs]
         times = [t for t, _ in inputs]
         while queue:
             size = rnd.randint(1, 6)
+            if polls:
+                size = sum(1 for t in times[:size] if t <= times[0] + 500 * MS)
+                while self.clock.now + int(wall_step_s * S) < times[0]:
+                    self.clock.advance(wall_step_s)
+                    self._step([])
             batch, queue = queue[:size], queue[size:]
             now, times = times[size - 1] if len(times) >= size else times[-1], times[size:]
             self.clock.now = max(self.clock.now, now + rnd.randint(0, 300) * MS)  # arrival lags event time

@@ -25,7 +25,7 @@ class CollisionConfig(Section):
     )
     max_entities: int = Field(100_000, ge=1, description="rows with a history (least recently used evicted)")
     max_traces: int = Field(200_000, ge=1, description="recent traces whose accesses are kept for write skew")
-    max_reported: int = Field(100_000, ge=1, description="occurrences remembered as reported (no repeat)")
+    max_reported: int = Field(100_000, ge=1, description="pairs of traces remembered as reported (reported once)")
 
     @field_validator("invariants")
     @classmethod

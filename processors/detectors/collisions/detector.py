@@ -7,6 +7,14 @@ its oldest event not judged yet; then every pair of traces whose accesses there 
 - settle`` and that was not judged before is judged (:class:`~processors.detectors.collisions.classify.PairJudge`),
 and each new collision becomes an incident.
 
+Input can come after its row was judged past it: Debezium lagging more than the settle time behind the spans, or
+the rest of a trace that stage 1 closed in two fragments. Such input re-opens the pairs it bears on (a late row
+change: its trace's, or every writer's in the window before it when it is not credited; more of a trace: that
+trace's), counted as ``late_commits`` and ``late_accesses``, and they are judged again while the row's history
+lasts (two windows past its judging); later than that, it is counted as ``late_past_history``. A pair is reported
+once, under whichever class it was first found (``Collision.pair``): a lost update first judged without its row
+changes stays latent.
+
 Predicate statements (no row named by its key) arrive keyed by their table's scope (``table:*``) and are kept in a
 history of their own; a row's judging looks there for the predicates that selected one of its images or that its
 changes moved (phantoms). A scope's input is held one window longer than a row's, since every row it can pair with
@@ -14,7 +22,7 @@ is judged within two windows of it.
 
 State, all bounded and counted: per-entity histories (``max_entities`` rows and scopes, each
 ``history_per_entity`` deep), every recent trace's accesses and credited commits for the classes that span rows
-(``max_traces``), the occurrences already reported (so that an occurrence is reported once) and the input behind
+(``max_traces``), the pairs already reported (``max_reported``; so that a pair is reported once) and the input behind
 what is not judged yet, one key per (row, trace) and per (row, commit) (``max_entities`` keys): a row's input is
 released as soon as it has been judged, so the pins of a busy row stay within one judging horizon. History stays
 for later pairs until it falls out of ``2 x window``.
@@ -79,6 +87,7 @@ class CollisionDetector(Processor):
                                                                               "max_traces")  # fmt: skip
         self.memory = Memory(self._by_trace, self._commits, self._entities.get)
         self._reported: CountedLRU[str, None] = CountedLRU(max_reported, self.telemetry, "max_reported")
+        self._pruned_ns = 0  # history older than this has been pruned
 
     def __len__(self) -> int:
         return len(self._entities)
@@ -109,7 +118,11 @@ class CollisionDetector(Processor):
         if access.error and access.operation in WRITES:
             self.telemetry.count("failed_writes")
             return  # a statement that failed wrote nothing: nothing to keep, no input to hold
+        self._past_history(access.entity, access.end_ns)
         state = self._entities.retain(access.entity)
+        if access.trace_id in state.judged:  # more of a trace already judged here (a fragment): judged again
+            state.judged.discard(access.trace_id)
+            self.telemetry.count("late_accesses")
         self._hold(access.entity, state, access.trace_id, access.end_ns)
         if len(state.accesses) == state.accesses.maxlen:
             self.telemetry.drop("history_per_entity" if access.keyed else "history_per_table")
@@ -123,8 +136,11 @@ class CollisionDetector(Processor):
             trace.append(access)
 
     def on_commit(self, entity: str, commit: Commit) -> None:
-        state = self._entities.retain(entity)
         at = commit.change.commit_ts_ms * MS_NS
+        self._past_history(entity, at)
+        state = self._entities.retain(entity)
+        if at <= state.judged_until_ns:  # Debezium behind the settle time: what it can change is judged again
+            self._rejudge(state, commit, at)
         self._hold(entity, state, f"@{commit.change.lsn}", at)
         if len(state.commits) == state.commits.maxlen:
             self.telemetry.drop("history_per_entity")
@@ -137,6 +153,22 @@ class CollisionDetector(Processor):
                 self._commits.put(commit.trace_id, [(entity, commit)])
             elif (entity, commit) not in mine:
                 mine.append((entity, commit))
+
+    def _past_history(self, key: str, event_ns: int) -> None:
+        """Input so late that its row's history, which it should have been judged with, is gone: counted."""
+        if event_ns < self._pruned_ns and key not in self._entities:
+            self.telemetry.count("late_past_history")
+
+    def _rejudge(self, state: EntityHistory, commit: Commit, at: int) -> None:
+        """A row change arriving after its row was judged past it: the pairs it bears on are judged again (what
+        was reported stays reported): its trace's, or, not credited, those of every trace that wrote the row in the
+        window before it."""
+        self.telemetry.count("late_commits")
+        if commit.trace_id:
+            state.judged.discard(commit.trace_id)
+        else:
+            state.judged -= {a.trace_id for a in state.accesses if at - self.window_ns <= a.start_ns <= at
+                             and a.operation in WRITES}  # fmt: skip
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         out.events.extend(incident_event(c, watermark_ns) for c in self.close_until(watermark_ns))
@@ -170,7 +202,7 @@ class CollisionDetector(Processor):
             if not scope:  # a scope is not judged itself: the rows its predicates cover look it up
                 self.telemetry.count("judged")
                 for collision in self.judge.judge(key, state, self.memory, until_ns=until):
-                    if self._reported.add(collision.occurrence):
+                    if self._reported.add(collision.pair):
                         found.append(collision)
                     else:
                         self.telemetry.count("already_reported")
@@ -189,6 +221,7 @@ class CollisionDetector(Processor):
             elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
                 newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
                 self._deadlines.set(key, newest + watermark_ns - horizon + 1)
+        self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
         self._forget_traces(until - 3 * self.window_ns)
         t = self.telemetry
         t.gauge("rows", len(self._entities))

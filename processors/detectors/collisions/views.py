@@ -50,6 +50,14 @@ class Collision:
     correlated: bool = True  # the row changes were credited to the traces (else: classified by statements)
 
     @property
+    def pair(self) -> str:
+        """The rows and the two traces, whatever the class: judged again on later input (a late row change, more
+        of a trace), a pair already reported is not reported again under another class."""
+        where = "+".join(self.entities) or self.entity
+        a, b = sorted((self.culprit.trace_id, self.victim.trace_id))
+        return hashlib.sha256(f"{where}|{a}|{b}".encode()).hexdigest()[:16]
+
+    @property
     def window_ms(self) -> float:
         times = [a.start_ns for a in self.accesses] + [a.end_ns for a in self.accesses]
         return (max(times) - min(times)) / 1e6
