@@ -39,7 +39,7 @@ from streamer.decode.registry import Input, Record
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker
 from streamer.runtime.records import StageOutput
-from streamer.runtime.stage import Stage
+from streamer.runtime.stage import Stage, log
 
 PRUNE_MARGIN_NS = 10_000_000_000  # writes are forgotten this long after no change can be credited to them
 PendingKey = tuple[str, str, int, int]  # (entity, topic, partition, offset of the internal record): one change
@@ -215,7 +215,11 @@ class EntityStage(Stage):
             self.correlator.prune(held - 2 * self.credit_after_ns - PRUNE_MARGIN_NS)
         self.correlator.telemetry.gauge("rows", len(self.correlator))
         self.correlator.telemetry.gauge("pending_changes", len(self._pending))
-        self.emit(held, None, out)
+        stray = self.emit(held, None, out).relays
+        if stray:  # relays go from stage 1 to stage 2: one a stage-2 processor emits has nowhere to go
+            self.metrics.telemetry(self.name).drop("relay_from_stage_2", len(stray))
+            if self._failures.add(("entities", "relay", "stage_2")):
+                log.error("relay.undeliverable", stage=self.name, components=sorted({r.component for r in stray}))
         self._out = None
 
     def forget(self, tp: Hashable) -> None:

@@ -14,7 +14,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange
+from processors.component import Emit, Processor
+from processors.model.events import Access, CdcOp, DbOperation, LockMode, Relay, RowChange
 from streamer import config
 from streamer.components import default
 from streamer.decode import internal as wire
@@ -396,3 +397,20 @@ def test_pinned_offsets_gauge_follows_the_pins() -> None:
     assert p.metric("trace_repro_pinned_offsets", stage="entities") == 1
     p.drain()
     assert p.metric("trace_repro_pinned_offsets", stage="entities") == 0
+
+
+def test_a_relay_emitted_in_stage_2_is_counted_not_lost_silently() -> None:
+    """Relays go from stage 1 to stage 2; a stage-2 processor that emits one (a component built for the wrong stage)
+    has it counted as dropped and logged, and the stage goes on."""
+
+    class Stray(Processor):
+        name = "stray"
+
+        def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
+            out.relays.append(Relay("stray", "k", watermark_ns, {}))
+
+    p = Pipe()
+    p.stage.processors.append(Stray())
+    p.upstream(1)
+    p.upstream(2)
+    assert p.metric("trace_repro_dropped_total", component="entities", reason="relay_from_stage_2") == 2
