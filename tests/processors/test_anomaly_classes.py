@@ -11,6 +11,7 @@ from typing import Any
 
 from processors.detectors.collisions import CollisionDetector
 from processors.detectors.collisions.views import Collision
+from processors.invariants import Invariant
 from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange, scope_key
 
 MS = 1_000_000
@@ -100,6 +101,42 @@ def test_lost_update_through_predicate_statements_of_a_table_whose_key_is_not_kn
     [c] = h.found()
     assert (c.anomaly, c.entity, c.manifest) == ("lost_update", "orders:7", True)
     assert "status = 'cancelled' overwritten by 'paid'" in c.damage
+
+
+def test_oversell_through_predicate_statements_whose_changes_could_not_be_credited() -> None:
+    """Two checkouts of the last unit before Debezium named the table's key: ``UPDATE ... SET stock = stock - 1
+    WHERE sku = %s`` is a predicate write that brings no value, so its two changes match both writers equally and
+    stay uncredited. Each write's WHERE selected the row's image when it started: it wrote that row. The oversell
+    is found (CI missed the first of three oversells when the seed's row change came after the first round)."""
+    h = History(invariants={"inventory": [Invariant("stock >= 0")]})
+    pred = (("sku", "=", "s-1"),)
+    ra = access("a", READ, 0, "inventory", predicates=pred, function="checkout")
+    rb = access("b", READ, 1, "inventory", predicates=pred, function="checkout")
+    wa = access("a", WRITE, 3, "inventory", predicates=pred, exprs=("stock",), function="checkout")
+    wb = access("b", WRITE, 4, "inventory", predicates=pred, exprs=("stock",), function="checkout")
+    h.add(ra, rb, wa, wb)
+    for lsn, (before, after, at) in enumerate([(1, 0, 10), (0, -1, 11)], 1):
+        change = RowChange(table="public.inventory", op=CdcOp.UPDATE, key=(("sku", "s-1"),),
+                           before={"sku": "s-1", "stock": before}, after={"sku": "s-1", "stock": after},
+                           commit_ts_ms=T0 // MS + at, ts_ms=0, lsn=lsn, tx_id=str(lsn))  # fmt: skip
+        h.d.on_commit("inventory:s-1", Commit(change))  # uncredited: ambiguous between the two writers
+    [c] = h.found()
+    assert (c.anomaly, c.entity, c.manifest, c.correlated) == ("invariant_violation", "inventory:s-1", True, False)
+    assert "stock = -1 violates stock >= 0" in c.damage
+
+
+def test_a_predicate_write_that_did_not_select_the_row_is_not_a_write_of_it() -> None:
+    """The control: the same statements on another sku's row leave this row alone."""
+    h = History(invariants={"inventory": [Invariant("stock >= 0")]})
+    pred = (("sku", "=", "s-2"),)
+    h.add(access("a", READ, 0, "inventory", predicates=pred), access("b", READ, 1, "inventory", predicates=pred),
+          access("a", WRITE, 3, "inventory", predicates=pred, exprs=("stock",)),
+          access("b", WRITE, 4, "inventory", predicates=pred, exprs=("stock",)))  # fmt: skip
+    change = RowChange(table="public.inventory", op=CdcOp.UPDATE, key=(("sku", "s-1"),),
+                       before={"sku": "s-1", "stock": 0}, after={"sku": "s-1", "stock": -1},
+                       commit_ts_ms=T0 // MS + 11, ts_ms=0, lsn=1, tx_id="1")  # fmt: skip
+    h.d.on_commit("inventory:s-1", Commit(change))
+    assert h.found() == []
 
 
 # ---- write skew --------------------------------------------------------------------------------------------------

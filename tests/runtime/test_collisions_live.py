@@ -11,6 +11,8 @@ import pytest
 
 from bench.shop import db
 from bench.shop.traffic import run_traffic
+from processors.model.events import Access, RowChange
+from streamer.decode import internal as wire
 from streamer.engines import LocalEngines
 from tests.harness import Harness, harness_settings
 
@@ -49,6 +51,24 @@ def _incidents(harness: Harness) -> list[list[Any]]:
     )
 
 
+async def _explain_miss(harness: Harness) -> None:
+    """On a miss, what the detector counted and what stage 2 was given for the shop's rows (in the test's output)."""
+    assert harness.daemon is not None
+    for t in harness.daemon.metrics.telemetry.all():
+        if t.component in ("collisions", "correlation", "sql"):
+            print("telemetry", t.component, dict(t.events), dict(t.dropped))
+    for m in await harness.consume_all(harness.settings.kafka.accesses_topic, expect=10**9, timeout_s=5):
+        try:
+            e = wire.decode(m.value or b"")
+        except ValueError:
+            continue
+        if isinstance(e, Access) and e.table == "inventory":
+            print("access", m.partition, m.offset, e.entity, e.trace_id[:8], e.operation.value, e.lock.value,
+                  e.start_ns, e.end_ns, e.error, e.trace_error, e.statement[:60], e.set_exprs)  # fmt: skip
+        elif isinstance(e, RowChange) and e.table.endswith("inventory"):
+            print("change", m.partition, m.offset, e.key, e.commit_ts_ms, e.before, e.after, e.lsn)
+
+
 async def test_three_defects_found_with_culprit_victim_and_offsets(
     engines: LocalEngines, kafka_bootstrap: str, falkordb_url: str
 ) -> None:
@@ -60,7 +80,12 @@ async def test_three_defects_found_with_culprit_victim_and_offsets(
         summary = await _traffic(harness, engines, clean=False)
         assert all(r.manifested == ROUNDS for r in summary.results), str(summary)
         want = [["invariant_violation", ROUNDS], ["lost_update", ROUNDS], ["phantom", ROUNDS]]
-        await harness.wait_for(lambda: [r[:2] for r in _incidents(harness)] == want, "three incidents", timeout_s=90)
+        try:
+            await harness.wait_for(lambda: [r[:2] for r in _incidents(harness)] == want, "three incidents",
+                                   timeout_s=90)  # fmt: skip
+        except AssertionError:
+            await _explain_miss(harness)
+            raise
         events = [json.loads(m.value) for m in await harness.consume_all(harness.settings.kafka.incidents_topic,
                                                                           expect=3 * ROUNDS)]  # fmt: skip
         assert len(events) == 3 * ROUNDS

@@ -101,8 +101,14 @@ class PairJudge:
         scope = memory.scope(scope_key(table))
         if scope is not None and commits:
             for p in scope.accesses:
+                if p.operation is DbOperation.WRITE:
+                    # An UPDATE whose WHERE selected the row's version when it started wrote that row, whether or
+                    # not a change could be credited to it (two value-less ``stock = stock - 1`` match both).
+                    if covers(p.predicates, p.exact, image_at(commits, p.start_ns)) is True:
+                        add_access(view(p.trace_id), p)
+                    continue
                 if p.operation is not DbOperation.READ:
-                    continue  # a predicate write is known here by the change credited to it
+                    continue  # a predicate insert or delete is known here by the change credited to it
                 at = image_at(commits, p.start_ns)
                 if at is not None and covers(p.predicates, p.exact, at) is True:
                     add_access(view(p.trace_id), p)  # it read the row's version through its predicate
