@@ -39,6 +39,7 @@ T0 = 1_800_000_000 * S
 SPANS = "otlp_spans"
 CDC = "shop.public.orders"
 CHARGES_CDC = "shop.public.charges"
+INVENTORY_CDC = "shop.public.inventory"
 READ = "SELECT status FROM orders WHERE id = %s"
 WRITE = "UPDATE orders SET status = %s WHERE id = %s"
 CHARGE_READ = "SELECT id FROM charges WHERE order_id = %s"
@@ -90,7 +91,7 @@ class Scenario:
         self._debezium("orders", {"id": row, "status": before}, {"id": row, "status": after}, commit_ns, writer)
 
     def _debezium(self, table: str, before: dict[str, Any] | None, after: dict[str, Any], commit_ns: int,
-                  writer: str) -> None:  # fmt: skip
+                  writer: str, key_column: str = "id") -> None:  # fmt: skip
         self.lsn += 8
         commit_ms = commit_ns // MS
         source = {
@@ -106,7 +107,7 @@ class Scenario:
         }
         value = {"before": before, "after": after, "source": source, "op": "u" if before else "c",
                  "ts_ms": commit_ms + 50}  # fmt: skip
-        key = json.dumps({"id": after["id"]}).encode()
+        key = json.dumps({key_column: after[key_column]}).encode()
         self.changes.append((commit_ns, key, json.dumps(value).encode(), f"shop.public.{table}"))
         self.credits[self.lsn] = writer
 
@@ -133,6 +134,30 @@ class Scenario:
             self._debezium("charges", None, {"id": self.charge_id + n, "order_id": order, "amount": 12.5},
                            at_ns + offset + 9 * MS + MS // 2, function)  # fmt: skip
         self.collisions.add((f"charges:{self.charge_id}", "shop.handlers.charge", "shop.handlers.charge_retry"))
+
+    def oversell(self, sku: str, at_ns: int) -> None:
+        """A fresh sku seeded with one unit (its row change is the first Debezium sends of ``inventory``, the
+        table's key ``sku``), then two checkouts that both read stock 1 and both take a unit: ``stock = stock - 1``
+        brings no value, so its changes match both writers equally (credited to none)."""
+        self._debezium("inventory", None, {"sku": sku, "stock": 1}, at_ns - 50 * MS, "", key_column="sku")
+        read, take = (
+            "SELECT stock FROM inventory WHERE sku = %s",
+            "UPDATE inventory SET stock = stock - 1 WHERE sku = %s",
+        )
+        for n, function in enumerate(("shop.handlers.checkout", "shop.handlers.checkout_again")):
+            self._request(
+                function,
+                "/checkout",
+                at_ns + n * MS,
+                [(read, f"('{sku}',)", 0, MS), (take, f"('{sku}',)", 10 * MS, (1 + 3 * n) * MS)],
+            )
+        self._debezium("inventory", {"sku": sku, "stock": 1}, {"sku": sku, "stock": 0}, at_ns + 11 * MS + MS // 2,
+                       "", key_column="sku")  # fmt: skip
+        self._debezium("inventory", {"sku": sku, "stock": 0}, {"sku": sku, "stock": -1}, at_ns + 15 * MS, "",
+                       key_column="sku")  # fmt: skip
+        for lsn in (self.lsn - 16, self.lsn - 8, self.lsn):
+            del self.credits[lsn]  # uncredited: no writer is named by them
+        self.collisions.add((f"inventory:{sku}", "shop.handlers.checkout", "shop.handlers.checkout_again"))
 
     def serial_update(self, row: int, at_ns: int, value: str) -> None:
         """One request reads and writes the row, alone."""

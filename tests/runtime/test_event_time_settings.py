@@ -8,12 +8,14 @@ the background traffic, and every input position committable at the end.
 
 from __future__ import annotations
 
+import json
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.runtime.chain import MS, T0, Chain, S, Scenario
+from tests.runtime.chain import INVENTORY_CDC, MS, SPANS, T0, Chain, S, Scenario
 
 
 def _scenario(collisions: int, same_value: bool) -> Scenario:
@@ -100,5 +102,26 @@ def test_late_row_changes_and_split_traces_find_the_same(env: dict[str, str], cd
         assert credited == {lsn: fn for lsn, fn in scenario.credits.items() if lsn not in missed}
     else:
         assert credited == scenario.credits
+    assert found.dead_letters == 0
+    assert chain.committable_everywhere()
+
+
+@pytest.mark.parametrize("cdc_lag_s", [0.04, 1.0, 3.0])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_oversell_before_debezium_named_the_tables_key_is_found(cdc_lag_s: float, seed: int) -> None:
+    """The first checkouts of a table whose key Debezium has not named yet (the seed's row change still on its way)
+    are predicate statements; their value-less decrements credit no change. The oversell is still found, as it is
+    once the key is known. (CI missed the first of three oversells; before this, these batchings with the seed's
+    change 3 s late missed the first one too.)"""
+    env = {"TRACE_REPRO_WINDOWS__TRACE_GAP_S": "0.2", "TRACE_REPRO_WINDOWS__IDLE_S": "0.3",
+           "TRACE_REPRO_COLLISIONS__INVARIANTS": json.dumps({"inventory": ["stock >= 0"]})}  # fmt: skip
+    scenario = Scenario()
+    for i in range(3):
+        scenario.oversell(f"sku-{i}", T0 + i * 20 * S + S)
+    chain = Chain(env, owners=[((SPANS, 0), (INVENTORY_CDC, 0))])
+    found = chain.run(scenario, random.Random(seed), cdc_lag_s=cdc_lag_s, wall_step_s=0.5, polls=True)
+    got = sorted((e["entity"], e["anomaly"]) for e in found.incidents)
+    assert got == [(f"inventory:sku-{i}", "invariant_violation") for i in range(3)], cdc_lag_s
+    assert all("stock = -1 violates stock >= 0" in e["damage"] for e in found.incidents)
     assert found.dead_letters == 0
     assert chain.committable_everywhere()
