@@ -121,6 +121,9 @@ class CollisionDetector(Processor):
         self._past_history(access.entity, access.end_ns)
         state = self._entities.retain(access.entity)
         if access.trace_id in state.judged:  # more of a trace already judged here (a fragment): judged again
+            if any(a.span_id == access.span_id for a in state.accesses):
+                self.telemetry.count("redelivered")  # a replay of what was judged: nothing new to judge
+                return
             state.judged.discard(access.trace_id)
             self.telemetry.count("late_accesses")
         self._hold(access.entity, state, access.trace_id, access.end_ns)
@@ -140,6 +143,9 @@ class CollisionDetector(Processor):
         self._past_history(entity, at)
         state = self._entities.retain(entity)
         if at <= state.judged_until_ns:  # Debezium behind the settle time: what it can change is judged again
+            if any(c.change.lsn == commit.change.lsn for c in state.commits):
+                self.telemetry.count("redelivered")  # a replay of what was judged: nothing new to judge
+                return
             self._rejudge(state, commit, at)
         self._hold(entity, state, f"@{commit.change.lsn}", at)
         if len(state.commits) == state.commits.maxlen:
