@@ -311,3 +311,19 @@ def test_input_later_than_the_history_it_needed_is_counted() -> None:
     assert d.close_until(T0 + 10_000 * MS) == [] and len(d) == 0
     d.on_commit("orders:1", Commit(change(5, {"status": "x"}, {"status": "y"}, 3), "a" * 32))
     assert d.counters["late_past_history"] == 1 and "late_commits" not in d.counters
+
+
+def test_input_delivered_again_reopens_nothing() -> None:
+    """A replay (a handover) delivers a judged trace's statements and row changes again: nothing is judged anew."""
+    d = detector()
+    history = [acc("a", DbOperation.READ, 0), acc("b", DbOperation.READ, 2), acc("b", DbOperation.WRITE, 9)]
+    for a in history:
+        d.on_access(a)
+    again = Commit(change(11, {"status": "x"}, {"status": "y"}, 10), "b" * 32)
+    d.on_commit("orders:1", again)
+    assert d.close_until(T0 + 600 * MS) == []
+    for a in history:
+        d.on_access(a)
+    d.on_commit("orders:1", again)
+    assert d.close_until(T0 + 700 * MS) == []
+    assert d.counters["redelivered"] == 4 and "late_accesses" not in d.counters and "late_commits" not in d.counters
