@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.runtime.chain import INVENTORY_CDC, MS, SPANS, T0, Chain, S, Scenario
+from processors.state.config import WindowConfig
+from tests.runtime.chain import INVENTORY_CDC, MS, SPANS, T0, Chain, Found, S, Scenario
 
 
 def _scenario(collisions: int, same_value: bool) -> Scenario:
@@ -123,5 +124,57 @@ def test_an_oversell_before_debezium_named_the_tables_key_is_found(cdc_lag_s: fl
     got = sorted((e["entity"], e["anomaly"]) for e in found.incidents)
     assert got == [(f"inventory:sku-{i}", "invariant_violation") for i in range(3)], cdc_lag_s
     assert all("stock = -1 violates stock >= 0" in e["damage"] for e in found.incidents)
+    assert found.dead_letters == 0
+    assert chain.committable_everywhere()
+
+
+@pytest.mark.parametrize("cdc_lag_s", [20.0, 50.0])
+def test_row_changes_debezium_sent_late_are_credited_on_the_shipped_defaults(cdc_lag_s: float) -> None:
+    """Every row change up to ``windows.max_cdc_lag_s`` late is still credited to the request that made it (before,
+    writes were forgotten ~14 s after no change on time could be theirs: none of these was credited)."""
+    scenario = Scenario()
+    for i in range(3):
+        scenario.lost_update(row=10 + i, at_ns=T0 + i * 60 * S + S)
+        scenario.serial_update(row=100 + i, at_ns=T0 + i * 60 * S + 7 * S, value=f"v{i}")
+    chain = Chain({})
+    found = chain.run(scenario, random.Random(3), cdc_lag_s=cdc_lag_s, wall_step_s=0.5, polls=True)
+    assert {(e["entity"], e["culprit"]["function"], e["victim"]["function"]) for e in found.incidents} == (
+        scenario.collisions
+    )
+    assert {lsn: found.functions[span] for lsn, span in found.credits.items()} == scenario.credits
+    assert chain.committable_everywhere()
+
+
+def _silent_oversells(cdc_lag_s: float) -> tuple[Found, Chain]:
+    """Three oversells where no request fails (only the committed ``stock = -1`` shows it), a minute apart, every
+    row change late by ``cdc_lag_s``, on the shipped event-time settings."""
+    env = {"TRACE_REPRO_COLLISIONS__INVARIANTS": json.dumps({"inventory": ["stock >= 0"]})}
+    scenario = Scenario()
+    for i in range(3):
+        scenario.oversell(f"sku-{i}", T0 + i * 60 * S + S)
+    chain = Chain(env, owners=[((SPANS, 0), (INVENTORY_CDC, 0))])
+    assert chain.settings.windows == WindowConfig()
+    return chain.run(scenario, random.Random(5), cdc_lag_s=cdc_lag_s, wall_step_s=0.5, polls=True), chain
+
+
+@pytest.mark.parametrize("cdc_lag_s", [0.04, 10.0, 20.0, 50.0])
+def test_silent_oversells_are_found_with_debezium_lagging_on_the_shipped_defaults(cdc_lag_s: float) -> None:
+    """Each silent oversell is found once its row change arrives, up to ``windows.max_cdc_lag_s`` (60 s) late.
+    (Before, a change more than ~15 s late came after its row's history was pruned: all three were missed, counted
+    only as ``late_past_history``.)"""
+    found, chain = _silent_oversells(cdc_lag_s)
+    got = sorted((e["entity"], e["anomaly"]) for e in found.incidents)
+    assert got == [(f"inventory:sku-{i}", "invariant_violation") for i in range(3)], cdc_lag_s
+    assert all("stock = -1 violates stock >= 0" in e["damage"] for e in found.incidents)
+    assert found.dead_letters == 0
+    assert chain.committable_everywhere()
+
+
+def test_a_row_change_later_than_the_bound_is_counted_not_lost_silently() -> None:
+    """Debezium 90 s behind, past ``max_cdc_lag_s``: the changes come after their rows' histories went. They are
+    counted (``late_past_history``, on /metrics), and nothing is found or committed short."""
+    found, chain = _silent_oversells(90.0)
+    assert found.incidents == []
+    assert chain.metrics.telemetry("collisions").events["late_past_history"] >= 3
     assert found.dead_letters == 0
     assert chain.committable_everywhere()

@@ -11,7 +11,8 @@ Input can come after its row was judged past it: Debezium lagging more than the 
 the rest of a trace that stage 1 closed in two fragments. Such input re-opens the pairs it bears on (a late row
 change: its trace's, or every writer's in the window before it when it is not credited; more of a trace: that
 trace's), counted as ``late_commits`` and ``late_accesses``, and they are judged again while the row's history
-lasts (two windows past its judging); later than that, it is counted as ``late_past_history``. A pair is reported
+lasts (``late_ns``, ``windows.max_cdc_lag_s``, past its judging, and at least two windows); later than that, it is
+counted as ``late_past_history``. A pair is reported
 once, under whichever class it was first found (``Collision.pair``): a lost update first judged without its row
 changes stays latent.
 
@@ -25,7 +26,7 @@ State, all bounded and counted: per-entity histories (``max_entities`` rows and 
 (``max_traces``), the pairs already reported (``max_reported``; so that a pair is reported once) and the input behind
 what is not judged yet, one key per (row, trace) and per (row, commit) (``max_entities`` keys): a row's input is
 released as soon as it has been judged, so the pins of a busy row stay within one judging horizon. History stays
-for later pairs until it falls out of ``2 x window``.
+for later pairs (and late input) until it falls out of ``max(2 x window, late_ns)``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class CollisionDetector(Processor):
         *,
         window_ns: int,
         settle_ns: int,
+        late_ns: int = 0,
         invariants: Mapping[str, list[Invariant]] | None = None,
         history_per_entity: int = 256,
         history_per_table: int = 4096,
@@ -68,6 +70,7 @@ class CollisionDetector(Processor):
     ) -> None:
         self.window_ns = window_ns
         self.settle_ns = settle_ns
+        self.keep_ns = max(2 * window_ns, late_ns)  # how long a row's history outlives its judging
         self.history = history_per_entity
         self.history_per_table = history_per_table
         self.telemetry = (telemetry or Telemetry("collisions")).declare("history_per_entity", "history_per_table")
@@ -216,7 +219,7 @@ class CollisionDetector(Processor):
             later = self._release_judged(state, cut)
             if later is not None:  # events not judged yet: due again one window after the oldest of them
                 self._deadlines.set(key, later + self._lead(key))
-            horizon = until - 2 * self.window_ns
+            horizon = until - self.keep_ns
             while state.accesses and state.accesses[0].end_ns < horizon:
                 state.accesses.popleft()
             state.judged &= {a.trace_id for a in state.accesses}
@@ -227,8 +230,8 @@ class CollisionDetector(Processor):
             elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
                 newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
                 self._deadlines.set(key, newest + watermark_ns - horizon + 1)
-        self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
-        self._forget_traces(until - 3 * self.window_ns)
+        self._pruned_ns = max(self._pruned_ns, until - self.keep_ns)
+        self._forget_traces(until - self.keep_ns - self.window_ns)
         t = self.telemetry
         t.gauge("rows", len(self._entities))
         t.gauge("traces", len(self._by_trace))

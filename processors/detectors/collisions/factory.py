@@ -8,12 +8,14 @@ from processors.detectors.collisions.detector import CollisionDetector
 from processors.invariants import compile_invariants
 from processors.model.incident import IncidentEvent
 from processors.model.units import ms_to_ns, s_to_ns
+from processors.state.config import WindowConfig
 
 
 def create(config: CollisionConfig, ctx: Context) -> CollisionDetector:
     return CollisionDetector(
         window_ns=s_to_ns(config.window_s),
         settle_ns=s_to_ns(config.settle_s),
+        late_ns=s_to_ns(ctx.section("windows", WindowConfig).max_cdc_lag_s),
         invariants=compile_invariants(config.invariants),
         history_per_entity=config.history_per_entity,
         history_per_table=config.history_per_table,
