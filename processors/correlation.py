@@ -129,6 +129,7 @@ class _History(deque[Access]):
     def __init__(self, maxlen: int) -> None:
         super().__init__((), maxlen)
         self.spans: set[tuple[str, str]] = set()
+        self.changed_ns = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
 
     def append(self, a: Access) -> None:
         if len(self) == self.maxlen:
@@ -170,6 +171,8 @@ class RowCorrelator:
         # histories: a change credited again (a replay after a restart or a rebalance) gets the same writer.
         self._credited: CountedLRU[tuple[str, str], ChangeId] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
                                                                            "credited_memory")  # fmt: skip
+        # Tables Debezium has sent a change of: only their rows' writes can wait for one (``prune``).
+        self._captured: CountedLRU[str, None] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
 
     @property
     def counters(self) -> dict[str, int]:
@@ -200,7 +203,8 @@ class RowCorrelator:
             if cols not in known and len(known) < _MAX_IDENTITY_SETS:
                 known.append(cols)
 
-    def _candidates(self, change: RowChange) -> list[Access]:
+    def _entities(self, change: RowChange) -> list[str]:
+        """The keys under which the writes that could have made ``change`` are remembered (its table's scope last)."""
         table = change.table.rsplit(".", 1)[-1]
         entities = [entity_key(table, tuple(normalise_key_value(v) for _, v in change.key))]
         if change.op is CdcOp.CREATE and change.after:
@@ -210,6 +214,11 @@ class RowCorrelator:
                 for cols in self._identity.get(table, ())
                 if all(c in after for c in cols)
             ]
+        return [*entities, scope_key(table)]
+
+    def _candidates(self, change: RowChange) -> list[Access]:
+        table = change.table.rsplit(".", 1)[-1]
+        entities = self._entities(change)[:-1]
         keyed = [a for e in entities for a in self._history.peek(e) or () if _op_fits(change.op, a)]
         before = change.before if change.op is not CdcOp.CREATE else None
         scoped = [
@@ -229,6 +238,11 @@ class RowCorrelator:
         delivered more than once (a replay after a crash, before the first copy was credited) is matched once and
         every copy gets that writer: copies must not count as more changes than writers."""
         ordered = sorted(changes, key=lambda c: c.lsn)
+        for c in ordered:  # the writes these changes followed are no longer waiting for one (see ``prune``)
+            self._captured.add(c.table.rsplit(".", 1)[-1])
+            for e in self._entities(c):
+                if (history := self._history.peek(e)) is not None:
+                    history.changed_ns = max(history.changed_ns, c.commit_ts_ms * 1_000_000)
         first: dict[ChangeId, RowChange] = {}
         for c in ordered:
             first.setdefault(_change_id(c), c)
@@ -342,19 +356,37 @@ class RowCorrelator:
         self._count(reason)
         return None
 
-    def prune(self, before_ns: int) -> int:
+    def prune(self, before_ns: int, waiting_before_ns: int | None = None) -> int:
         """Forget the writes that ended before ``before_ns`` (no change waiting to be credited can be theirs any
-        more), oldest rows first, and the rows left with none; returns how many writes went."""
-        gone = 0
-        while (oldest := self._history.oldest()) is not None:
+        more), oldest rows first, and the rows left with none; returns how many writes went. With
+        ``waiting_before_ns`` (Debezium's lag bound), a write that no change of its row (of its table, for a
+        predicate write) has followed yet is kept until then instead, for its change to be credited when it comes.
+        A change committed no earlier than the write ended (within the skew and the commit time's millisecond) is
+        taken to be its own or a later one: Debezium sends a row's changes in commit order. Only the rows of a table
+        Debezium has sent a change of wait; a table's scope waits in any case (its first change may be the late
+        one)."""
+        floor = before_ns if waiting_before_ns is None else min(before_ns, waiting_before_ns)
+        slack = int((self.skew_ms + 1) * 1_000_000)
+        gone = looked = 0
+        while (oldest := self._history.oldest()) is not None and looked < len(self._history):
             entity, history = oldest
-            while history and max(history[0].end_ns, history[0].request_end_ns) < before_ns:
+            table, _, key = entity.partition(":")
+            cut = floor if key == "*" or table in self._captured else before_ns  # how old a waiting write may be
+            while (
+                history
+                and (end := max(history[0].end_ns, history[0].request_end_ns)) < before_ns
+                and (end < cut or history[0].end_ns <= history.changed_ns + slack)
+            ):
                 a = history.popleft()
                 self._credited.pop((a.trace_id, a.span_id))
                 gone += 1
-            if history:
+            if not history:
+                self._history.pop(entity)
+                continue
+            if max(history[0].end_ns, history[0].request_end_ns) >= before_ns:
                 break  # the least recently used row still has recent writes: the others are newer
-            self._history.pop(entity)
+            self._history.get(entity)  # its oldest write waits for its change: to the back, and on to the next row
+            looked += 1
         if gone:
             self._count("pruned")
         return gone

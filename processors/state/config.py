@@ -27,8 +27,8 @@ class WindowConfig(Section):
         60.0,
         ge=0,
         description="stage 2: how far Debezium may lag behind the spans and a late row change still be "
-        "credited to its writer and judged with its row (writes and row histories are kept this long); a later one "
-        "is written uncorrelated and counted (late_past_history)",
+        "credited to its writer and judged with its row (a write and its row's history are kept until its change "
+        "comes, at most this long); a later one is written uncorrelated and counted (late_past_history)",
     )
     upstream_expiry_s: float = Field(
         60.0, gt=0, description="stage 2: an upstream partition not reported for this long stops holding event time"

@@ -69,8 +69,7 @@ class EntityStage(Stage):
         self._expiry_ns = s_to_ns(settings.windows.upstream_expiry_s)
         self._upstream: dict[Hashable, UpstreamWatermarks] = {}  # per internal partition, from its own records
         self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
-        # Writes are remembered this long after no change on time could be theirs, for a change Debezium sent late.
-        self._keep_writes_ns = max(PRUNE_MARGIN_NS, s_to_ns(settings.windows.max_cdc_lag_s))
+        self._lag_ns = s_to_ns(settings.windows.max_cdc_lag_s)  # a write whose change has not come is kept this long
         self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
         self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
                                         max_commit_delay_ms=c.max_commit_delay_ms,
@@ -214,7 +213,8 @@ class EntityStage(Stage):
         oldest = self._oldest_waiting_ns()
         held = watermark_ns if oldest is None else min(watermark_ns, oldest - 1)
         if held > 0:  # writes no waiting (or later) change can be credited to any more
-            self.correlator.prune(held - 2 * self.credit_after_ns - self._keep_writes_ns)
+            cut = held - 2 * self.credit_after_ns
+            self.correlator.prune(cut - PRUNE_MARGIN_NS, cut - max(PRUNE_MARGIN_NS, self._lag_ns))
         self.correlator.telemetry.gauge("rows", len(self.correlator))
         self.correlator.telemetry.gauge("pending_changes", len(self._pending))
         stray = self.emit(held, None, out).relays

@@ -327,3 +327,49 @@ def test_input_delivered_again_reopens_nothing() -> None:
     d.on_commit("orders:1", again)
     assert d.close_until(T0 + 700 * MS) == []
     assert d.counters["redelivered"] == 4 and "late_accesses" not in d.counters and "late_commits" not in d.counters
+
+
+def test_a_row_whose_write_has_no_change_yet_is_kept_until_debeziums_lag_bound() -> None:
+    """With ``late_ns`` (``windows.max_cdc_lag_s``), a row written with no change of it seen since is kept past the
+    usual two windows, so that the change, 20 s late, is judged with it: the silent oversell is found. Past the
+    bound it goes, and later input is counted."""
+    d = detector(invariants={"inventory": [Invariant("stock >= 0")]}, late_ns=30_000 * MS)
+    e = "inventory:sku-1"
+    d.on_commit("inventory:sku-0", Commit(change(1, None, {"stock": 5}, -9_000, CdcOp.CREATE, "public.inventory")))
+    take = "UPDATE inventory SET stock = stock - 1 WHERE sku = %s"
+    for a in (
+        acc("a", DbOperation.READ, 0, entity=e),
+        acc("b", DbOperation.READ, 1, entity=e),
+        replace(acc("a", DbOperation.WRITE, 2, entity=e, statement=take), set_exprs=("stock = stock - 1",)),
+        replace(acc("b", DbOperation.WRITE, 3, entity=e, statement=take), set_exprs=("stock = stock - 1",)),
+    ):
+        d.on_access(a)  # fmt: skip
+    assert d.close_until(T0 + 10_000 * MS) == [] and len(d) == 1  # kept: its writes' changes have not come
+    d.on_commit(e, Commit(change(5, {"stock": 1}, {"stock": 0}, 3, table="public.inventory")))
+    d.on_commit(e, Commit(change(6, {"stock": 0}, {"stock": -1}, 4, table="public.inventory")))
+    [c] = d.close_until(T0 + 20_000 * MS)
+    assert c.anomaly == "invariant_violation" and "stock = -1" in c.damage
+    assert d.close_until(T0 + 21_000 * MS) == [] and len(d) == 0  # its changes came: it goes as usual
+
+
+def test_a_row_whose_changes_came_is_not_kept_longer_and_the_bound_ends_a_hold() -> None:
+    """The hold costs nothing when Debezium keeps up: a row whose writes' changes came is forgotten two windows
+    past its judging, as without ``late_ns``. A write whose change never comes (it matched no row, it rolled
+    back) holds its row until the bound, no longer; one on a table Debezium does not capture, not at all."""
+    d = detector(late_ns=30_000 * MS)
+    w = acc("a", DbOperation.WRITE, 2, set_values=(("status", "paid"),))
+    d.on_access(acc("a", DbOperation.READ, 0))
+    d.on_access(w)
+    d.on_commit("orders:1", Commit(change(5, {"status": "x"}, {"status": "paid"}, 3), w.trace_id, w.span_id))
+    assert d.close_until(T0 + 3_000 * MS) == [] and len(d) == 0
+    d = detector(late_ns=30_000 * MS)
+    d.on_commit("orders:2", Commit(change(1, {"status": "x"}, {"status": "y"}, -9_000)))  # orders is captured
+    d.on_access(acc("a", DbOperation.READ, 0))
+    d.on_access(w)
+    assert d.close_until(T0 + 3_000 * MS) == [] and len(d) == 1
+    assert d.close_until(T0 + 30_000 * MS) == [] and len(d) == 1
+    assert d.close_until(T0 + 31_000 * MS) == [] and len(d) == 0  # due at the bound (30.503 s), then gone
+    d = detector(late_ns=30_000 * MS)  # a table Debezium never sent a change of: nothing waits for one
+    d.on_access(acc("a", DbOperation.READ, 0))
+    d.on_access(w)
+    assert d.close_until(T0 + 3_000 * MS) == [] and len(d) == 0

@@ -262,6 +262,28 @@ def test_prune_forgets_writes_no_waiting_change_can_be_credited_to() -> None:
     assert rc.correlate(change(key=(("id", 3),), tx="3", commit_ms=1014)) is None
 
 
+def test_a_write_whose_change_has_not_come_is_kept_until_debeziums_lag_bound() -> None:
+    """With a lag bound, the writes a change of their row has followed go at the usual horizon; a write no change
+    has followed yet (Debezium behind) stays until the bound and is credited when its change comes, then goes;
+    a predicate write waits for a change of any row of its table; a write on a table Debezium never sent a change
+    of does not wait."""
+    rc = RowCorrelator()
+    for i in range(50):
+        rc.add_access(write(T1, entity=f"orders:{i}", tx=str(i), start_ms=1000 + i, end_ms=1010 + i))
+    rc.add_access(write(T2, entity="orders:*", tx="p", start_ms=1100, end_ms=1110))
+    rc.add_access(write(T2, entity="payments:1", tx="q", start_ms=1100, end_ms=1110))  # a table not captured
+    for i in range(0, 50, 2):  # the even rows' changes came
+        assert rc.correlate_many([change(key=(("id", i),), tx=str(i), commit_ms=1011 + i)])[0][1] is not None
+    assert rc.prune(5000 * MS, 900 * MS) == 26 and len(rc) == 26  # the odd rows and the predicate write wait
+    [(_, late)] = rc.correlate_many([change(key=(("id", 7),), tx="7", commit_ms=1018)])
+    assert late is not None and late.access.entity == "orders:7"
+    assert rc.prune(5000 * MS, 900 * MS) == 1 and len(rc) == 25  # row 7's write went: its change came
+    rc.correlate_many([change(key=(("id", 49),), tx="49", commit_ms=1120)])
+    assert rc.prune(5000 * MS, 900 * MS) == 2 and len(rc) == 23  # row 49's, and the predicate write (ended at
+    # 1,110 ms): a change of its table (row 49's) came after it
+    assert rc.prune(60_000 * MS, 60_000 * MS) == 23 and len(rc) == 0  # the bound passed: the rest go
+
+
 def test_extracted_insert_by_identity_correlates_with_serial_key() -> None:
     ex = SqlAccessExtractor(insert_identity={"charges": ["order_id"]})
     span = Span(

@@ -11,8 +11,11 @@ Input can come after its row was judged past it: Debezium lagging more than the 
 the rest of a trace that stage 1 closed in two fragments. Such input re-opens the pairs it bears on (a late row
 change: its trace's, or every writer's in the window before it when it is not credited; more of a trace: that
 trace's), counted as ``late_commits`` and ``late_accesses``, and they are judged again while the row's history
-lasts (``late_ns``, ``windows.max_cdc_lag_s``, past its judging, and at least two windows); later than that, it is
-counted as ``late_past_history``. A pair is reported
+lasts: two windows past its judging, or, for a row (a scope) with a write that no change of it (of its table) has
+followed yet, until that change comes or ``late_ns`` (``windows.max_cdc_lag_s``) has passed since the write
+(``held_for_changes``; only rows of tables Debezium has sent a change of): Debezium's lag costs memory only while
+it lasts. Later than that, input is counted as
+``late_past_history``. A pair is reported
 once, under whichever class it was first found (``Collision.pair``): a lost update first judged without its row
 changes stays latent.
 
@@ -26,7 +29,7 @@ State, all bounded and counted: per-entity histories (``max_entities`` rows and 
 (``max_traces``), the pairs already reported (``max_reported``; so that a pair is reported once) and the input behind
 what is not judged yet, one key per (row, trace) and per (row, commit) (``max_entities`` keys): a row's input is
 released as soon as it has been judged, so the pins of a busy row stay within one judging horizon. History stays
-for later pairs (and late input) until it falls out of ``max(2 x window, late_ns)``.
+for later pairs until it falls out of ``2 x window`` (a row waiting for a change: see above).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
 from processors.invariants import Invariant
-from processors.model.events import Access, Commit
+from processors.model.events import Access, Commit, scope_key
 from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
@@ -70,7 +73,8 @@ class CollisionDetector(Processor):
     ) -> None:
         self.window_ns = window_ns
         self.settle_ns = settle_ns
-        self.keep_ns = max(2 * window_ns, late_ns)  # how long a row's history outlives its judging
+        self.late_ns = late_ns
+        self.skew_ns = skew_ns
         self.history = history_per_entity
         self.history_per_table = history_per_table
         self.telemetry = (telemetry or Telemetry("collisions")).declare("history_per_entity", "history_per_table")
@@ -91,6 +95,8 @@ class CollisionDetector(Processor):
         self.memory = Memory(self._by_trace, self._commits, self._entities.get)
         self._reported: CountedLRU[str, None] = CountedLRU(max_reported, self.telemetry, "max_reported")
         self._pruned_ns = 0  # history older than this has been pruned
+        self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")  # tables
+        # Debezium has sent a change of: only their rows can wait for one
 
     def __len__(self) -> int:
         return len(self._entities)
@@ -145,6 +151,12 @@ class CollisionDetector(Processor):
         at = commit.change.commit_ts_ms * MS_NS
         self._past_history(entity, at)
         state = self._entities.retain(entity)
+        state.changed_ns = max(state.changed_ns, at)
+        table = entity.partition(":")[0]
+        self._captured.add(table)
+        scope = self._entities.get(scope_key(table))
+        if scope is not None:
+            scope.changed_ns = max(scope.changed_ns, at)
         if at <= state.judged_until_ns:  # Debezium behind the settle time: what it can change is judged again
             if any(c.change.lsn == commit.change.lsn for c in state.commits):
                 self.telemetry.count("redelivered")  # a replay of what was judged: nothing new to judge
@@ -165,8 +177,9 @@ class CollisionDetector(Processor):
 
     def _past_history(self, key: str, event_ns: int) -> None:
         """Input so late that its row's history, which it should have been judged with, is gone: counted."""
-        if event_ns < self._pruned_ns and key not in self._entities:
-            self.telemetry.count("late_past_history")
+        if (event_ns < self._pruned_ns and key not in self._entities
+                and (key.endswith(":*") or scope_key(key.partition(":")[0]) not in self._entities)):  # fmt: skip
+            self.telemetry.count("late_past_history")  # (not a row a held scope's predicates may still cover)
 
     def _rejudge(self, state: EntityHistory, commit: Commit, at: int) -> None:
         """A row change arriving after its row was judged past it: the pairs it bears on are judged again (what
@@ -219,7 +232,11 @@ class CollisionDetector(Processor):
             later = self._release_judged(state, cut)
             if later is not None:  # events not judged yet: due again one window after the oldest of them
                 self._deadlines.set(key, later + self._lead(key))
-            horizon = until - self.keep_ns
+            horizon = until - 2 * self.window_ns
+            held = self._awaiting_change(key, state, until)
+            if held is not None:  # kept from a window before the write whose change may still come
+                horizon = min(horizon, held[0] - 2 * self.window_ns)
+                self.telemetry.count("held_for_changes")
             while state.accesses and state.accesses[0].end_ns < horizon:
                 state.accesses.popleft()
             state.judged &= {a.trace_id for a in state.accesses}
@@ -227,16 +244,35 @@ class CollisionDetector(Processor):
                 state.commits.popleft()
             if not state.accesses and not state.commits and not state.inputs and key not in self._deadlines:
                 self._entities.discard(key)  # nothing left to pair with: the row's history goes
+            elif key not in self._deadlines and held is not None:  # due again when Debezium's lag bound passes
+                self._deadlines.set(key, held[1] + self.late_ns + watermark_ns - until + 1)
             elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
                 newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
                 self._deadlines.set(key, newest + watermark_ns - horizon + 1)
-        self._pruned_ns = max(self._pruned_ns, until - self.keep_ns)
-        self._forget_traces(until - self.keep_ns - self.window_ns)
+        self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
+        self._forget_traces(until - 3 * self.window_ns)
         t = self.telemetry
         t.gauge("rows", len(self._entities))
         t.gauge("traces", len(self._by_trace))
         t.gauge("pinned_inputs", len(self._inputs))
         return found
+
+    def _awaiting_change(self, key: str, state: EntityHistory, until_ns: int) -> tuple[int, int] | None:
+        """The start and end of the oldest write no change of its row (of its table, for a scope) has followed yet,
+        while Debezium may still send that change (``late_ns``, ``windows.max_cdc_lag_s``); None if there is none.
+        A change committed no earlier than a write ended (within the skew and the commit time's millisecond) is
+        taken to be its own or a later one: Debezium sends a row's changes in commit order. Only a table Debezium
+        has sent a change of (captured) has rows waiting; a scope waits in any case, since a table's first change
+        (which names its key, until when its statements are predicates) may be the late one."""
+        if not self.late_ns or (not key.endswith(":*") and key.partition(":")[0] not in self._captured):
+            return None
+        seen = state.changed_ns + self.skew_ns + MS_NS
+        waiting = [a for a in state.accesses if a.operation in WRITES and seen < a.end_ns and until_ns <= a.end_ns
+                   + self.late_ns]  # fmt: skip
+        if not waiting:
+            return None
+        oldest = min(waiting, key=lambda a: a.start_ns)
+        return oldest.start_ns, oldest.end_ns
 
     def _forget_traces(self, before_ns: int) -> None:
         """Traces whose statements all ended before ``before_ns`` (no row they touched can be judged against

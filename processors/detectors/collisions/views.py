@@ -71,6 +71,7 @@ class EntityHistory:
     commits: deque[Commit]
     last_ns: int = 0  # the newest event time seen
     judged_until_ns: int = -1  # the judging horizon reached so far
+    changed_ns: int = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
     judged: set[str] = field(default_factory=set)  # traces whose pairs have been judged (pruned with the history)
     inputs: set[tuple[str, str]] = field(default_factory=set)  # the detector's keys for the input not judged yet
 
