@@ -26,10 +26,11 @@ is judged within two windows of it.
 
 State, all bounded and counted: per-entity histories (``max_entities`` rows and scopes, each
 ``history_per_entity`` deep), every recent trace's accesses and credited commits for the classes that span rows
-(``max_traces``), the pairs already reported (``max_reported``; so that a pair is reported once) and the input behind
-what is not judged yet, one key per (row, trace) and per (row, commit) (``max_entities`` keys): a row's input is
-released as soon as it has been judged, so the pins of a busy row stay within one judging horizon. History stays
-for later pairs until it falls out of ``2 x window`` (a row waiting for a change: see above).
+(``max_traces``; a trace on a row waiting for a change stays while it waits), the pairs already reported
+(``max_reported``; so that a pair is reported once) and the input behind what is not judged yet, one key per (row,
+trace) and per (row, commit) (``max_entities`` keys): a row's input is released as soon as it has been judged, so
+the pins of a busy row stay within one judging horizon. History stays for later pairs until it falls out of
+``2 x window`` (a row waiting for a change: see above).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class CollisionDetector(Processor):
         self.memory = Memory(self._by_trace, self._commits, self._entities.get)
         self._reported: CountedLRU[str, None] = CountedLRU(max_reported, self.telemetry, "max_reported")
         self._pruned_ns = 0  # history older than this has been pruned
+        self._held_traces: CountedLRU[str, int] = CountedLRU(max_traces, self.telemetry, "max_traces")  # -> until
         self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")  # tables
         # Debezium has sent a change of: only their rows can wait for one
 
@@ -237,6 +239,9 @@ class CollisionDetector(Processor):
             if held is not None:  # kept from a window before the write whose change may still come
                 horizon = min(horizon, held[0] - 2 * self.window_ns)
                 self.telemetry.count("held_for_changes")
+                for a in state.accesses:  # and the traces on it, for the classes that span rows
+                    self._held_traces.put(a.trace_id, max(self._held_traces.peek(a.trace_id) or -1,
+                                                          held[1] + self.late_ns))  # fmt: skip
             while state.accesses and state.accesses[0].end_ns < horizon:
                 state.accesses.popleft()
             state.judged &= {a.trace_id for a in state.accesses}
@@ -250,10 +255,11 @@ class CollisionDetector(Processor):
                 newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
                 self._deadlines.set(key, newest + watermark_ns - horizon + 1)
         self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
-        self._forget_traces(until - 3 * self.window_ns)
+        self._forget_traces(until - 3 * self.window_ns, until)
         t = self.telemetry
         t.gauge("rows", len(self._entities))
         t.gauge("traces", len(self._by_trace))
+        t.gauge("held_traces", len(self._held_traces))
         t.gauge("pinned_inputs", len(self._inputs))
         return found
 
@@ -274,15 +280,31 @@ class CollisionDetector(Processor):
         oldest = min(waiting, key=lambda a: a.start_ns)
         return oldest.start_ns, oldest.end_ns
 
-    def _forget_traces(self, before_ns: int) -> None:
+    def _forget_traces(self, before_ns: int, until_ns: int) -> None:
         """Traces whose statements all ended before ``before_ns`` (no row they touched can be judged against
-        them any more), oldest first: their accesses and credited commits go."""
+        them any more), oldest first: their accesses and credited commits go; but a trace on a row held for a late
+        change (``_held_traces``, until ``until_ns`` passes its hold) stays, moved to the back: the classes that
+        span rows (write skew, phantoms) look its statements and commits up when the change comes."""
+        while (hold := self._held_traces.oldest()) is not None and hold[1] < until_ns:
+            self._held_traces.pop(hold[0])  # (held in the order of their holds' ends, nearly: a lapse is found late)
+        looked = 0
         while (oldest := self._by_trace.oldest()) is not None and max(a.end_ns for a in oldest[1]) < before_ns:
-            self._by_trace.pop(oldest[0])
+            if (self._held_traces.peek(oldest[0]) or -1) < until_ns:
+                self._by_trace.pop(oldest[0])
+            elif (looked := looked + 1) <= len(self._by_trace):
+                self._by_trace.get(oldest[0])  # to the back
+            else:
+                break  # every old trace left is held
+        looked = 0
         while (old := self._commits.oldest()) is not None and all(
             c.change.commit_ts_ms * MS_NS < before_ns for _, c in old[1]
         ):
-            self._commits.pop(old[0])
+            if (self._held_traces.peek(old[0]) or -1) < until_ns:
+                self._commits.pop(old[0])
+            elif (looked := looked + 1) <= len(self._commits):
+                self._commits.get(old[0])
+            else:
+                break
 
     def _release_judged(self, state: EntityHistory, until_ns: int) -> int | None:
         """Release the input of what is judged; the oldest event time still waiting, if any."""
