@@ -22,6 +22,7 @@ from pydantic import Field
 
 from processors.component import Section
 from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange, entity_key, scope_key
+from processors.model.units import MS_NS
 from processors.sql import identity_entity_key, normalise_key_value
 from processors.sql.values import covers, same_value
 from processors.state.lru import CountedLRU
@@ -242,7 +243,7 @@ class RowCorrelator:
             self._captured.add(c.table.rsplit(".", 1)[-1])
             for e in self._entities(c):
                 if (history := self._history.peek(e)) is not None:
-                    history.changed_ns = max(history.changed_ns, c.commit_ts_ms * 1_000_000)
+                    history.changed_ns = max(history.changed_ns, c.commit_ts_ms * MS_NS)
         first: dict[ChangeId, RowChange] = {}
         for c in ordered:
             first.setdefault(_change_id(c), c)
@@ -366,7 +367,7 @@ class RowCorrelator:
         Debezium has sent a change of wait; a table's scope waits in any case (its first change may be the late
         one)."""
         floor = before_ns if waiting_before_ns is None else min(before_ns, waiting_before_ns)
-        slack = int((self.skew_ms + 1) * 1_000_000)
+        slack = int((self.skew_ms + 1) * MS_NS)
         gone = looked = 0
         while (oldest := self._history.oldest()) is not None and looked < len(self._history):
             entity, history = oldest

@@ -14,10 +14,8 @@ trace's), counted as ``late_commits`` and ``late_accesses``, and they are judged
 lasts: two windows past its judging, or, for a row (a scope) with a write that no change of it (of its table) has
 followed yet, until that change comes or ``late_ns`` (``windows.max_cdc_lag_s``) has passed since the write
 (``held_for_changes``; only rows of tables Debezium has sent a change of): Debezium's lag costs memory only while
-it lasts. Later than that, input is counted as
-``late_past_history``. A pair is reported
-once, under whichever class it was first found (``Collision.pair``): a lost update first judged without its row
-changes stays latent.
+it lasts. Later than that, input is counted as ``late_past_history``. A pair is reported once, under whichever class
+it was first found (``Collision.pair``): a lost update first judged without its row changes stays latent.
 
 Predicate statements (no row named by its key) arrive keyed by their table's scope (``table:*``) and are kept in a
 history of their own; a row's judging looks there for the predicates that selected one of its images or that its
@@ -96,9 +94,10 @@ class CollisionDetector(Processor):
         self.memory = Memory(self._by_trace, self._commits, self._entities.get)
         self._reported: CountedLRU[str, None] = CountedLRU(max_reported, self.telemetry, "max_reported")
         self._pruned_ns = 0  # history older than this has been pruned
-        self._held_traces: CountedLRU[str, int] = CountedLRU(max_traces, self.telemetry, "max_traces")  # -> until
-        self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")  # tables
-        # Debezium has sent a change of: only their rows can wait for one
+        # Traces on a row waiting for a late change -> until when (``_forget_traces`` keeps them that long).
+        self._held_traces: CountedLRU[str, int] = CountedLRU(max_traces, self.telemetry, "max_traces")
+        # Tables Debezium has sent a change of: only their rows can wait for one (``_awaiting_change``).
+        self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")
 
     def __len__(self) -> int:
         return len(self._entities)
