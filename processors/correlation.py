@@ -21,7 +21,16 @@ from typing import Any, Final
 from pydantic import Field
 
 from processors.component import Section
-from processors.model.events import Access, CdcOp, DbOperation, LockMode, RowChange, entity_key, scope_key
+from processors.model.events import (
+    Access,
+    CdcOp,
+    DbOperation,
+    LockMode,
+    RowChange,
+    change_followed,
+    entity_key,
+    scope_key,
+)
 from processors.model.units import MS_NS
 from processors.sql import identity_entity_key, normalise_key_value
 from processors.sql.values import covers, same_value
@@ -362,12 +371,11 @@ class RowCorrelator:
         more), oldest rows first, and the rows left with none; returns how many writes went. With
         ``waiting_before_ns`` (Debezium's lag bound), a write that no change of its row (of its table, for a
         predicate write) has followed yet is kept until then instead, for its change to be credited when it comes.
-        A change committed no earlier than the write ended (within the skew and the commit time's millisecond) is
-        taken to be its own or a later one: Debezium sends a row's changes in commit order. Only the rows of a table
+        (``change_followed``). Only the rows of a table
         Debezium has sent a change of wait; a table's scope waits in any case (its first change may be the late
         one)."""
         floor = before_ns if waiting_before_ns is None else min(before_ns, waiting_before_ns)
-        slack = int((self.skew_ms + 1) * MS_NS)
+        skew_ns = int(self.skew_ms * MS_NS)
         gone = looked = 0
         while (oldest := self._history.oldest()) is not None and looked < len(self._history):
             entity, history = oldest
@@ -376,7 +384,7 @@ class RowCorrelator:
             while (
                 history
                 and (end := max(history[0].end_ns, history[0].request_end_ns)) < before_ns
-                and (end < cut or history[0].end_ns <= history.changed_ns + slack)
+                and (end < cut or change_followed(history[0].end_ns, history.changed_ns, skew_ns))
             ):
                 a = history.popleft()
                 self._credited.pop((a.trace_id, a.span_id))

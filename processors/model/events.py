@@ -209,6 +209,14 @@ class Relay:
     body: dict[str, Any]
 
 
+def change_followed(write_end_ns: int, changed_ns: int, skew_ns: int) -> bool:
+    """Whether a row change committed at ``changed_ns`` (ms precision) came no earlier than a write that ended at
+    ``write_end_ns``, within the clock skew: it is that write's own change or a later one (Debezium sends a row's
+    changes in commit order), so no change of that write is still to come. Stage 2 holds a written row, and the
+    write, for a late change until this holds (``windows.max_cdc_lag_s``)."""
+    return write_end_ns <= changed_ns + skew_ns + 1_000_000
+
+
 def scope_key(table: str) -> str:
     """The entity key of a table's predicate accesses, e.g. ``orders:*``."""
     return table.rsplit(".", 1)[-1] + ":*"

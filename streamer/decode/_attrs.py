@@ -8,6 +8,7 @@ Current semantic-convention names fill slot ``i``, older names slot ``i + N`` an
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
 import re
@@ -162,11 +163,7 @@ def literal_params_ast(text: str) -> tuple[tuple[Scalar, ...], tuple[tuple[str, 
     """``literal_params`` by ``ast.literal_eval`` alone (the warning production text can raise, an invalid escape
     sequence, is not the daemon's: silenced; only text with a backslash can raise it, and catching costs ~10 us)."""
     try:
-        if "\\" in text:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                value = ast.literal_eval(text)
-        else:
+        with warnings.catch_warnings(action="ignore") if "\\" in text else contextlib.nullcontext():
             value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return (), ()

@@ -41,7 +41,7 @@ from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
 from processors.invariants import Invariant
-from processors.model.events import Access, Commit, scope_key
+from processors.model.events import Access, Commit, change_followed, scope_key
 from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
@@ -265,15 +265,13 @@ class CollisionDetector(Processor):
     def _awaiting_change(self, key: str, state: EntityHistory, until_ns: int) -> tuple[int, int] | None:
         """The start and end of the oldest write no change of its row (of its table, for a scope) has followed yet,
         while Debezium may still send that change (``late_ns``, ``windows.max_cdc_lag_s``); None if there is none.
-        A change committed no earlier than a write ended (within the skew and the commit time's millisecond) is
-        taken to be its own or a later one: Debezium sends a row's changes in commit order. Only a table Debezium
+        (``change_followed``). Only a table Debezium
         has sent a change of (captured) has rows waiting; a scope waits in any case, since a table's first change
         (which names its key, until when its statements are predicates) may be the late one."""
         if not self.late_ns or (not key.endswith(":*") and key.partition(":")[0] not in self._captured):
             return None
-        seen = state.changed_ns + self.skew_ns + MS_NS
-        waiting = [a for a in state.accesses if a.operation in WRITES and seen < a.end_ns and until_ns <= a.end_ns
-                   + self.late_ns]  # fmt: skip
+        waiting = [a for a in state.accesses if a.operation in WRITES and until_ns <= a.end_ns + self.late_ns
+                   and not change_followed(a.end_ns, state.changed_ns, self.skew_ns)]  # fmt: skip
         if not waiting:
             return None
         oldest = min(waiting, key=lambda a: a.start_ns)
