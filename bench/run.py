@@ -26,7 +26,8 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
    partition AND the graph holds every Trace that phase 2 produced. That includes closing the last traces and windows
    (gap + idle); nothing is subtracted. The time until /metrics showed every message consumed is reported too, with
    the daemon's own counters, the CPU each process used (the daemon: all its processes; engines only when the bench
-   started them) and the daemon's peak RSS (``VmHWM`` of each of its processes, summed);
+   started them) and the daemon's peak RSS (``VmHWM`` of each of its processes, summed: an upper bound, as the
+   workers share the pages of the supervisor they were forked from) with its PSS summed at the sample it peaked;
 6. detection latency (``bench.latency``): the sample shop's three defects, tuned and with the shipped defaults.
 
 Ratios: every phase over the floor; end to end over the slowest ceiling (1-4). Targets (issue 14) are judged on
@@ -187,6 +188,17 @@ def _proc_status_mb(pid: int, key: str) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _proc_pss_mb(pid: int) -> float | None:
+    """The process's proportional set size: its private pages, and each page it shares with k others as 1/k."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
@@ -590,12 +602,14 @@ class _DaemonTree:
         self.peak_mb: dict[int, float] = {}  # VmHWM per process, last seen
         self.cpu_s: dict[int, float] = {}  # CPU seconds per process, last seen
         self.peak_sum_rss_mb = 0.0  # the largest sum of VmRSS over the tree at one sample
+        self.peak_sum_pss_mb = 0.0  # the same for PSS: a page shared by k processes counts 1/k in each
+        self.peak_pss_mb: dict[int, float] = {}  # the largest PSS seen per process
         self.processes = 0
 
     def sample(self) -> None:
         pids = _tree(self.pid)
         self.processes = max(self.processes, len(pids))
-        total = 0.0
+        total = pss_total = 0.0
         for p in pids:
             hwm, rss, cpu = _proc_status_mb(p, "VmHWM"), _proc_status_mb(p, "VmRSS"), _proc_cpu_s(p)
             if hwm is not None:
@@ -603,7 +617,11 @@ class _DaemonTree:
             if cpu is not None:
                 self.cpu_s[p] = cpu
             total += rss or 0.0
+            pss = _proc_pss_mb(p) or 0.0
+            self.peak_pss_mb[p] = max(self.peak_pss_mb.get(p, 0.0), pss)
+            pss_total += pss
         self.peak_sum_rss_mb = max(self.peak_sum_rss_mb, total)
+        self.peak_sum_pss_mb = max(self.peak_sum_pss_mb, pss_total)
 
     def cpu(self) -> float:
         return sum(self.cpu_s.values())
@@ -729,6 +747,8 @@ async def bench_end_to_end(
         "daemon_peak_rss_mb": sum(tree.peak_mb.values()),  # each process's VmHWM, summed: an upper bound
         "daemon_peak_rss_mb_per_process": sorted(tree.peak_mb.values(), reverse=True),
         "daemon_peak_sampled_rss_mb": tree.peak_sum_rss_mb,
+        "daemon_peak_sampled_pss_mb": tree.peak_sum_pss_mb,
+        "daemon_peak_pss_mb_per_process": sorted(tree.peak_pss_mb.values(), reverse=True),
         "daemon_metrics": inside,
         "cpu_cores": cpu,
         "log": str(log),
@@ -900,7 +920,8 @@ def report(results: dict[str, Any]) -> str:
         f"peak RSS: bench process {results['rss']['bench_peak_mb']:.0f} MB"
         + (
             f", daemon {results['rss']['daemon_peak_mb']:.0f} MB (VmHWM summed over "
-            f"{len(p['end_to_end']['daemon_peak_rss_mb_per_process'])} process(es))"
+            f"{len(p['end_to_end']['daemon_peak_rss_mb_per_process'])} process(es); PSS summed at its peak sample "
+            f"{p['end_to_end']['daemon_peak_sampled_pss_mb']:.0f} MB: the pages its processes share counted once)"
             if results["rss"].get("daemon_peak_mb")
             else ""
         )

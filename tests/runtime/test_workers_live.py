@@ -233,3 +233,45 @@ def test_sigkill_of_the_supervisor_leaves_no_worker(harness: Harness, tmp_path: 
     while not all(_gone(pid) for pid in workers):
         assert time.monotonic() < deadline, f"orphan workers: {[p for p in workers if not _gone(p)]}\n" + _tail(log)
         time.sleep(0.1)
+
+
+def _smaps(pid: int) -> dict[str, int]:
+    """``/proc/PID/smaps_rollup`` in kB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        out[key] = int(value.split()[0])
+    return out
+
+
+def test_workers_share_the_daemons_imports_with_the_supervisor(harness: Harness, tmp_path: Path) -> None:
+    """The workers are forked from the supervisor: the modules it imported to load the configuration are the
+    workers' too, in pages they share (a worker started as a new interpreter has every anonymous page to itself)."""
+    s = harness.settings
+    asyncio.run(harness.create_topics(s.kafka.spans_topic, s.kafka.logs_topic))
+    env = {"TRACE_REPRO_KAFKA_BOOTSTRAP": s.kafka.bootstrap, "TRACE_REPRO_FALKORDB_URL": s.falkordb.url,
+           "TRACE_REPRO_ENVIRONMENT": s.environment, "TRACE_REPRO_KAFKA__GROUP_ID": s.kafka.group_id,
+           "TRACE_REPRO_KAFKA__SPANS_TOPIC": s.kafka.spans_topic, "TRACE_REPRO_KAFKA__LOGS_TOPIC": s.kafka.logs_topic,
+           "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": s.kafka.accesses_topic, "TRACE_REPRO_HTTP__PORT": "0"}  # fmt: skip
+    log = tmp_path / "daemon.log"
+    daemon = _spawn(env, log)
+    try:
+        port = 0
+
+        def ready() -> bool:
+            nonlocal port
+            port = next((e["http_port"] for e in _events(log) if e.get("event") == "daemon.starting"
+                         and e.get("role") == "supervisor"), 0)  # fmt: skip
+            return bool(port) and _ready(port)
+
+        _wait("/readyz", ready, daemon, log)
+        workers = [pids[-1] for pids in _worker_pids(log).values()]
+        assert len(workers) == 3
+        for pid in workers:
+            m = _smaps(pid)
+            shared_mb = (m["Anonymous"] - m["Pss_Anon"]) / 1024  # anonymous memory counted 1/k for k sharers
+            assert shared_mb >= 15, f"worker {pid} shares {shared_mb:.1f} MB of its anonymous pages: {m}"
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(60)
+    assert code == 0, _tail(log)

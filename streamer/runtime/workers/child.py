@@ -1,7 +1,7 @@
 """One worker process of ``trace-repro run --workers N``: a :class:`~streamer.runtime.app.Daemon` for one role.
 
-Started by the supervisor as ``python -m streamer.runtime.workers.child`` with the daemon's own ``--config`` and
-environment. A worker
+Forked by the supervisor (:mod:`.fork`: the daemon's imports stay shared with it), which calls :func:`main` with the
+daemon's own ``--config``; ``python -m streamer.runtime.workers.child`` runs the same in a new interpreter. A worker
 
 - dies with its supervisor: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux (the kernel kills it when the supervisor
   is gone, even by SIGKILL), and everywhere a lifeline pipe whose end only the supervisor holds: end of file on it

@@ -8,6 +8,7 @@ own that also runs the output-topic sinks and connectors (GitLab, files, the rep
 crashes never restarts stage 2, and stage 2's state never competes with an ingest worker's for one core. With
 ``--stage ingest`` the first ingest worker runs the sinks.
 
+Workers are forked from this process (:mod:`.fork`), so the daemon's imports are in memory once for all of them.
 This process only supervises, and serves the daemon's HTTP address:
 
 - ``/metrics``: every worker's exposition merged (:mod:`.merge`), plus ``trace_repro_worker_up`` and
@@ -32,7 +33,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,6 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streamer.config import CoreSettings
 from streamer.runtime.http import HttpServer
+from streamer.runtime.workers import child
+from streamer.runtime.workers.fork import Forked, fork
 from streamer.runtime.workers.merge import merge
 
 log = structlog.get_logger("trace_repro.supervisor")
@@ -64,7 +66,7 @@ class Worker:
     index: int
     stages: tuple[str, ...]
     sinks: bool
-    process: asyncio.subprocess.Process | None = None
+    process: Forked | None = None
     port: int = 0
     restarts: int = 0
     recent: deque[float] = field(default_factory=deque)  # monotonic times of the restarts in the window
@@ -183,15 +185,14 @@ class Supervisor:
         """Start the slot's worker process and wait for it to exit; its exit status."""
         lifeline_r, lifeline_w = os.pipe()  # the worker reads; only this process writes (never): EOF = we are gone
         status_r, status_w = os.pipe()
-        cmd = [sys.executable, "-m", "streamer.runtime.workers.child", "--role", w.role, "--index", str(w.index),
-               "--stages", ",".join(w.stages), "--parent", str(os.getpid()), "--status-fd", str(status_w),
-               "--lifeline-fd", str(lifeline_r)]  # fmt: skip
+        argv = ["--role", w.role, "--index", str(w.index), "--stages", ",".join(w.stages), "--parent", str(os.getpid()),
+                "--status-fd", str(status_w), "--lifeline-fd", str(lifeline_r)]  # fmt: skip
         if w.sinks:
-            cmd.append("--sinks")
+            argv.append("--sinks")
         if self.config_path is not None:
-            cmd += ["--config", str(self.config_path)]
+            argv += ["--config", str(self.config_path)]
         try:
-            w.process = await asyncio.create_subprocess_exec(*cmd, pass_fds=(lifeline_r, status_w))
+            w.process = fork(child.main, argv, keep=(lifeline_r, status_w))
         finally:
             os.close(lifeline_r)
             os.close(status_w)
