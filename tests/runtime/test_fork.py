@@ -20,7 +20,7 @@ def _report(argv: Sequence[str]) -> int:
 
 
 def _exit_via_system_exit(argv: Sequence[str]) -> int:
-    raise SystemExit(int(argv[0]))
+    raise SystemExit(int(argv[0]) if argv[0].isdigit() else argv[0] or None)
 
 
 def _crash(argv: Sequence[str]) -> int:
@@ -55,7 +55,8 @@ def test_a_forked_child_keeps_only_stdio_and_what_it_is_given_and_returns_mains_
 
 def test_the_exit_status_of_system_exit_an_exception_and_a_signal() -> None:
     async def main() -> list[int]:
-        codes = [await fork(_exit_via_system_exit, ["3"], keep=()).wait(), await fork(_crash, [], keep=()).wait()]
+        codes = [await fork(_exit_via_system_exit, [arg], keep=()).wait() for arg in ("3", "", "a reason")]
+        codes.append(await fork(_crash, [], keep=()).wait())
         r, w = os.pipe()
         child = fork(_wait_for_signal, [str(w)], keep=(w,))
         os.close(w)
@@ -67,7 +68,7 @@ def test_the_exit_status_of_system_exit_an_exception_and_a_signal() -> None:
         child.send_signal(signal.SIGTERM)  # reaped: a no-op, never a signal to a recycled PID
         return codes
 
-    assert asyncio.run(main()) == [3, 1, -signal.SIGTERM]
+    assert asyncio.run(main()) == [3, 0, 1, 1, -signal.SIGTERM]
 
 
 def test_a_signal_to_a_child_never_reaches_the_parents_loop() -> None:

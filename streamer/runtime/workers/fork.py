@@ -99,8 +99,13 @@ def _child(main: Callable[[Sequence[str]], int], argv: Sequence[str], keep: Sequ
         _close_inherited(keep)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except SystemExit as exc:  # as the interpreter exits: an int is the status, anything else is printed, status 1
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is None:
+            code = 0
+        else:
+            print(exc.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
     finally:
