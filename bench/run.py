@@ -916,16 +916,15 @@ def report(results: dict[str, Any]) -> str:
     lines.append(f"slowest ceiling: {r['slowest']} ({_fmt(r['slowest_spans_per_s'])} spans/s)"
                  + (f"; end to end / slowest ceiling = {r['end_to_end_over_slowest']:.3f}"
                     if r["end_to_end_over_slowest"] is not None else ""))  # fmt: skip
-    lines.append(
-        f"peak RSS: bench process {results['rss']['bench_peak_mb']:.0f} MB"
-        + (
-            f", daemon {results['rss']['daemon_peak_mb']:.0f} MB (VmHWM summed over "
-            f"{len(p['end_to_end']['daemon_peak_rss_mb_per_process'])} process(es); PSS summed at its peak sample "
-            f"{p['end_to_end']['daemon_peak_sampled_pss_mb']:.0f} MB: the pages its processes share counted once)"
-            if results["rss"].get("daemon_peak_mb")
-            else ""
-        )
-    )
+    line = f"peak RSS: bench process {results['rss']['bench_peak_mb']:.0f} MB"
+    if results["rss"].get("daemon_peak_mb"):
+        e = p["end_to_end"]
+        line += (f", daemon {results['rss']['daemon_peak_mb']:.0f} MB (VmHWM summed over "
+                 f"{len(e['daemon_peak_rss_mb_per_process'])} process(es))")  # fmt: skip
+        if e.get("daemon_peak_sampled_pss_mb"):
+            line += (f"; PSS summed at its peak sample {e['daemon_peak_sampled_pss_mb']:.0f} MB "
+                     "(the pages its processes share counted once)")  # fmt: skip
+    lines.append(line)
     return "\n".join(lines)
 
 

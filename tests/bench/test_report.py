@@ -28,7 +28,7 @@ def _results(*, e2e: float = 60_000.0, traces: int = 1_000, incidents_ok: bool =
         "end_to_end": _phase(e2e, cpu_cores={"daemon": 1.9}, traces=traces, expected_traces=1_000,
                              cli_workers="default", daemon_processes=3, startup_s=2.0, consumed_s=4.0,
                              consumed_spans_per_s=75_000.0, daemon_metrics={},
-                             daemon_peak_rss_mb_per_process=[120.0, 100.0, 50.0]),
+                             daemon_peak_rss_mb_per_process=[120.0, 100.0, 50.0], daemon_peak_sampled_pss_mb=180.0),
     }  # fmt: skip
     table = {"planted": 2, "found": 2 if incidents_ok else 1, "latent": 0,
              "missed": [] if incidents_ok else ["7"], "unexpected": []}  # fmt: skip
@@ -108,6 +108,7 @@ def test_the_report_shows_the_floor_and_every_ratio() -> None:
     assert "parse + walk = THE FLOOR" in text and "1.000" in text
     assert "0.150" in text  # end to end / floor
     assert "end to end / slowest ceiling = 0.750" in text
+    assert "daemon 270 MB (VmHWM summed over 3 process(es)); PSS summed at its peak sample 180 MB" in text
     lines = summary(results).splitlines()
     assert sum(1 for line in lines if line.rstrip().endswith(("met", "NOT met")) or " met   (" in line) == 5
     assert lines[-1].startswith("SUMMARY: 5/5 targets met")
