@@ -13,7 +13,8 @@ What runs:
 - planted collisions: every ``--collision-every-s`` (the first after half of it), one round of the sample shop's
   lost update (``bench.shop``: ``capture_payment`` racing the ``expire_cart`` job on a fresh order, on the real
   PostgreSQL, its row changes captured by the real Debezium connector), exactly as ``bench.latency`` produces them;
-- every ``--sample-every-s``: the daemon's RSS (``VmRSS``), and from its ``/metrics`` the consumer lag
+- every ``--sample-every-s``: the daemon's RSS (``VmRSS``; with ``--workers N``, the PSS summed over its processes,
+  which share the supervisor's pages), and from its ``/metrics`` the consumer lag
   (``trace_repro_consumer_lag_messages``, summed), the pinned offsets per stage (``trace_repro_pinned_offsets``),
   the open traces (``trace_repro_open_traces``), messages consumed, incidents published, and every component's
   state sizes (``trace_repro_component_state``: where memory could go).
@@ -58,6 +59,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.otlp_gen import generate_run
+from bench.run import _proc_pss_mb, _tree
 from bench.shop import db
 from bench.shop.telemetry import Telemetry, start_telemetry
 from bench.shop.traffic import run_traffic
@@ -171,11 +173,19 @@ port = {http_port}
 """
 
 
-def start_daemon(config: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """``python -m streamer.cli run --config <config>``, its output appended to ``log_path``."""
+def start_daemon(config: Path, env: dict[str, str], log_path: Path, workers: int = 1) -> subprocess.Popen[bytes]:
+    """``python -m streamer.cli run --config <config> --workers N``, its output appended to ``log_path``."""
     with log_path.open("wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "streamer.cli", "run", "--config", str(config)], env=env,
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen([sys.executable, "-m", "streamer.cli", "run", "--config", str(config), "--workers",
+                                 str(workers)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _memory_mb(pid: int, workers: int) -> float | None:
+    """The daemon's memory: its VmRSS; with workers, the PSS summed over its processes (they share pages)."""
+    if workers == 1:
+        return _rss_mb(pid)
+    values = [_proc_pss_mb(p) for p in _tree(pid)]
+    return sum(v for v in values if v is not None) or None
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -248,6 +258,7 @@ class Run:
     names: Names
     pid: int
     port: int
+    workers: int = 1
     begin: float = field(default_factory=time.monotonic)
     spans_produced: int = 0
     messages_produced: int = 0
@@ -268,9 +279,9 @@ class Run:
             share = round((cpu - self._cpu[0]) / (now - self._cpu[1]), 2)
         if cpu is not None:
             self._cpu = (cpu, now)
-        s = Sample(round(self.elapsed(), 1), _rss_mb(self.pid), metrics.get("lag"), metrics.get("pinned", {}),
-                   metrics.get("open_traces"), metrics.get("consumed"), metrics.get("incidents"),
-                   self.spans_produced, share, metrics.get("state", {}))  # fmt: skip
+        s = Sample(round(self.elapsed(), 1), _memory_mb(self.pid, self.workers), metrics.get("lag"),
+                   metrics.get("pinned", {}), metrics.get("open_traces"), metrics.get("consumed"),
+                   metrics.get("incidents"), self.spans_produced, share, metrics.get("state", {}))  # fmt: skip
         self.samples.append(s)
         rss = f"{s.rss_mb:.0f} MB" if s.rss_mb is not None else "-"
         print(
@@ -375,8 +386,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         sample = generate_run(20_000, SPANS_PER_MESSAGE, seed=args.seed)
         spans_per_trace = sample.spans / sample.traces
         telemetry = start_telemetry(kafka, topic=names.spans, environment="soak")
-        daemon = start_daemon(config, env, log_path)
-        run = Run(args, names, daemon.pid, port)
+        daemon = start_daemon(config, env, log_path, args.workers)
+        run = Run(args, names, daemon.pid, port, args.workers)
         stop_traffic, stop_all = asyncio.Event(), asyncio.Event()
         tasks: list[asyncio.Task[None]] = []
         died: int | None = None
@@ -491,6 +502,8 @@ def report(run: Run, last: Sample, drained: Sample, traffic_s: float, died: int 
             "sample_every_s": args.sample_every_s,
             "warmup_minutes": args.warmup_minutes,
             "rss_tolerance": args.rss_tolerance,
+            "workers": args.workers,
+            "memory": "VmRSS" if args.workers == 1 else "PSS summed over the daemon's processes",
             "daemon_config": config,
             "daemon_log": log,
         },
@@ -535,6 +548,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup-minutes", type=float, default=2.0, help="RSS before this is warm-up (default 2)")
     ap.add_argument("--rss-tolerance", type=float, default=0.10, help="allowed RSS drift after warm-up (0.10)")
     ap.add_argument("--drain-s", type=float, default=90.0, help="time for the last reports after the traffic")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="run --workers N (default 1); with more, memory is the PSS summed over its processes",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the topics and graph on shared engines")
     ap.add_argument("--json", type=Path, default=OUT / "soak.json", help="where to write the results")
