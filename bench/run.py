@@ -173,7 +173,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _proc_cpu_s(pid: int | None) -> float | None:
+def proc_cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of a process (None when unknown or gone)."""
     if not pid:
         return None
@@ -184,21 +184,12 @@ def _proc_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_status_mb(pid: int, key: str) -> float | None:
+def proc_mb(pid: int, key: str, file: str = "status") -> float | None:
+    """A size in MB from ``/proc/PID/<file>`` (kB there): ``VmRSS`` or ``VmHWM`` of ``status``; ``Pss`` of
+    ``smaps_rollup``, the proportional set size (each page shared with k processes counted 1/k). None if gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
             if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def _proc_pss_mb(pid: int) -> float | None:
-    """The process's proportional set size: its private pages, and each page it shares with k others as 1/k."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
@@ -415,14 +406,14 @@ async def bench_write(
     )
     await writer.bootstrap()
     rows = 0
-    cpu_before = {"falkordb": _proc_cpu_s(eng.pids.get("falkordb"))}
+    cpu_before = {"falkordb": proc_cpu_s(eng.pids.get("falkordb"))}
     client_cpu = time.process_time()
     begin = time.perf_counter()
     for batch in batches:
         rows += await writer.write(batch)
     seconds = time.perf_counter() - begin
     client_cpu = time.process_time() - client_cpu
-    cpu = _cpu_deltas(cpu_before, {"falkordb": _proc_cpu_s(eng.pids.get("falkordb"))}, seconds)
+    cpu = _cpu_deltas(cpu_before, {"falkordb": proc_cpu_s(eng.pids.get("falkordb"))}, seconds)
     await writer.close()
     traces = _count(eng.falkordb, graph, "Trace")
     return {
@@ -462,14 +453,14 @@ async def bench_produce(eng: Engines, topic: str, gen: Generated) -> dict[str, A
     )
     await producer.start()
     try:
-        before = {"kafka": _proc_cpu_s(eng.pids.get("kafka"))}
+        before = {"kafka": proc_cpu_s(eng.pids.get("kafka"))}
         begin = time.perf_counter()
         futures = [
             await producer.send(topic, m, partition=p) for m, p in zip(gen.messages, gen.partitions, strict=True)
         ]
         sent = await asyncio.gather(*futures)
         seconds = time.perf_counter() - begin
-        cpu = _cpu_deltas(before, {"kafka": _proc_cpu_s(eng.pids.get("kafka"))}, seconds)
+        cpu = _cpu_deltas(before, {"kafka": proc_cpu_s(eng.pids.get("kafka"))}, seconds)
     finally:
         await producer.stop()
     ends = {md.partition: md.offset + 1 for md in sent}
@@ -579,7 +570,7 @@ async def _committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
     return sum(max(o.offset, 0) for tp, o in offsets.items() if tp.topic == topic)
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """``pid`` and every live descendant (the daemon's worker processes)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -607,17 +598,17 @@ class _DaemonTree:
         self.processes = 0
 
     def sample(self) -> None:
-        pids = _tree(self.pid)
+        pids = process_tree(self.pid)
         self.processes = max(self.processes, len(pids))
         total = pss_total = 0.0
         for p in pids:
-            hwm, rss, cpu = _proc_status_mb(p, "VmHWM"), _proc_status_mb(p, "VmRSS"), _proc_cpu_s(p)
+            hwm, rss, cpu = proc_mb(p, "VmHWM"), proc_mb(p, "VmRSS"), proc_cpu_s(p)
             if hwm is not None:
                 self.peak_mb[p] = hwm
             if cpu is not None:
                 self.cpu_s[p] = cpu
             total += rss or 0.0
-            pss = _proc_pss_mb(p) or 0.0
+            pss = proc_mb(p, "Pss", "smaps_rollup") or 0.0
             self.peak_pss_mb[p] = max(self.peak_pss_mb.get(p, 0.0), pss)
             pss_total += pss
         self.peak_sum_rss_mb = max(self.peak_sum_rss_mb, total)
@@ -690,7 +681,7 @@ async def bench_end_to_end(
                     assigned = _assigned_at(log, spans_topic)
                     if assigned is not None:
                         t["assigned"] = assigned
-                        cpu_at_start = {n: _proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
+                        cpu_at_start = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
                         t["cpu_from"] = time.time()
                     await asyncio.sleep(0.05)
                     continue
@@ -714,7 +705,7 @@ async def bench_end_to_end(
                 await asyncio.sleep(0.2)
             done = max(t["committed"], t["graph"])
             tree.sample()
-            after = {n: _proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
+            after = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
             cpu = _cpu_deltas(cpu_at_start, after, done - t["cpu_from"])
             inside = _daemon_metrics(port)
         finally:

@@ -59,7 +59,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.otlp_gen import generate_run
-from bench.run import _proc_pss_mb, _tree
+from bench.run import proc_cpu_s, proc_mb, process_tree
 from bench.shop import db
 from bench.shop.telemetry import Telemetry, start_telemetry
 from bench.shop.traffic import run_traffic
@@ -183,24 +183,9 @@ def start_daemon(config: Path, env: dict[str, str], log_path: Path, workers: int
 def _memory_mb(pid: int, workers: int) -> float | None:
     """The daemon's memory: its VmRSS; with workers, the PSS summed over its processes (they share pages)."""
     if workers == 1:
-        return _rss_mb(pid)
-    values = [_proc_pss_mb(p) for p in _tree(pid)]
+        return proc_mb(pid, "VmRSS")
+    values = [proc_mb(p, "Pss", "smaps_rollup") for p in process_tree(pid)]
     return sum(v for v in values if v is not None) or None
-
-
-def _rss_mb(pid: int) -> float | None:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return None
-
-
-def _cpu_s(pid: int) -> float | None:
-    with contextlib.suppress(OSError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return None
 
 
 def scrape(port: int) -> dict[str, Any] | None:
@@ -273,7 +258,7 @@ class Run:
 
     def sample(self) -> Sample:
         metrics = scrape(self.port) or {}
-        cpu, now = _cpu_s(self.pid), time.monotonic()
+        cpu, now = proc_cpu_s(self.pid), time.monotonic()
         share = None
         if cpu is not None and self._cpu is not None and now > self._cpu[1]:
             share = round((cpu - self._cpu[0]) / (now - self._cpu[1]), 2)

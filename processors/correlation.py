@@ -370,10 +370,9 @@ class RowCorrelator:
         """Forget the writes that ended before ``before_ns`` (no change waiting to be credited can be theirs any
         more), oldest rows first, and the rows left with none; returns how many writes went. With
         ``waiting_before_ns`` (Debezium's lag bound), a write that no change of its row (of its table, for a
-        predicate write) has followed yet is kept until then instead, for its change to be credited when it comes.
-        (``change_followed``). Only the rows of a table
-        Debezium has sent a change of wait; a table's scope waits in any case (its first change may be the late
-        one)."""
+        predicate write) has followed yet (``change_followed``) is kept until then instead, for its change to be
+        credited when it comes. Only the rows of a table Debezium has sent a change of wait; a table's scope waits in
+        any case (its first change may be the late one)."""
         floor = before_ns if waiting_before_ns is None else min(before_ns, waiting_before_ns)
         skew_ns = int(self.skew_ms * MS_NS)
         gone = looked = 0

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from processors.model.units import MS_NS
+
 # A scalar value as it appears in span attributes, statement parameters and row images.
 Scalar = str | int | float | bool | None
 
@@ -214,7 +216,7 @@ def change_followed(write_end_ns: int, changed_ns: int, skew_ns: int) -> bool:
     ``write_end_ns``, within the clock skew: it is that write's own change or a later one (Debezium sends a row's
     changes in commit order), so no change of that write is still to come. Stage 2 holds a written row, and the
     write, for a late change until this holds (``windows.max_cdc_lag_s``)."""
-    return write_end_ns <= changed_ns + skew_ns + 1_000_000
+    return write_end_ns <= changed_ns + skew_ns + MS_NS
 
 
 def scope_key(table: str) -> str:

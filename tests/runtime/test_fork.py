@@ -34,7 +34,7 @@ def _wait_for_signal(argv: Sequence[str]) -> int:
 
 
 def test_a_forked_child_keeps_only_stdio_and_what_it_is_given_and_returns_mains_status() -> None:
-    async def main() -> tuple[int, str]:
+    async def main() -> tuple[int, str, int]:
         r, w = os.pipe()
         stray_r, stray_w = os.pipe()  # the parent's: the child must not hold them (an EOF would never come)
         child = fork(_report, [str(w), "7"], keep=(w,))
@@ -44,13 +44,13 @@ def test_a_forked_child_keeps_only_stdio_and_what_it_is_given_and_returns_mains_
             line = got.read()
         os.close(stray_r)
         os.close(stray_w)
-        return code, line
+        return code, line, w
 
-    code, line = asyncio.run(main())
+    code, line, given = asyncio.run(main())
     assert code == 7
     fds = [int(fd) for fd in line.split()]
     # stdio, the pipe it was given, and the one listdir opened to read /proc/self/fd
-    assert len(fds) == 5 and fds[:3] == [0, 1, 2]
+    assert len(fds) == 5 and fds[:3] == [0, 1, 2] and given in fds
 
 
 def test_the_exit_status_of_system_exit_an_exception_and_a_signal() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from bench.run import proc_mb
 from streamer.runtime.topics import create_topics
 from tests.harness import Harness
 from tests.otlp_factory import ShopTelemetry, to_proto
@@ -235,15 +236,6 @@ def test_sigkill_of_the_supervisor_leaves_no_worker(harness: Harness, tmp_path: 
         time.sleep(0.1)
 
 
-def _smaps(pid: int) -> dict[str, int]:
-    """``/proc/PID/smaps_rollup`` in kB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
-        key, value = line.split(":", 1)
-        out[key] = int(value.split()[0])
-    return out
-
-
 def test_workers_share_the_daemons_imports_with_the_supervisor(harness: Harness, tmp_path: Path) -> None:
     """The workers are forked from the supervisor: the modules it imported to load the configuration are the
     workers' too, in pages they share (a worker started as a new interpreter has every anonymous page to itself)."""
@@ -268,9 +260,10 @@ def test_workers_share_the_daemons_imports_with_the_supervisor(harness: Harness,
         workers = [pids[-1] for pids in _worker_pids(log).values()]
         assert len(workers) == 3
         for pid in workers:
-            m = _smaps(pid)
-            shared_mb = (m["Anonymous"] - m["Pss_Anon"]) / 1024  # anonymous memory counted 1/k for k sharers
-            assert shared_mb >= 15, f"worker {pid} shares {shared_mb:.1f} MB of its anonymous pages: {m}"
+            anonymous, pss = (proc_mb(pid, key, "smaps_rollup") for key in ("Anonymous", "Pss_Anon"))
+            assert anonymous is not None and pss is not None
+            shared_mb = anonymous - pss  # anonymous memory shared with k processes counts 1/k in Pss_Anon
+            assert shared_mb >= 15, f"worker {pid} shares {shared_mb:.1f} MB of its {anonymous:.1f} MB anonymous"
     finally:
         daemon.send_signal(signal.SIGTERM)
         code = daemon.wait(60)

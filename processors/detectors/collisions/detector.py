@@ -265,9 +265,9 @@ class CollisionDetector(Processor):
     def _awaiting_change(self, key: str, state: EntityHistory, until_ns: int) -> tuple[int, int] | None:
         """The start and end of the oldest write no change of its row (of its table, for a scope) has followed yet,
         while Debezium may still send that change (``late_ns``, ``windows.max_cdc_lag_s``); None if there is none.
-        (``change_followed``). Only a table Debezium
-        has sent a change of (captured) has rows waiting; a scope waits in any case, since a table's first change
-        (which names its key, until when its statements are predicates) may be the late one."""
+        "Followed" is ``change_followed``. Only a table Debezium has sent a change of (captured) has rows waiting; a
+        scope waits in any case, since a table's first change (which names its key, until when its statements are
+        predicates) may be the late one."""
         if not self.late_ns or (not key.endswith(":*") and key.partition(":")[0] not in self._captured):
             return None
         waiting = [a for a in state.accesses if a.operation in WRITES and until_ns <= a.end_ns + self.late_ns
