@@ -50,7 +50,8 @@ class StatResult:
 
 
 def _special() -> ModuleType:
-    """``scipy.special``, imported by the first test: an ingest worker, which never tests, does not carry it."""
+    """``scipy.special`` (41 MB with numpy), imported by the first test: a process that never tests (an ingest
+    worker without proof contracts, the CLI) does not carry it."""
     return importlib.import_module("scipy.special")
 
 
