@@ -75,6 +75,7 @@ from google.protobuf.internal import api_implementation
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.otlp_gen import Generated, generate_run
+from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from processors.model.graph import GraphBatch
 from sinks.graph import GraphWriter
 from streamer import config
@@ -171,29 +172,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def proc_cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process (None when unknown or gone)."""
-    if not pid:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_mb(pid: int, key: str, file: str = "status") -> float | None:
-    """A size in MB from ``/proc/PID/<file>`` (kB there): ``VmRSS`` or ``VmHWM`` of ``status``; ``Pss`` of
-    ``smaps_rollup``, the proportional set size (each page shared with k processes counted 1/k). None if gone."""
-    try:
-        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def _cpu_deltas(before: dict[str, float | None], after: dict[str, float | None], seconds: float) -> dict[str, float]:
@@ -568,21 +546,6 @@ def _assigned_at(log: Path, spans_topic: str) -> float | None:
 async def _committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
     offsets = await admin.list_consumer_group_offsets(group)
     return sum(max(o.offset, 0) for tp, o in offsets.items() if tp.topic == topic)
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and every live descendant (the daemon's worker processes)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
 
 
 class _DaemonTree:

@@ -59,7 +59,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.otlp_gen import generate_run
-from bench.run import proc_cpu_s, proc_mb, process_tree
+from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from bench.shop import db
 from bench.shop.telemetry import Telemetry, start_telemetry
 from bench.shop.traffic import run_traffic

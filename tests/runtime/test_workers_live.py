@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bench.run import proc_mb
+from bench.procfs import proc_mb
 from streamer.runtime.topics import create_topics
 from tests.harness import Harness
 from tests.otlp_factory import ShopTelemetry, to_proto

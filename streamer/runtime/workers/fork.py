@@ -11,7 +11,8 @@ imports (56 MB anonymous) and one child: a full collection in the parent made 28
 those objects that becomes garbage later is never collected, which for a supervisor (its configuration, its worker
 slots) is nothing. A worker under load still copies the pages it writes to (reference counts, allocations into the
 parent's partly free memory pools), which is most of them: on the bench's 300k spans, the PSS summed over the four
-processes of ``--workers 2`` peaked at 320-366 MB with the freeze kept (three runs) and 323-365 MB without (two).
+processes of ``--workers 2`` peaked at 320-366 MB with the freeze kept (three runs, two of them with scipy also
+imported before the fork) and 323-365 MB without (two).
 
 The supervisor forks while its asyncio loop runs, which is safe here because the child leaves everything of the
 parent's untouched:
