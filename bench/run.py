@@ -47,6 +47,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import json
 import os
 import platform
@@ -83,6 +84,7 @@ from streamer.components import default
 from streamer.config import Settings
 from streamer.decode import decode_traces_proto
 from streamer.engines import Layout, LocalEngines
+from streamer.runtime import collector
 from streamer.runtime.context import stage_processors
 from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
@@ -996,6 +998,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=Path, default=OUT / "bench.json", help="where to write the results")
     args = ap.parse_args(argv)
+    collector.tune()  # every phase runs under the daemon's garbage collector settings
     spans = args.spans or (40_000 if args.quick else 300_000)
     tag = uuid.uuid4().hex[:8]
 
@@ -1028,6 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
             "overrides": args.set,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "gc_thresholds": list(gc.get_threshold()),
             "windows": local_settings.windows.model_dump(),
             "detail_policy": local_settings.graph_policy.detail,
         },

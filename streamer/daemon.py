@@ -2,7 +2,8 @@
 
 With more than one worker (``--workers N`` or the ``workers`` setting; default 1, "auto" = the cores), stage 1 runs
 as N worker processes under a supervisor (:mod:`streamer.runtime.workers`); with one, or with ``--stage entities``
-(stage 2 is one instance per daemon), the daemon runs in this process.
+(stage 2 is one instance per daemon), the daemon runs in this process. Either way the garbage collector is set for
+the daemon's allocations first (:mod:`streamer.runtime.collector`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import sys
 from pathlib import Path
 
 from streamer import config
+from streamer.runtime import collector
 
 
 def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities"),
         workers: int | str | None = None) -> int:  # fmt: skip
     """Run the daemon; ``workers`` (an int or "auto") overrides the ``workers`` setting."""
+    collector.tune()
     try:
         settings = config.load(config_path)
     except config.ConfigError as exc:

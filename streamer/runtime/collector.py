@@ -1,0 +1,26 @@
+"""CPython's cyclic garbage collector, set for a process that allocates millions of short-lived objects.
+
+By default CPython collects generation 0 every 700 container allocations (net of deallocations), generation 1
+every 10 of those, and everything every 10 of those, when the objects that survived since the last full collection
+exceed a quarter of the long-lived ones. The daemon allocates per span and per trace, and its heap grows while traces
+are open and stage 2 holds its accesses, so each collection walks objects that are still alive: on the bench's 300k
+spans the one-process daemon ran 2,353 young, 214 middle and 19 full collections, 6.4 of its ~30 CPU seconds,
+and they found 17k objects to free; reference counting frees the rest. With ``THRESHOLDS``
+the same run spent 1.35 s in the collector (one full collection), stage 1 alone went from 15,364-15,486 to
+20,938-23,903 spans/s and the daemon's peak RSS did not move (255 MB both). A cycle of garbage now waits for up to
+50,000 allocations instead of 700 (a few MB at most); the full collections still run, as the heap grows by a quarter.
+
+Set once, before the daemon starts (forked workers inherit it), and by the bench before its ceilings, so that
+every phase runs under the daemon's collector.
+"""
+
+from __future__ import annotations
+
+import gc
+
+THRESHOLDS = (50_000, 20, 10)  # generation 0, 1, 2 (CPython: 700, 10, 10)
+
+
+def tune() -> None:
+    """Set the collector's thresholds for this process (and the processes it forks from now on)."""
+    gc.set_threshold(*THRESHOLDS)
