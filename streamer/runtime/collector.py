@@ -5,13 +5,12 @@ By default CPython collects generation 0 every 700 container allocations (net of
 a quarter of the long-lived ones. The daemon allocates per span and per trace, and its heap grows while traces are
 open and stage 2 holds its accesses, so each collection walks objects that are still alive: on the bench's 300k
 spans the one-process daemon ran 2,353 young, 214 middle and 19 full collections, 6.4 of its ~30 CPU seconds, and
-they found 17k objects to free (reference counting frees the rest). With ``THRESHOLDS`` the same run spent 1.35 s in
-the collector (one full collection), stage 1 alone went from 15,364-15,486 to 20,938-23,903 spans/s and the daemon's
-peak RSS did not move (255-257 MB before, 255 after). What a collection would free waits longer: a cycle of garbage
-up to 50,000 allocations in generation 0 instead of 700, one that outlived a young collection up to 20 young
-collections; a full collection still comes once the objects moved to the oldest generation since the last one are a
-quarter of those it kept. A 5-minute soak under it (2,000 spans/s): 177 MB at minute 5 (176 before), drift 0.090
-within its tolerance of 0.1 (README, "Measured").
+they found 17k objects to free (reference counting frees the rest). With ``THRESHOLDS`` the same run spends 1.35 s
+in the collector (one full collection); what that does to throughput and memory, measured in interleaved pairs, and
+the soak under it are in the README ("Measured": the garbage collector's bullet, `make soak`). What a collection
+would free waits longer: a cycle of garbage up to 50,000 allocations in generation 0 instead of 700, one that
+outlived a young collection up to 20 young collections; a full collection still comes once the objects moved to the
+oldest generation since the last one are a quarter of those it kept.
 
 Set once, before the daemon starts (forked workers inherit it), and by the bench before its ceilings, so that
 every phase runs under the daemon's collector.

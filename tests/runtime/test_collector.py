@@ -23,11 +23,6 @@ def thresholds() -> Iterator[None]:
     gc.set_threshold(*before)
 
 
-def test_tune_sets_the_thresholds(thresholds: None) -> None:
-    collector.tune()
-    assert gc.get_threshold() == collector.THRESHOLDS != CPYTHON_DEFAULT
-
-
 @pytest.mark.parametrize(("workers_n", "entry"), [(1, "serve"), (2, "supervise")])
 def test_the_daemon_runs_under_the_tuned_collector(
     thresholds: None, monkeypatch: pytest.MonkeyPatch, workers_n: int, entry: str
@@ -45,5 +40,6 @@ def test_the_daemon_runs_under_the_tuned_collector(
 
     monkeypatch.setattr(app, "serve", serve)
     monkeypatch.setattr(workers, "supervise", supervise)
+    assert collector.THRESHOLDS != CPYTHON_DEFAULT
     assert daemon.run(None, workers=workers_n) == 0
     assert seen == [(entry, collector.THRESHOLDS)]
