@@ -38,7 +38,9 @@ if not, the run exits 1.
 
 Engines: the running ones named by ``TRACE_REPRO_KAFKA_BOOTSTRAP`` and ``TRACE_REPRO_FALKORDB_URL`` when both
 are set (the bench's topics and graphs are deleted afterwards unless ``--keep``), otherwise a private Kafka and
-FalkorDB in a temporary run directory, stopped at the end. Results go to ``out/bench.json``.
+FalkorDB in a temporary run directory, stopped at the end. Results go to ``out/bench.json``. Each phase's title is
+flushed as it starts, and a phase still running after ``STALL_S`` prints every thread's stack to standard error
+(``faulthandler``) and goes on: a stalled run shows where it waits.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import faulthandler
 import gc
 import json
 import os
@@ -97,6 +100,7 @@ OUT = REPO / "out"
 MB = 1024 * 1024
 FLOOR = "walk"  # parse + walk of every span's core fields: what every phase is measured against
 CEILINGS = ("decode", "stage", "falkordb_write", "kafka_consume")
+STALL_S = 600  # a phase still running after this long prints every thread's stack (faulthandler), and goes on
 METRICS_EVERY_S = 1.0  # the end-to-end phase scrapes the daemon's /metrics this often (a scrape costs it ~15 ms)
 TARGETS = {
     "end_to_end_over_floor": 0.15,  # end to end >= 0.15 x the parse+walk floor
@@ -130,7 +134,7 @@ def engines() -> Iterator[Engines]:
     try:
         begin = time.monotonic()
         states = local.up(["kafka", "falkordb"])
-        print(f"   private Kafka + FalkorDB up in {time.monotonic() - begin:.1f}s ({run_dir})")
+        print(f"   private Kafka + FalkorDB up in {time.monotonic() - begin:.1f}s ({run_dir})", flush=True)
         yield Engines(local.address("kafka"), local.address("falkordb"), {n: s.pid for n, s in states.items()})
     finally:
         local.down()
@@ -906,6 +910,12 @@ def summary(results: dict[str, Any]) -> str:
 # ---- main ----------------------------------------------------------------------------------------------------
 
 
+def phase(title: str) -> None:
+    """Announce a phase (flushed: a piped log shows where a run is) and re-arm the stall report for it."""
+    print(f"== {title}", flush=True)
+    faulthandler.dump_traceback_later(STALL_S, exit=False)
+
+
 async def _with_engines(
     args: argparse.Namespace, gen: Generated, batches: list[GraphBatch], results: dict[str, Any], tag: str
 ) -> None:
@@ -916,17 +926,17 @@ async def _with_engines(
         settings = config.load(None, env=env)
         write_graph = f"bench_write_{tag}"
         try:
-            print("== FalkorDB-write ceiling")
+            phase("FalkorDB-write ceiling")
             p["falkordb_write"] = await bench_write(
                 eng, write_graph, batches, gen.spans, settings, p["stage"]["detailed_traces"], p["stage"]["span_nodes"]
             )
             batches.clear()
             _delete_graph(eng.falkordb, write_graph)
-            print("== Kafka produce, then the Kafka-consume ceiling")
+            phase("Kafka produce, then the Kafka-consume ceiling")
             p["kafka_produce"] = await bench_produce(eng, spans_topic, gen)
             p["kafka_consume"] = await bench_consume(eng, spans_topic, gen, settings)
             if not args.no_daemon:
-                print("== end to end: the daemon in a subprocess")
+                phase("end to end: the daemon in a subprocess")
                 OUT.mkdir(exist_ok=True)
                 profile = OUT / "daemon.prof" if args.profile_daemon else None
                 e2e = await bench_end_to_end(
@@ -1002,7 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
     spans = args.spans or (40_000 if args.quick else 300_000)
     tag = uuid.uuid4().hex[:8]
 
-    print(f"== generating {spans:,} spans ({args.spans_per_message}/message, seed {args.seed})")
+    phase(f"generating {spans:,} spans ({args.spans_per_message}/message, seed {args.seed})")
     begin = time.perf_counter()
     partitions = args.partitions or os.cpu_count() or 1
     gen = generate_run(spans, args.spans_per_message, args.seed, partitions=partitions)
@@ -1039,12 +1049,12 @@ def main(argv: list[str] | None = None) -> int:
         "rss": {},
     }
     p = results["phases"]
-    print("== the floor: protobuf parse, then parse + walk of every span's core fields")
+    phase("the floor: protobuf parse, then parse + walk of every span's core fields")
     p["parse"] = bench_parse(gen)
     p[FLOOR] = bench_walk(gen)
-    print("== decode-only ceiling")
+    phase("decode-only ceiling")
     p["decode"] = bench_decode(gen)
-    print("== stage-only ceiling")
+    phase("stage-only ceiling")
     batches, p["stage"] = bench_stage(gen, local_settings)
     if not args.no_engines:
         asyncio.run(_with_engines(args, gen, batches, results, tag))
@@ -1052,7 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
     results["rss"]["bench_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(report(results))
     if not args.no_engines and not args.no_latency:
-        print("== detection latency: the sample shop's three defects under the daemon (Kafka, PostgreSQL, Debezium)")
+        phase("detection latency: the sample shop's three defects under the daemon (Kafka, PostgreSQL, Debezium)")
         results["detection_latency"] = latency_phase(rounds=5 if args.quick else 10,
                                                      isolated_rounds=2 if args.quick else 4)  # fmt: skip
         for name, lat in results["detection_latency"].items():
@@ -1061,6 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"latency p50 {lat['latency_p50_s']} s, p99 {lat['latency_p99_s']} s (floor: trace gap + causal "
                   f"window + settle = {lat['floor_s']} s; target <= {target:g} s: "
                   f"{'met' if (lat['latency_p99_s'] or 1e9) <= target else 'NOT met'})")  # fmt: skip
+    faulthandler.cancel_dump_traceback_later()
     results["targets"] = targets(results)
     results["checks"] = checks(results)
     print(summary(results))

@@ -141,3 +141,21 @@ def test_the_written_span_nodes_are_checked_and_reported_beside_the_rows() -> No
     assert not next(c for c in checks(results) if "Span nodes" in c["check"])["ok"]
     rows = next(t for t in targets(results) if t["name"] == "graph rows per span")
     assert rows["note"].endswith("0.50 Span nodes/span")
+
+
+def test_a_phase_that_stalls_prints_every_threads_stack(monkeypatch: pytest.MonkeyPatch,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import faulthandler
+    import time
+
+    import bench.run
+
+    monkeypatch.setattr(bench.run, "STALL_S", 0.2)
+    try:
+        bench.run.phase("a phase that waits")
+        time.sleep(0.6)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    out, err = capfd.readouterr()
+    assert "== a phase that waits" in out
+    assert "test_a_phase_that_stalls_prints_every_threads_stack" in err  # the stack of the waiting thread
