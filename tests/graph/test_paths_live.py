@@ -15,7 +15,9 @@ from processors.model.events import Access
 from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent
 from processors.traces import ClosedTrace
+from sinks.graph.schema import UPSERTS
 from sinks.graph.sink import GraphSink
+from sinks.graph.writer import _rows_for
 from tests.graph.checkout_request import UPDATE, info, span, update_of
 
 pytestmark = pytest.mark.engines
@@ -136,3 +138,33 @@ async def test_a_late_fragment_the_policy_would_not_detail_never_starts_a_trace(
     assert batch.late_traces and not batch.traces
     await sink.write_batch(batch)
     assert await _count(sink, "MATCH (n) WHERE n:Trace OR n:Span RETURN count(n)") == 0
+
+
+@pytest.mark.parametrize("policy", ["paths", "all"])
+async def test_a_replay_after_a_crash_between_the_upserts_and_the_adoption_leaves_no_span_waiting(
+    sink: GraphSink, policy: str
+) -> None:
+    """The children's fragment is written (its spans wait for their parents), then the root's upserts, and the
+    daemon dies before the adoption that follows them; the input is replayed from the last commit, both fragments:
+    every CHILD_OF edge is in the graph once, and no span still waits (the upserts set ``awaiting_parent`` only on
+    a span whose parent is missing; the adoption after each batch links and clears the others)."""
+    t, a = request("e" * 32, 60)
+    children = GraphBatch()
+    trace_rows(ClosedTrace(t.trace_id, t.spans[:4]), [a], policy, children)
+    root = GraphBatch()
+    trace_rows(ClosedTrace(t.trace_id, t.spans[4:], late=True), [], policy, root)
+    await sink.write_batch(children)
+    waiting = "MATCH (s:Span) WHERE s.awaiting_parent IS NOT NULL RETURN s.name ORDER BY s.name"
+    assert await sink.query(waiting) == ([["db"]] if policy == "paths" else [["auth"], ["db"], ["render"]])
+    for name in UPSERTS:  # the root's upserts, without the adoption that write() runs after them
+        rows = _rows_for(root, name)
+        if rows:
+            await sink.writer.write_rows(name, UPSERTS[name], rows)
+    await sink.write_batch(children)  # the replay
+    await sink.write_batch(root)
+    edges = await sink.query("MATCH (c:Span)-[:CHILD_OF]->(p:Span) RETURN c.name, p.name ORDER BY c.name")
+    want = [["capture_payment", "POST /orders/{id}/capture"], ["db", "capture_payment"]]
+    if policy == "all":
+        want += [["auth", "capture_payment"], ["render", "capture_payment"], ["template", "render"]]
+    assert edges == sorted(want)
+    assert await sink.query(waiting) == []
