@@ -309,18 +309,27 @@ class GraphWriter:
         return {(label, props[0]): status for kind, label, props, status in result.result_set if kind == "UNIQUE"}
 
     async def write(self, batch: GraphBatch) -> int:
+        """Upsert ``batch``, then adopt its waiting spans; returns the rows written."""
+        written = await self.upsert(batch)
+        await self.adopt(batch)
+        return written
+
+    async def upsert(self, batch: GraphBatch) -> int:
         """Write every statement's rows in chunks of ``batch_rows``; returns the rows written."""
         written = 0
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], _rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
                 written += await self.write_rows(name, statement, rows[start : start + self.batch_rows])
-        # Not counted as rows written: it only links the fragments of the traces this batch wrote.
+        return written
+
+    async def adopt(self, batch: GraphBatch) -> None:
+        """Link the spans of the traces ``batch`` wrote that wait for a parent now in the graph (:data:`ADOPT`); not
+        counted as rows written: it only links the fragments of those traces."""
         traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces] +
                                     [r["trace"] for r in batch.spans]))  # fmt: skip
         for start in range(0, len(traces), self.batch_rows):
             await self.write_rows("adopt", schema.ADOPT, traces[start : start + self.batch_rows])
-        return written
 
     async def write_rows(self, name: str, statement: str, rows: Sequence[Any]) -> int:
         """Write ``rows`` with ``statement``; rows the graph refuses are isolated by halving, dropped and counted."""

@@ -151,11 +151,15 @@ def test_a_phase_that_stalls_prints_every_threads_stack(monkeypatch: pytest.Monk
     import bench.run
 
     monkeypatch.setattr(bench.run, "STALL_S", 0.2)
+    out = err = ""
     try:
         bench.run.phase("a phase that waits")
-        time.sleep(0.6)
+        deadline = time.monotonic() + 30  # the report's own thread writes it: wait for it, however busy the machine
+        while "Thread" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            o, e = capfd.readouterr()
+            out, err = out + o, err + e
     finally:
         faulthandler.cancel_dump_traceback_later()
-    out, err = capfd.readouterr()
     assert "== a phase that waits" in out
     assert "test_a_phase_that_stalls_prints_every_threads_stack" in err  # the stack of the waiting thread

@@ -15,9 +15,7 @@ from processors.model.events import Access
 from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent
 from processors.traces import ClosedTrace
-from sinks.graph.schema import UPSERTS
 from sinks.graph.sink import GraphSink
-from sinks.graph.writer import _rows_for
 from tests.graph.checkout_request import UPDATE, info, span, update_of
 
 pytestmark = pytest.mark.engines
@@ -156,10 +154,7 @@ async def test_a_replay_after_a_crash_between_the_upserts_and_the_adoption_leave
     await sink.write_batch(children)
     waiting = "MATCH (s:Span) WHERE s.awaiting_parent IS NOT NULL RETURN s.name ORDER BY s.name"
     assert await sink.query(waiting) == ([["db"]] if policy == "paths" else [["auth"], ["db"], ["render"]])
-    for name in UPSERTS:  # the root's upserts, without the adoption that write() runs after them
-        rows = _rows_for(root, name)
-        if rows:
-            await sink.writer.write_rows(name, UPSERTS[name], rows)
+    await sink.writer.upsert(root)  # without the adoption that write() runs after it
     await sink.write_batch(children)  # the replay
     await sink.write_batch(root)
     edges = await sink.query("MATCH (c:Span)-[:CHILD_OF]->(p:Span) RETURN c.name, p.name ORDER BY c.name")
