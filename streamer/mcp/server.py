@@ -18,6 +18,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sinks.graph.analytics import GraphReader
+from streamer import logs
 from streamer.mcp import metrics, tools_findings, tools_topology
 from streamer.mcp.common import Tools
 from streamer.mcp.cypher import AgentCypher
@@ -78,7 +79,9 @@ def http_app(mcp: FastMCP, token: str | None) -> Any:
 
 
 def serve(settings: McpSettings, transport: str, host: str, port: int) -> None:
-    """Run until stopped: stdio, or streamable HTTP on ``host:port``."""
+    """Run until stopped: stdio, or streamable HTTP on ``host:port``. Log lines go to stderr (stdout is the stdio
+    transport's)."""
+    logs.configure("WARNING")
     mcp = build(settings, host=host, port=port)
     if transport == "stdio":
         mcp.run("stdio")
