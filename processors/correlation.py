@@ -31,6 +31,7 @@ from processors.model.events import (
     entity_key,
     scope_key,
 )
+from processors.model.sizes import access_bytes
 from processors.model.units import MS_NS
 from processors.sql import identity_entity_key, normalise_key_value
 from processors.sql.values import covers, same_value
@@ -58,6 +59,18 @@ class CorrelationConfig(Section):
     )
     max_entities: int = Field(100_000, ge=1)
     max_pending_changes: int = Field(100_000, ge=1)
+    max_history_bytes: int = Field(
+        128 << 20,
+        ge=1 << 20,
+        description="bytes of remembered writes (an access's statement and values, plus a fixed cost): past it the "
+        "least recently written rows are forgotten, as at max_entities (counted max_history_bytes, per write)",
+    )
+    max_pending_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="bytes of row changes waiting to be credited (each its record's wire size): past it the oldest "
+        "waiting change is written uncorrelated, as at max_pending_changes (counted max_pending_bytes)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,23 +146,27 @@ def _unmade(accesses: list[Access], made: _MadeAnother) -> list[Access]:
 
 class _History(deque[Access]):
     """One entity's recent writes, oldest first, bounded (``maxlen``), with the (trace, span) of each held in a set:
-    a redelivered access is found without scanning the history (a table scope's is thousands long). Only ``append``
-    and ``popleft`` keep the set: nothing else may change it."""
+    a redelivered access is found without scanning the history (a table scope's is thousands long), and their
+    approximate size (``bytes``). Only ``append`` and ``popleft`` keep the set and the size: nothing else may change
+    it."""
 
     def __init__(self, maxlen: int) -> None:
         super().__init__((), maxlen)
         self.spans: set[tuple[str, str]] = set()
         self.changed_ns = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
+        self.bytes = 0
 
     def append(self, a: Access) -> None:
         if len(self) == self.maxlen:
             self.popleft()
         super().append(a)
         self.spans.add((a.trace_id, a.span_id))
+        self.bytes += access_bytes(a)
 
     def popleft(self) -> Access:
         a = super().popleft()
         self.spans.discard((a.trace_id, a.span_id))
+        self.bytes -= access_bytes(a)
         return a
 
 
@@ -165,6 +182,7 @@ class RowCorrelator:
         max_entities: int = 100_000,
         *,
         history_per_table: int = 4096,
+        max_bytes: int | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.trace_column = trace_column
@@ -174,6 +192,11 @@ class RowCorrelator:
         self._per_table = max(1, history_per_table)
         self.telemetry = (telemetry or Telemetry("correlation")).declare("history_per_entity", "history_per_table")
         self._history: CountedLRU[str, _History] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
+        # The approximate size of every history, against ``max_bytes`` (least recently written rows go first).
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        if max_bytes is not None:
+            self.telemetry.declare("max_history_bytes")
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
@@ -200,18 +223,41 @@ class RowCorrelator:
         history = self._history.get(a.entity)
         if history is None:
             history = _History(self._per_entity if a.keyed else self._per_table)
-            self._history.put(a.entity, history)
+            for _, gone in self._history.put(a.entity, history):  # max_entities: the least recently written row
+                self.bytes -= gone.bytes
         elif (a.trace_id, a.span_id) in history.spans:
             self._count("duplicate_accesses")  # redelivered span, or `IN (1, 1)`
             return
         if len(history) == history.maxlen:
             self.telemetry.drop("history_per_entity" if a.keyed else "history_per_table")
+        before = history.bytes
         history.append(a)
+        self.bytes += history.bytes - before
+        if self.max_bytes is not None and self.bytes > self.max_bytes:
+            self._shed(a.entity)
         cols = _identity_columns(a.entity) if a.operation is DbOperation.INSERT else ()
         if cols:
             known = self._identity.setdefault(a.table, [])
             if cols not in known and len(known) < _MAX_IDENTITY_SETS:
                 known.append(cols)
+
+    def _shed(self, entity: str) -> None:
+        """Over ``max_bytes``: forget the least recently written rows' histories (the row just written, ``entity``,
+        goes last: alone over the bound, it keeps only its newest write), counting every write forgotten."""
+        assert self.max_bytes is not None
+        while self.bytes > self.max_bytes and (oldest := self._history.oldest()) is not None:
+            key, history = oldest
+            if key != entity:
+                self._history.pop(key)
+                self.bytes -= history.bytes
+                self.telemetry.drop("max_history_bytes", len(history))
+                continue
+            if len(history) <= 1:
+                break
+            before = history.bytes
+            history.popleft()  # as at history_per_entity
+            self.bytes -= before - history.bytes
+            self.telemetry.drop("max_history_bytes")
 
     def _entities(self, change: RowChange) -> list[str]:
         """The keys under which the writes that could have made ``change`` are remembered (its table's scope last)."""
@@ -380,6 +426,7 @@ class RowCorrelator:
             entity, history = oldest
             table, _, key = entity.partition(":")
             cut = floor if key == "*" or table in self._captured else before_ns  # how old a waiting write may be
+            held = history.bytes
             while (
                 history
                 and (end := max(history[0].end_ns, history[0].request_end_ns)) < before_ns
@@ -388,6 +435,7 @@ class RowCorrelator:
                 a = history.popleft()
                 self._credited.pop((a.trace_id, a.span_id))
                 gone += 1
+            self.bytes -= held - history.bytes
             if not history:
                 self._history.pop(entity)
                 continue
@@ -400,5 +448,5 @@ class RowCorrelator:
         return gone
 
     def __len__(self) -> int:
-        """Number of entities with remembered writes."""
+        """Number of entities with remembered writes (their approximate size is ``bytes``)."""
         return len(self._history)

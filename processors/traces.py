@@ -1,18 +1,23 @@
 """Trace assembly in event time: spans gather per trace until the trace has been quiet for ``gap``.
 
 Closing is driven by the watermark (``close_until``), never by the wall clock. State is bounded: at most
-``max_open`` traces (the least recently fed one is closed early, counted as ``max_open_traces``) and ``max_spans``
-spans per trace (the excess is dropped, counted as ``max_spans_per_trace``). A span for a trace closed recently
-is *late*: it is counted and assembled again (its writes are idempotent). Open traces live in a keyed store
-(``traces``), so the runtime knows which input messages still feed open traces.
+``max_open`` traces (the least recently fed one is closed early, counted as ``max_open_traces``), ``max_spans``
+spans per trace (the excess is dropped, counted as ``max_spans_per_trace``) and ``max_bytes`` of spans in all. A
+span's size is approximated when it is added (a fixed cost and its share of its message's wire size, or
+``span_bytes``: a span with a megabyte statement counts a megabyte); past the bound the least recently fed traces
+are closed early, as at ``max_open``, counted as ``max_open_trace_bytes`` (a trace alone over it is closed with the
+spans that took it there). A span for a trace closed recently is *late*: it is counted and assembled again (its
+writes are idempotent). Open traces live in a keyed store (``traces``), so the runtime knows which input messages
+still feed open traces.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from processors.model.sizes import SPAN_OVERHEAD_BYTES, span_bytes
 from processors.model.span import Span
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
@@ -70,6 +75,7 @@ class TraceAssembler:
         max_spans: int,
         remember_closed: int = 100_000,
         *,
+        max_bytes: int | None = None,
         telemetry: Telemetry | None = None,
         events: StateEvents = NO_EVENTS,
     ) -> None:
@@ -78,7 +84,7 @@ class TraceAssembler:
         self.telemetry = (telemetry or Telemetry("traces")).declare("max_spans_per_trace", "max_open_traces")
         self._open: KeyedState[str, _OpenTrace] = KeyedState(
             "traces", bound=max_open, new=lambda _tid: _OpenTrace(), telemetry=self.telemetry, events=events,
-            on_evict=self._evicted, reason="max_open_traces",
+            on_evict=self._evicted, reason="max_open_traces", max_bytes=max_bytes, bytes_reason="max_open_trace_bytes",
         )  # fmt: skip
         self._deadlines: Deadlines[str] = Deadlines()  # last span end + gap
         self._starts: list[tuple[int, str]] = []  # (first span start, trace_id), lazily invalidated
@@ -88,12 +94,25 @@ class TraceAssembler:
     def __len__(self) -> int:
         return len(self._open)
 
-    def add(self, spans: Iterable[Span]) -> list[ClosedTrace]:
-        """Add one message's spans (the input being processed feeds their traces).
+    @property
+    def bytes(self) -> int:
+        """The approximate size of the open traces' spans (counted only with a ``max_bytes`` bound)."""
+        return self._open.bytes
 
-        Returns the traces closed early by the ``max_open`` bound to make room.
+    def add(self, spans: Iterable[Span], wire_bytes: int | None = None) -> list[ClosedTrace]:
+        """Add one message's spans (the input being processed feeds their traces); ``wire_bytes``, the message's
+        size, sizes them for ``max_bytes`` (each span a fixed cost and its share of the message: one ``len`` per
+        message), else each span is sized by ``span_bytes``.
+
+        Returns the traces closed early by the ``max_open`` or ``max_bytes`` bound to make room.
         """
         count = self.telemetry.count
+        sized = self._open.max_bytes is not None
+        share: int | None = None
+        if sized and wire_bytes is not None:
+            spans = spans if isinstance(spans, Sequence) else list(spans)
+            share = SPAN_OVERHEAD_BYTES + wire_bytes // max(1, len(spans))
+        grown: dict[str, int] = {}  # bytes added to each trace by this message
         fed: set[str] = set()  # traces this message already feeds: retained once per message, not once per span
         added = 0
         for span in spans:
@@ -130,7 +149,14 @@ class TraceAssembler:
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
+            if sized:
+                grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
+        if sized:  # after the message: the byte bound may close a trace it fed, with the spans that took it there
+            for tid, size in grown.items():
+                if tid in self._open:
+                    self._open.charge(tid, size)
+            self.telemetry.gauge("open_trace_bytes", self._open.bytes)
         forced, self._forced = self._forced, []
         return forced
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,12 +44,22 @@ from processors.repro.template_common import (
 SANDBOX = {"statement_timeout": STATEMENT_TIMEOUT_MS, "lock_timeout": STATEMENT_TIMEOUT_MS}
 
 
+def scratch_name() -> str:
+    """The name of this run's database and role: ``REPRO_SCRATCH_NAME`` when the runner chose it (the runner drops
+    it however the run ends), else ``repro_<fingerprint>_<unix s>_<random>``, the scheme whose old leftovers the
+    daemon sweeps."""
+    given = os.environ.get("REPRO_SCRATCH_NAME", "")
+    if given:
+        return given
+    tag = "".join(c for c in FINGERPRINT.lower() if c.isascii() and c.isalnum())[:16] or "incident"
+    return f"repro_{tag}_{int(time.time())}_{secrets.token_hex(3)}"
+
+
 @contextmanager
 def scratch_database() -> Iterator[str]:
     """A fresh database for one run and the unprivileged role that owns it (both dropped afterwards); yields the
     role's DSN on that database. ``REPRO_DSN`` must be allowed to create roles and databases."""
-    tag = "".join(c for c in FINGERPRINT.lower() if c.isascii() and c.isalnum())[:16] or "incident"
-    name = f"repro_{tag}_{os.getpid()}"
+    name = scratch_name()
     password = secrets.token_urlsafe(24)
     try:
         with psycopg.connect(DSN, autocommit=True) as admin:

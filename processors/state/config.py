@@ -15,6 +15,12 @@ class WindowConfig(Section):
     trace_gap_s: float = Field(10.0, gt=0, description="a trace closes after this much event-time inactivity")
     max_open_traces: int = Field(200_000, ge=1, description="bound on traces being assembled")
     max_spans_per_trace: int = Field(5_000, ge=1, description="spans kept per trace; the rest are dropped (counted)")
+    max_open_trace_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="bytes of spans held by open traces (a span's encoded size, or its text, plus a fixed cost): "
+        "past it the least recently fed traces close early, as at max_open_traces (counted max_open_trace_bytes)",
+    )
     max_windows: int = Field(1_000, ge=2, description="open windows per aggregate; the oldest is dropped (counted)")
     idle_s: float = Field(5.0, gt=0, description="wall time without input after which event time follows the clock")
     max_future_skew_s: float = Field(

@@ -6,6 +6,11 @@ entity judged but remembered), ``discard`` when the key goes. The runtime hears 
 :class:`~processors.state.provenance.StateEvents` and turns them into offset pins; processors never see offsets.
 At ``bound`` keys, retaining a new one evicts the least recently retained (counted as a drop, ``reason`` naming
 the bound), after ``on_evict`` has seen it (a trace assembler closes the evicted trace early instead of losing it).
+
+Where what a key holds varies in size, ``max_bytes`` bounds the sum of the sizes its owner reports (``put`` with a
+size, ``charge`` as a key grows: an approximation such as a record's wire size, never a walk of the objects): past
+it, the least recently retained keys are evicted the same way, counted as ``bytes_reason``, until the sum is back
+under the bound (a key alone over it goes too).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ V = TypeVar("V")
 class KeyedState(Generic[K, V]):
     """Named per-key state; see the module docstring."""
 
-    __slots__ = ("_data", "bound", "events", "name", "new", "on_evict", "reason", "telemetry")
+    __slots__ = ("_data", "_sizes", "bound", "bytes", "bytes_reason", "events", "max_bytes", "name", "new",
+                 "on_evict", "reason", "telemetry")  # fmt: skip
 
     def __init__(
         self,
@@ -38,17 +44,27 @@ class KeyedState(Generic[K, V]):
         events: StateEvents = NO_EVENTS,
         on_evict: Callable[[K, V], None] | None = None,
         reason: str = "",
+        max_bytes: int | None = None,
+        bytes_reason: str = "",
     ) -> None:
         if bound < 1:
             raise ValueError(f"{name}: bound must be >= 1, got {bound}")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"{name}: max_bytes must be >= 1, got {max_bytes}")
         self.name = name
         self.bound = bound
         self.new = new
         self.reason = reason or name + "_bound"  # the drop reason counted when the bound evicts a key
+        self.max_bytes = max_bytes
+        self.bytes_reason = bytes_reason or name + "_bytes"  # ... and when the byte bound does
         self.telemetry = (telemetry or Telemetry(name)).declare(self.reason)
+        if max_bytes is not None:
+            self.telemetry.declare(self.bytes_reason)
         self.events = events
         self.on_evict = on_evict
         self._data: OrderedDict[K, V] = OrderedDict()
+        self._sizes: dict[K, int] = {}  # the sizes reported for keys (absent: 0)
+        self.bytes = 0  # their sum
 
     def __len__(self) -> int:
         return len(self._data)
@@ -79,14 +95,30 @@ class KeyedState(Generic[K, V]):
         self.events.retained(self.name, key)
         return value
 
-    def put(self, key: K, value: V) -> None:
-        """Retain ``key`` with ``value`` as its state (replacing any), holding the input being processed."""
+    def put(self, key: K, value: V, size: int = 0) -> None:
+        """Retain ``key`` with ``value`` as its state (replacing any, and its size), holding the input being
+        processed; ``size`` counts against ``max_bytes``."""
         data = self._data
         if key not in data and len(data) >= self.bound:
             self._evict()
         data[key] = value
         data.move_to_end(key)
         self.events.retained(self.name, key)
+        if size or key in self._sizes:
+            self.bytes += size - self._sizes.pop(key, 0)
+            if size:
+                self._sizes[key] = size
+            self._shed()
+
+    def charge(self, key: K, size: int) -> None:
+        """``key``'s state grew by ``size`` (it must be held); past ``max_bytes``, keys are evicted."""
+        if key not in self._data:
+            raise KeyError(f"{self.name}: charged {key!r}, which is not held")
+        sizes = self._sizes
+        sizes[key] = sizes.get(key, 0) + size
+        self.bytes += size
+        if self.max_bytes is not None and self.bytes > self.max_bytes:
+            self._shed()
 
     def release(self, key: K) -> None:
         """The input that fed ``key`` so far is no longer needed; its state stays."""
@@ -97,12 +129,19 @@ class KeyedState(Generic[K, V]):
         """Drop ``key`` and release its input."""
         value = self._data.pop(key, None)
         if value is not None:
+            self.bytes -= self._sizes.pop(key, 0)
             self.events.released(self.name, key)
         return value
 
-    def _evict(self) -> None:
+    def _shed(self) -> None:
+        """Evict the least recently retained keys while the sizes are over ``max_bytes``."""
+        while self.max_bytes is not None and self.bytes > self.max_bytes and self._data:
+            self._evict(self.bytes_reason)
+
+    def _evict(self, reason: str = "") -> None:
         key, value = self._data.popitem(last=False)
-        self.telemetry.drop(self.reason)
+        self.bytes -= self._sizes.pop(key, 0)
+        self.telemetry.drop(reason or self.reason)
         if self.on_evict is not None:
             self.on_evict(key, value)
         self.events.released(self.name, key)

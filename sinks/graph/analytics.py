@@ -1,15 +1,14 @@
 """Read-only queries for agents and dashboards: incidents, repros, verdicts and the topology, on FalkorDB.
 
 Every statement here is sent with ``GRAPH.RO_QUERY`` (the server refuses a write in it), with a server-side timeout,
-and every untrusted value is a Cypher parameter. :class:`GraphReader` is the one client; :func:`refuse_writes`
-checks an agent's own Cypher before it is sent (a clear error rather than the server's), and its rows are cut at a
-limit the caller states. The write statements stay in :mod:`sinks.graph.schema`; nothing here writes.
+and every untrusted value is a Cypher parameter. :class:`GraphReader` is the one client of these statements (an
+agent's own Cypher has its own bounded client, ``streamer.mcp.cypher``). The write statements stay in
+:mod:`sinks.graph.schema`; nothing here writes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Any
 from urllib.parse import urlparse
 
@@ -137,25 +136,6 @@ WRITE_TIMES = (
     "AND ($since IS NULL OR w.at >= $since) RETURN k, s.trace, w.at ORDER BY w.at LIMIT $limit"
 )
 
-# ---- an agent's own Cypher ---------------------------------------------------------------------------------------
-
-_WRITES = re.compile(
-    r"\b(CREATE|MERGE|SET|DELETE|DETACH|REMOVE|DROP|FOREACH|LOAD\s+CSV|CALL\s+db\.idx|CALL\s+dbms)\b", re.IGNORECASE
-)
-_LITERALS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-class ReadOnlyViolation(ValueError):
-    """Cypher that would change the graph (refused before it is sent)."""
-
-
-def refuse_writes(cypher: str) -> None:
-    """Raise :class:`ReadOnlyViolation` if ``cypher`` has a write clause outside string literals and comments."""
-    bare = _LITERALS.sub(" ", cypher)
-    found = _WRITES.search(bare)
-    if found:
-        raise ReadOnlyViolation(f"write clause {found.group(1).upper()!r} refused: this server is read-only")
-
 
 class GraphReader:
     """Read-only queries on one graph: ``GRAPH.RO_QUERY`` with a timeout, a connection opened on first use."""
@@ -188,17 +168,6 @@ class GraphReader:
                 return []  # the graph does not exist yet: nothing written
             raise
         return [list(r) for r in result.result_set]
-
-    async def user_query(self, cypher: str, params: dict[str, Any], *, limit: int, timeout_ms: int
-                         ) -> tuple[list[str], list[list[Any]], bool]:  # fmt: skip
-        """An agent's Cypher, checked read-only: (columns, at most ``limit`` rows, whether rows were cut)."""
-        refuse_writes(cypher)
-        graph = await self._connect()
-        result = await graph.ro_query(cypher, params, timeout=timeout_ms)
-        header = [h[1] if isinstance(h, list | tuple) else str(h) for h in (result.header or [])]
-        columns = [c.decode() if isinstance(c, bytes) else str(c) for c in header]
-        rows = [list(r) for r in result.result_set]
-        return columns, rows[:limit], len(rows) > limit
 
     async def close(self) -> None:
         if self._db is not None:

@@ -11,6 +11,7 @@ from typing import Any
 from mcp.server.fastmcp.exceptions import ToolError
 
 from sinks.graph.analytics import GraphReader
+from streamer.mcp.cypher import AgentCypher
 from streamer.mcp.settings import McpSettings
 
 MAX_TEXT = 20_000  # characters of one text field (a test's source, a patch) before it is cut
@@ -24,6 +25,7 @@ class Tools:
 
     reader: GraphReader
     settings: McpSettings
+    cypher: AgentCypher  # query_graph's bounded client
 
 
 def clip(text: Any, limit: int = MAX_TEXT) -> dict[str, Any]:

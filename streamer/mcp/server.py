@@ -2,7 +2,8 @@
 
 Over HTTP every request (the MCP endpoint ``/mcp`` and ``/metrics``) must carry ``Authorization: Bearer <token>``
 with the token from ``TRACE_REPRO_MCP_TOKEN``; without a token configured the server refuses to start on HTTP.
-Nothing the server runs writes the graph: every query is ``GRAPH.RO_QUERY``. The two tools that act
+Nothing the server runs writes the graph: every query is ``GRAPH.RO_QUERY`` (an agent's own Cypher is also
+bounded in rows, time and reply bytes: :mod:`streamer.mcp.cypher`). The two tools that act
 (``run_repro``, ``add_contract``) are listed always and refuse unless enabled.
 """
 
@@ -17,8 +18,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sinks.graph.analytics import GraphReader
+from streamer import logs
 from streamer.mcp import metrics, tools_findings, tools_topology
 from streamer.mcp.common import Tools
+from streamer.mcp.cypher import AgentCypher
 from streamer.mcp.settings import McpSettings
 
 INSTRUCTIONS = (
@@ -37,7 +40,9 @@ def build(settings: McpSettings, *, host: str = "127.0.0.1", port: int = 8765) -
     """The server with every tool registered."""
     reader = GraphReader(settings.falkordb_url, settings.graph, timeout_ms=settings.timeout_ms)
     mcp = FastMCP("trace-repro", instructions=INSTRUCTIONS, host=host, port=port, log_level="WARNING")
-    tools = Tools(reader, settings)
+    cypher = AgentCypher(settings.falkordb_url, settings.graph, max_result_bytes=settings.max_result_bytes,
+                         socket_timeout_s=settings.timeout_ms / 1000 + 5)  # fmt: skip
+    tools = Tools(reader, settings, cypher)
     tools_findings.register(mcp, tools)
     tools_topology.register(mcp, tools)
 
@@ -74,7 +79,9 @@ def http_app(mcp: FastMCP, token: str | None) -> Any:
 
 
 def serve(settings: McpSettings, transport: str, host: str, port: int) -> None:
-    """Run until stopped: stdio, or streamable HTTP on ``host:port``."""
+    """Run until stopped: stdio, or streamable HTTP on ``host:port``. Log lines go to stderr (stdout is the stdio
+    transport's)."""
+    logs.configure("WARNING")
     mcp = build(settings, host=host, port=port)
     if transport == "stdio":
         mcp.run("stdio")

@@ -4,15 +4,16 @@ The graph (FalkorDB URL, the environment's graph name), the Kafka bootstrap and 
 daemon's own configuration (:func:`streamer.config.load`). The server's own switches are command-line flags or
 environment variables (the daemon's settings model has no ``[mcp]`` section):
 
-=================================  ================================================================  =========
-variable                           meaning                                                           default
-=================================  ================================================================  =========
-``TRACE_REPRO_MCP_TOKEN``          bearer token every HTTP request must carry (HTTP refused without)  none
-``TRACE_REPRO_MCP_RUN_REPRO``      ``1``: ``run_repro`` may run a stored repro test                   off
-``TRACE_REPRO_MCP_CONTRACTS``      ``1``: ``add_contract`` may publish proof contracts                off
-``TRACE_REPRO_MCP_TIMEOUT_MS``     server-side timeout of every graph query                          10000
-``TRACE_REPRO_MCP_MAX_ROWS``       the most rows ``query_graph`` returns                             500
-=================================  ================================================================  =========
+====================================  =================================================================  =======
+variable                              meaning                                                            default
+====================================  =================================================================  =======
+``TRACE_REPRO_MCP_TOKEN``             bearer token every HTTP request must carry (HTTP refused without)  none
+``TRACE_REPRO_MCP_RUN_REPRO``         ``1``: ``run_repro`` may run a stored repro test                   off
+``TRACE_REPRO_MCP_CONTRACTS``         ``1``: ``add_contract`` may publish proof contracts                off
+``TRACE_REPRO_MCP_TIMEOUT_MS``        server-side timeout of every graph query                           10000
+``TRACE_REPRO_MCP_MAX_ROWS``          the most rows ``query_graph`` returns                              500
+``TRACE_REPRO_MCP_MAX_RESULT_BYTES``  the largest ``query_graph`` reply read from the server (bytes)     1048576
+====================================  =================================================================  =======
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class McpSettings:
     allow_contracts: bool = False
     timeout_ms: int = 10_000
     max_rows: int = 500
+    max_result_bytes: int = 1 << 20
     token: str | None = None
 
 
@@ -78,5 +80,6 @@ def resolve(path: Path | None, *, run_repro: bool = False, contracts: bool = Fal
         allow_contracts=contracts or env.get("TRACE_REPRO_MCP_CONTRACTS", "").lower() in _ON,
         timeout_ms=_int(env, "TRACE_REPRO_MCP_TIMEOUT_MS", 10_000, 100, 600_000),
         max_rows=_int(env, "TRACE_REPRO_MCP_MAX_ROWS", 500, 1, 100_000),
+        max_result_bytes=_int(env, "TRACE_REPRO_MCP_MAX_RESULT_BYTES", 1 << 20, 1024, 1 << 30),
         token=token,
     )

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 from processors.connectors.proofs.contracts import min_requests_for, parse_signature
 from processors.model.contract import DEFAULT_ALPHA, DEFAULT_WATCH_S, ProofContract
 from processors.repro.paths import UnsafePath, under
-from processors.repro.runner import environment
+from processors.repro.runner import environment, scratch
 from sinks.graph import analytics as q
 from streamer.contract_cli import kafka_publish
 from streamer.mcp.common import Tools, clip, page, rows, since_ms
@@ -275,16 +275,16 @@ def _green_of(root: str, fingerprint: str) -> tuple[Path, str | None] | None:
 def _run_test(test: Path, dsn: str, statement_timeout_ms: int, source_root: str | None = None) -> dict[str, Any]:
     """One pytest run of a stored repro test in a scratch directory (on ``source_root``'s code when given, else
     where the functions were recorded): ``failed`` when the defect reproduced."""
-    with tempfile.TemporaryDirectory(prefix="trace-repro-mcp-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="trace-repro-mcp-") as tmp, scratch(dsn, test.stem) as name:
         work = Path(tmp)
         copy = work / test.name
         copy.write_text(test.read_text(encoding="utf-8"), encoding="utf-8")
         junit = work / "junit.xml"
         env = environment(dsn=dsn, trace=work / "trace.json", statement_timeout_ms=statement_timeout_ms,
-                          source_root=source_root)  # fmt: skip
+                          source_root=source_root, scratch=name)  # fmt: skip
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
                    "--rootdir", str(work), str(copy), f"--junitxml={junit}"]  # fmt: skip
-        try:
+        try:  # the run's scratch database and role are dropped however it ends (a timeout kills the test)
             done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
                                   timeout=_RUN_TIMEOUT_S, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ from pydantic import Field
 from sinks.graph import analytics as q
 from sinks.graph import topology
 from streamer.mcp.common import Tools, jsonable, page, rows, since_ms
+from streamer.mcp.cypher import QueryTimedOut, ReadOnlyViolation, ReplyTooLarge, UnboundedQuery
 
 Limit = Annotated[int, Field(ge=1, le=500, description="the most items to return")]
 Windows = Annotated[int, Field(ge=1, le=100, description="how many of the latest windows to sum")]
@@ -200,15 +201,18 @@ def register(mcp: FastMCP, tools: Tools) -> None:
         limit: Annotated[int, Field(ge=1, le=10_000, description="the most rows to return")] = 100,
         timeout_ms: Annotated[int, Field(ge=100, le=60_000, description="server-side timeout")] = 5000,
     ) -> dict[str, Any]:
-        """Run read-only Cypher on the graph (GRAPH.RO_QUERY; CREATE/MERGE/SET/DELETE/REMOVE/DROP refused), with a
-        row limit and a timeout. Pass values as params, not inside the text."""
+        """Run read-only Cypher on the graph (GRAPH.RO_QUERY: any write is refused), ending in RETURN. The server
+        stops after `limit` rows (`truncated` says more existed) and after `timeout_ms`; a reply over the server's
+        byte bound is refused (ask for fewer rows or smaller values: size(), [..n], left()). Columns come in name
+        order. Pass values as params, not inside the text."""
         cap = min(limit, tools.settings.max_rows)
+        wait_ms = min(timeout_ms, tools.settings.timeout_ms)
         try:
-            columns, found, cut = await tools.reader.user_query(
-                cypher, params or {}, limit=cap, timeout_ms=min(timeout_ms, tools.settings.timeout_ms)
-            )
-        except q.ReadOnlyViolation as exc:
+            columns, found, cut = await tools.cypher.run(cypher, params or {}, limit=cap, timeout_ms=wait_ms)
+        except (ReadOnlyViolation, UnboundedQuery, QueryTimedOut) as exc:
             raise ToolError(str(exc)) from exc
+        except ReplyTooLarge as exc:
+            raise ToolError(f"{exc} (cut there): ask for fewer rows or smaller values (size(), [..n], left())") from exc
         except Exception as exc:
             raise ToolError(f"query failed ({type(exc).__name__}): {exc}") from exc
         return {"columns": columns, "rows": jsonable(found), "count": len(found), "limit": cap, "truncated": cut}

@@ -74,12 +74,13 @@ class EntityStage(Stage):
         self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
                                         max_commit_delay_ms=c.max_commit_delay_ms,
                                         history_per_entity=c.history_per_entity, max_entities=c.max_entities,
-                                        history_per_table=c.history_per_table,
+                                        history_per_table=c.history_per_table, max_bytes=c.max_history_bytes,
                                         telemetry=metrics.telemetry("correlation"))  # fmt: skip
         # Row changes waiting to be credited, one key per change; by entity, and by commit time (lazily pruned).
         self._pending: KeyedState[PendingKey, RowChange] = KeyedState(
             "pending", bound=c.max_pending_changes, new=_no_default, telemetry=metrics.telemetry("correlation"),
             events=self.tracker, on_evict=self._evicted, reason="max_pending_changes",
+            max_bytes=c.max_pending_bytes, bytes_reason="max_pending_bytes",
         )  # fmt: skip
         self._waiting: dict[str, list[PendingKey]] = {}
         self._by_commit: list[tuple[int, PendingKey]] = []
@@ -129,7 +130,7 @@ class EntityStage(Stage):
                     self.call(processor, processor.on_access, event)
             else:
                 key = (entity, record.topic, record.partition, record.offset)
-                self._pending.put(key, event)  # holds this record until the change is credited
+                self._pending.put(key, event, len(record.value or b""))  # holds this record until credited
                 self._waiting.setdefault(entity, []).append(key)
                 heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
 
@@ -217,6 +218,8 @@ class EntityStage(Stage):
             self.correlator.prune(cut - PRUNE_MARGIN_NS, cut - max(PRUNE_MARGIN_NS, self._lag_ns))
         self.correlator.telemetry.gauge("rows", len(self.correlator))
         self.correlator.telemetry.gauge("pending_changes", len(self._pending))
+        self.correlator.telemetry.gauge("history_bytes", self.correlator.bytes)
+        self.correlator.telemetry.gauge("pending_bytes", self._pending.bytes)
         stray = self.emit(held, None, out).relays
         if stray:  # relays go from stage 1 to stage 2: one a stage-2 processor emits has nowhere to go
             self.metrics.telemetry(self.name).drop("relay_from_stage_2", len(stray))

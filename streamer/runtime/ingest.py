@@ -81,7 +81,8 @@ class IngestStage(Stage):
         w, sql = settings.windows, settings.sql
         telemetry = metrics.telemetry
         self.traces = TraceAssembler(s_to_ns(w.trace_gap_s), w.max_open_traces, w.max_spans_per_trace,
-                                     telemetry=telemetry("traces"), events=self.tracker)  # fmt: skip
+                                     max_bytes=w.max_open_trace_bytes, telemetry=telemetry("traces"),
+                                     events=self.tracker)  # fmt: skip
         self.calls = CallWindows(s_to_ns(w.window_s), s_to_ns(w.trace_gap_s), max_windows=w.max_windows,
                                  telemetry=telemetry("calls"), events=self.tracker)  # fmt: skip
         self.extractor = SqlAccessExtractor(key_columns=sql.key_columns or None,
@@ -116,7 +117,7 @@ class IngestStage(Stage):
         tp = (record.topic, record.partition)
         if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
             self.metrics.late.labels("span").inc(len(spans))
-        self._forced += self.traces.add(spans)
+        self._forced += self.traces.add(spans, len(record.value or b""))
         self._kept.append(spans)
 
     def _sane(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:

@@ -10,9 +10,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from falkordb import FalkorDB
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from redis.exceptions import ResponseError
 
+from sinks.graph.analytics import GraphReader
 from tests.mcp.known_graph import FP, VERDICT_KEY, W1, W2, KnownGraph
 
 pytestmark = pytest.mark.engines
@@ -157,24 +160,82 @@ async def test_topology_tools_on_the_known_graph(known_graph: KnownGraph) -> Non
         assert hot["items"][0]["peak_concurrent_writers"] == 2  # the two writes are 10 ms apart
 
 
+# Every kind of write, spelled every way a text filter could miss: the read-only query must refuse each one.
+WRITES = (
+    "CREATE (:Service {name: 'evil'})", "MATCH (s:Service) SET s.name = 'x'", "MATCH (s:Service) DETACH DELETE s",
+    "MERGE (:X)", "MATCH (s) REMOVE s.name", "match (s:Service) with s delete s", "FOREACH (i IN [1] | CREATE (:X))",
+    "UNWIND [1] AS i CALL { CREATE (:X) } RETURN i", "CREATE INDEX FOR (s:Service) ON (s.tier)",
+    "CALL db.idx.fulltext.createNodeIndex('Service', 'name')",
+    "CALL `db.idx.fulltext.createNodeIndex`('Service', 'name')",
+    "cAlL Db.IdX.FullText.CreateNodeIndex('Service', 'name')",
+    "CALL /* an index */ db . idx . fulltext . `createNodeIndex`('Service', 'name') // now",
+    "CALL db.idx.fulltext.drop('Service')", "DROP INDEX ON :Service(name)",
+    "LOAD CSV FROM 'file:///services.csv' AS row CREATE (:Service {name: row[0]})",
+)  # fmt: skip
+
+
+def graph_state(graph: KnownGraph) -> tuple[object, ...]:
+    """Node and edge counts, labels, indexes and constraints of the known graph, read directly."""
+    host, port = graph.url.removeprefix("redis://").rsplit(":", 1)
+    g = FalkorDB(host=host, port=int(port)).select_graph(graph.graph)
+    one = [g.ro_query(q).result_set for q in ("MATCH (n) RETURN count(n)", "MATCH ()-[r]->() RETURN count(r)",
+                                              "CALL db.labels() YIELD label RETURN collect(label)")]  # fmt: skip
+    indexes = sorted(map(str, g.ro_query("CALL db.indexes() YIELD label, properties, types").result_set))
+    return *one, indexes, sorted(map(str, g.ro_query("CALL db.constraints()").result_set))
+
+
+async def test_the_read_only_query_refuses_every_write(known_graph: KnownGraph) -> None:
+    """GRAPH.RO_QUERY itself, with no text filter in front, refuses every write (clauses, index procedures quoted or
+    not, in any case, with comments, LOAD CSV feeding a CREATE), and the graph, its indexes and its constraints are
+    unchanged: the server is the guarantee, the tool's filter only an earlier message."""
+    reader = GraphReader(known_graph.url, known_graph.graph)
+    before = graph_state(known_graph)
+    try:
+        for cypher in WRITES:
+            with pytest.raises(ResponseError, match="only on read-only queries"):
+                await reader.rows(cypher)
+    finally:
+        await reader.close()
+    assert graph_state(known_graph) == before
+
+
 async def test_query_graph_reads_and_refuses_writes(known_graph: KnownGraph) -> None:
-    """Read-only Cypher with parameters and a row limit; every write clause is refused before it reaches the
-    graph (and the graph is unchanged)."""
+    """Read-only Cypher with parameters and a row limit; every write is refused as read-only, whether the filter
+    saw it or only the server did, and the graph is unchanged."""
+    before = graph_state(known_graph)
     async with client(known_graph) as session:
         out = await call(session, "query_graph", cypher="MATCH (s:Service) RETURN s.name ORDER BY s.name", limit=3)
         assert out["rows"] == [["cache"], ["checkout"], ["frontend"]] and out["truncated"] is True
         out = await call(session, "query_graph", cypher="MATCH (s:Service {name: $n}) RETURN s.name",
                          params={"n": "x' OR 1=1 //"})  # fmt: skip
         assert out["rows"] == []
-        lit = await call(session, "query_graph", cypher="RETURN 'CREATE (n)' AS text")
-        assert lit["rows"] == [["CREATE (n)"]]  # a write keyword inside a string literal is data
-        for cypher in ("CREATE (:Service {name: 'evil'})", "MATCH (s:Service) SET s.name = 'x'",
-                       "MATCH (s:Service) DETACH DELETE s", "MERGE (:X)", "MATCH (s) REMOVE s.name",
-                       "match (s:Service) with s delete s"):  # fmt: skip
-            assert "refused" in await refused(session, "query_graph", cypher=cypher), cypher
+        lit = await call(session, "query_graph", cypher="RETURN 'CREATE (n)' AS text, 1 AS `set` // DELETE")
+        assert lit["rows"] == [[1, "CREATE (n)"]]  # write keywords in a literal, a name or a comment are data
+        for cypher in (*WRITES, "MATCH (s:Service) SET s.name = 'x' RETURN s", "MERGE (x:X) RETURN x",
+                       "UNWIND [1] AS i CALL { CREATE (:X) RETURN 1 AS one } RETURN i"):  # fmt: skip
+            assert "read-only" in await refused(session, "query_graph", cypher=cypher), cypher
         count = await call(session, "query_graph", cypher="MATCH (s:Service) RETURN count(s)")
         assert count["rows"] == [[7]]
         assert "query failed" in await refused(session, "query_graph", cypher="MATCH (n RETURN n")
+    assert graph_state(known_graph) == before
+
+
+async def test_query_graph_is_bounded_on_the_server(known_graph: KnownGraph) -> None:
+    """Rows, time and bytes are bounded before a result reaches the server's memory: a query whose full result
+    the graph server could never build returns its first rows (truncated); a slow one ends at its timeout; a
+    single huge value is refused at the reply's byte bound; a query that could close the wrapper is refused."""
+    async with client(known_graph, TRACE_REPRO_MCP_MAX_RESULT_BYTES="65536") as session:
+        huge = "UNWIND range(1, 20000) AS i UNWIND range(1, 20000) AS j RETURN i, j"  # 4 * 10^8 rows
+        out = await call(session, "query_graph", cypher=huge, limit=5, timeout_ms=2000)
+        assert out["rows"] == [[1, 1], [1, 2], [1, 3], [1, 4], [1, 5]] and out["truncated"] is True
+        slow = "UNWIND range(1, 20000) AS i UNWIND range(1, 20000) AS j WITH i, j WHERE i * j < 0 RETURN count(*)"
+        assert "timed out" in await refused(session, "query_graph", cypher=slow, timeout_ms=300)
+        too_big = await refused(session, "query_graph", cypher="RETURN range(1, 1000000) AS numbers")
+        assert "larger than 65536 bytes" in too_big
+        again = await call(session, "query_graph", cypher="UNWIND range(1, 3) AS i RETURN i")  # connection renewed
+        assert (again["rows"], again["truncated"]) == ([[1], [2], [3]], False)
+        escape = "MATCH (s:Service) RETURN s } RETURN 1 AS x UNION CALL { UNWIND range(1, 100) AS s RETURN s"
+        assert "unbalanced braces" in await refused(session, "query_graph", cypher=escape)
 
 
 async def test_disabled_tools_refuse_and_enabled_ones_act(known_graph: KnownGraph) -> None:

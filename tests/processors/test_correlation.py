@@ -234,6 +234,41 @@ def test_bounded_histories_evict_and_count() -> None:
     assert rc.correlate(change(tx="3")) is None and rc.last_reason == "no_candidates"
 
 
+def test_the_byte_bound_forgets_the_least_recently_written_rows_and_counts_every_write() -> None:
+    """Writes with megabyte statements on many rows: the histories' accounted size stays under the bound, the
+    least recently written rows are forgotten first (each write counted), the row just written keeps its newest
+    write even when it alone is over the bound, and what is still remembered credits its change."""
+    mib = 1 << 20
+    rc = RowCorrelator(max_bytes=4 * mib)
+    for i in range(20):
+        rc.add_access(replace(write(T1, entity=f"orders:{i}", tx=str(i)), statement="x" * mib))
+        assert rc.bytes <= 4 * mib
+    assert rc.telemetry.dropped["max_history_bytes"] == 20 - len(rc) > 0
+    assert rc.telemetry.dropped["max_entities"] == 0
+    assert rc.correlate(change(key=(("id", 19),), tx="19")) is not None  # the newest row is remembered
+    assert rc.correlate(change(key=(("id", 0),), tx="0")) is None and rc.last_reason == "no_candidates"
+    huge = RowCorrelator(max_bytes=2 * mib)
+    for tx in ("1", "2", "3"):
+        huge.add_access(replace(write(T1, tx=tx), statement="x" * (3 * mib)))
+    assert (len(huge), huge.telemetry.dropped["max_history_bytes"]) == (1, 2)
+    assert huge.correlate(change(tx="3")) is not None and huge.bytes > 2 * mib  # only its newest write is left
+    rc.prune(10**20)
+    assert (len(rc), rc.bytes) == (0, 0)  # what prune forgets leaves the account too
+
+
+def test_a_byte_bound_leaves_ordinary_histories_as_they_were() -> None:
+    """Under a byte bound ordinary writes stay far below, correlation is exactly what it is without one."""
+
+    def run(max_bytes: int | None) -> tuple[list[str | None], dict[str, int]]:
+        rc = RowCorrelator(history_per_entity=4, max_bytes=max_bytes)
+        for i in range(200):
+            rc.add_access(write(T1 if i % 2 else T2, entity=f"orders:{i % 50}", tx=str(i)))
+        found = [rc.correlate(change(key=(("id", i % 50),), tx=str(i), commit_ms=50_000)) for i in range(200)]
+        return [f.access.tx_id if f else None for f in found], {k: v for k, v in rc.telemetry.dropped.items() if v}
+
+    assert run(1 << 20) == run(None)
+
+
 def test_redelivery_is_judged_against_what_the_bounded_history_still_holds() -> None:
     """Duplicates are found by (trace, span) without a scan; evicting or pruning a write forgets it there too, so a
     redelivery of an evicted write is remembered again (as a scan of the history would have it)."""

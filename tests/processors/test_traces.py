@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from processors.model.events import Resource, SpanKind, StatusCode
+from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.sizes import span_bytes
 from processors.model.span import Span
 from processors.traces import ClosedTrace, TraceAssembler
 from streamer.runtime.pins import PinTracker
@@ -38,9 +39,10 @@ def src(offset: int) -> tuple[tuple[str, int], int]:
 class Assembler(TraceAssembler):
     """A TraceAssembler whose keyed state reports to a PinTracker, fed one message (offset) at a time."""
 
-    def __init__(self, gap: int, *, max_open: int, max_spans: int, remember_closed: int = 100_000) -> None:
+    def __init__(self, gap: int, *, max_open: int, max_spans: int, remember_closed: int = 100_000,
+                 max_bytes: int | None = None) -> None:  # fmt: skip
         self.pins = PinTracker()
-        super().__init__(gap, max_open, max_spans, remember_closed, events=self.pins)
+        super().__init__(gap, max_open, max_spans, remember_closed, max_bytes=max_bytes, events=self.pins)
 
     def feed(self, spans: Iterable[Span], offset: int) -> tuple[list[ClosedTrace], int]:
         """The traces forced closed, and how many traces took this message as a new input (pins it)."""
@@ -157,6 +159,58 @@ def test_max_spans_drops_excess_spans_and_counts_them() -> None:
     trace = only(asm.close_until(103 * S))  # the dropped span's later end did not extend the deadline
     assert [s.span_id for s in trace.spans] == [f"{1:016x}", f"{2:016x}"]
     assert asm.sources(trace) == frozenset({src(0)})
+
+
+def db_span(trace: str, sid: int, start_s: float, statement: str) -> Span:
+    """A database client span whose statement text is ``statement``."""
+    base = span(trace, sid, start_s, start_s + 0.01, parent=1)
+    return Span(base.trace_id, base.span_id, base.parent_id, "UPDATE", SpanKind.CLIENT, base.start_ns, base.end_ns,
+                base.status, base.resource, db=DbCall("postgresql", statement))  # fmt: skip
+
+
+def test_max_bytes_closes_the_least_recently_fed_traces_early_and_counts_them() -> None:
+    """Traces whose spans carry megabyte statements: the open traces' accounted size never passes the byte bound;
+    the least recently fed are closed early (forced, with all their spans and the input they held) and
+    counted; nothing is lost, and a trace alone over the bound closes with the span that took it there."""
+    mib = 1 << 20
+    asm = Assembler(GAP, max_open=1_000, max_spans=100, max_bytes=4 * mib)
+    big = "UPDATE orders SET note = '" + "x" * mib + "' WHERE id = 1"
+    fed, closed = 0, []
+    for i in range(12):  # 12 traces, 2 megabyte spans each: 24 MiB fed against a 4 MiB bound
+        trace = f"{i:032x}"
+        forced, _ = asm.feed([span(trace, 1, 100 + i, 101 + i), db_span(trace, 2, 100 + i, big)], i)
+        forced += asm.feed([db_span(trace, 3, 100.5 + i, big)], 100 + i)[0]
+        fed += 3
+        closed += forced
+        assert asm.bytes <= 4 * mib
+        assert all(t.forced for t in forced)
+    assert asm.telemetry.dropped["max_open_trace_bytes"] == len(closed) > 0
+    assert asm.telemetry.dropped["max_open_traces"] == 0
+    closed += asm.close_all()
+    assert sum(len(t.spans) for t in closed) == fed  # closed early, not lost
+    assert asm.bytes == 0
+    assert asm.sources(closed[0]) == frozenset({src(0), src(100)})  # the input it held goes with it
+
+    alone = Assembler(GAP, max_open=10, max_spans=100, max_bytes=2 * mib)
+    alone.feed([span(A, 1, 100, 101), db_span(A, 2, 100, big)], 0)
+    forced, _ = alone.feed([db_span(A, 3, 100.5, big)], 1)
+    assert [len(t.spans) for t in forced] == [3] and alone.bytes == 0
+
+
+def test_a_byte_bound_leaves_ordinary_traces_as_they_were() -> None:
+    """Under a byte bound that ordinary spans stay far below, assembly is exactly what it is without one."""
+
+    def run(max_bytes: int | None) -> tuple[list[tuple[str, int, bool]], dict[str, int]]:
+        asm = Assembler(GAP, max_open=100, max_spans=100, max_bytes=max_bytes)
+        for i in range(50):
+            trace = f"{i:032x}"
+            asm.feed([span(trace, 1, 100 + i / 10, 101 + i / 10), db_span(trace, 2, 100 + i / 10, "SELECT 1")], i)
+        out = [(t.trace_id, len(t.spans), t.forced) for t in asm.close_until(200 * S)]
+        return out, {k: v for k, v in asm.telemetry.dropped.items() if v}
+
+    assert run(1 << 20) == run(None)
+    assert run(1 << 20)[1] == {}
+    assert span_bytes(db_span(A, 2, 100, "SELECT 1")) < 1_000 < span_bytes(db_span(A, 2, 100, "x" * 1_000))
 
 
 def test_span_for_recently_closed_trace_is_late_and_reassembled() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,33 @@ def test_file_sink_replay_memory_bound_shows_on_metrics(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert dropped(metrics)[("file_sink", "remember")] == 1
+
+
+def test_byte_bounds_show_on_metrics() -> None:
+    """Where item sizes vary, bytes are bounded too: open traces whose spans carry 60 KiB exception messages,
+    remembered writes with 300 KiB statements and row changes with 300 KiB images, against 1 MiB bounds, stay
+    under them and count what they drop (traces closed early, rows forgotten, changes written uncorrelated);
+    ordinary traffic under the shipped bounds drops nothing."""
+    mib, text = 1 << 20, "x" * 60_000
+    p = Ingest(WINDOWS__MAX_OPEN_TRACE_BYTES=str(mib))
+    p.requests(*(1 + i / 100 for i in range(20)), error=RuntimeError(text))
+    assert dropped(p.metrics)[("traces", "max_open_trace_bytes")] >= 1 and p.stage.traces.bytes <= mib
+    e = Entities(CORRELATION__MAX_HISTORY_BYTES=str(mib), CORRELATION__MAX_PENDING_BYTES=str(mib))
+    big = "x" * 300_000
+    e.send(*(replace(write(row, "a", 1.0 + row / 10), statement=big) for row in range(5)))
+    e.send(*(replace(change(10 + row, 1.0, "z"), after={"status": "z", "note": big}) for row in range(5)))
+    got = dropped(e.metrics)
+    assert got[("correlation", "max_history_bytes")] >= 1 and got[("correlation", "max_pending_bytes")] >= 1
+    assert e.stage.correlator.bytes <= mib and e.stage.pending_changes < 5
+    correlated = [s for f in text_string_to_metric_families(generate_latest(e.metrics.registry).decode())
+                  for s in f.samples if s.name == "trace_repro_row_changes_correlated_total"]  # fmt: skip
+    assert [(s.labels, s.value) for s in correlated] == [({"strength": "none"}, 5 - e.stage.pending_changes)]
+
+    ordinary = Ingest()
+    ordinary.requests(*(1 + i / 100 for i in range(20)), error=RuntimeError("boom"),
+                      statements=((UPDATE, "('paid', 1)"),))  # fmt: skip
+    assert dropped(ordinary.metrics)[("traces", "max_open_trace_bytes")] == 0
+    assert 0 < ordinary.stage.traces.bytes < mib
 
 
 @pytest.mark.parametrize("component", ["traces", "calls", "sql", "regressions", "proof", "correlation", "collisions"])

@@ -222,7 +222,7 @@ def test_environment() -> None:
 
 # The run's own variables, and the two pytest sets in the test's process itself.
 RUN_VARIABLES = {"REPRO_DSN", "REPRO_TRACE_OUT", "REPRO_STATEMENT_TIMEOUT_MS", "REPRO_SOURCE_ROOT",
-                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONDONTWRITEBYTECODE", "PYTEST_VERSION",
+                 "REPRO_SCRATCH_NAME", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTHONDONTWRITEBYTECODE", "PYTEST_VERSION",
                  "PYTEST_CURRENT_TEST"}  # fmt: skip
 
 

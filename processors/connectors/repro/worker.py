@@ -16,6 +16,9 @@ runs never hold the detectors back. For the first occurrence of each fingerprint
 4. records ``Repro``/``Repair`` nodes (each writer's lock mode before and after), writes the files (test, JUnit XML,
    Code Quality report) and publishes a ``ReproEvent`` on ``trace-repro.repros``.
 
+Each run's scratch database and role are dropped whatever ends it (``processors.repro.runner``); before its first
+repro the worker also drops those a killed daemon's runs left behind (``sweep_scratch``: older than a run can last).
+
 An incident whose repro could not be compiled is tried again on a later occurrence of its fingerprint, up to
 ``max_attempts`` attempts in all; the attempts are remembered for at most ``max_tracked`` fingerprints (least
 recently seen forgotten first, counted ``dropped_total{reason="max_tracked_fingerprints"}``), and an occurrence past
@@ -46,6 +49,7 @@ from processors.repro.ci_files import write_repro_files
 from processors.repro.compiler import safe_name
 from processors.repro.derive import derive_call_specs
 from processors.repro.paths import UnsafePath, under, valid_fingerprint
+from processors.repro.runner import sweep_scratch
 from processors.sink import Sink
 from processors.state import CountedLRU
 from processors.telemetry import Telemetry
@@ -90,6 +94,7 @@ class ReproWorker(Sink):
         self._queue: list[IncidentEvent] = []
         self._attempts: CountedLRU[str, int] = CountedLRU(max_tracked, self.telemetry, "max_tracked_fingerprints")
         self.proven = 0
+        self._swept = False
 
     async def write(self, event: Published) -> None:
         if not isinstance(event, IncidentEvent):
@@ -126,6 +131,9 @@ class ReproWorker(Sink):
             return
         made = (self._attempts.get(fingerprint) or 0) + 1
         self._attempts.put(fingerprint, made)
+        if not self._swept and self.dsn:  # scratch databases and roles a killed daemon's runs left behind
+            self._swept = True
+            await asyncio.to_thread(sweep_scratch, self.dsn)
         try:
             event = await asyncio.to_thread(self._prove, incident, await self._sites(incident.table))
         except UnsafePath as exc:
