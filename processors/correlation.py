@@ -13,14 +13,10 @@ uncorrelated and the ambiguity is counted.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pydantic import Field
-
-from processors.component import Section
 from processors.model.events import (
     Access,
     CdcOp,
@@ -31,46 +27,15 @@ from processors.model.events import (
     entity_key,
     scope_key,
 )
-from processors.model.sizes import access_bytes
 from processors.model.units import MS_NS
 from processors.sql import identity_entity_key, normalise_key_value
 from processors.sql.values import covers, same_value
 from processors.state.lru import CountedLRU
 from processors.telemetry import Telemetry
+from processors.write_history import WriteHistory
 
 _HEX: Final = frozenset("0123456789abcdef")
 _MAX_IDENTITY_SETS: Final = 8
-
-
-class CorrelationConfig(Section):
-    """Row change ↔ trace correlation (stage 2)."""
-
-    trace_column: str = Field("trace_id", description="row column holding the writer's trace id, if the app has one")
-    skew_ms: float = Field(5.0, ge=0, description="tolerated clock skew between database and application")
-    max_commit_delay_ms: float = Field(
-        2000.0,
-        gt=0,
-        description="a commit follows its statement by at most this; a row change is credited once "
-        "event time has passed its commit by this much (every writer that could have made it is known by then)",
-    )
-    history_per_entity: int = Field(64, ge=1, description="recent writes remembered per row")
-    history_per_table: int = Field(
-        4096, ge=1, description="recent predicate writes remembered per table (statements naming no row by its key)"
-    )
-    max_entities: int = Field(100_000, ge=1)
-    max_pending_changes: int = Field(100_000, ge=1)
-    max_history_bytes: int = Field(
-        128 << 20,
-        ge=1 << 20,
-        description="bytes of remembered writes (an access's statement and values, plus a fixed cost): past it the "
-        "least recently written rows are forgotten, as at max_entities (counted max_history_bytes, per write)",
-    )
-    max_pending_bytes: int = Field(
-        64 << 20,
-        ge=1 << 20,
-        description="bytes of row changes waiting to be credited (each its record's wire size): past it the oldest "
-        "waiting change is written uncorrelated, as at max_pending_changes (counted max_pending_bytes)",
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,32 +109,6 @@ def _unmade(accesses: list[Access], made: _MadeAnother) -> list[Access]:
     return [a for a in accesses if (a.trace_id, a.span_id) not in made]
 
 
-class _History(deque[Access]):
-    """One entity's recent writes, oldest first, bounded (``maxlen``), with the (trace, span) of each held in a set:
-    a redelivered access is found without scanning the history (a table scope's is thousands long), and their
-    approximate size (``bytes``). Only ``append`` and ``popleft`` keep the set and the size: nothing else may change
-    it."""
-
-    def __init__(self, maxlen: int) -> None:
-        super().__init__((), maxlen)
-        self.spans: set[tuple[str, str]] = set()
-        self.changed_ns = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
-        self.bytes = 0
-
-    def append(self, a: Access) -> None:
-        if len(self) == self.maxlen:
-            self.popleft()
-        super().append(a)
-        self.spans.add((a.trace_id, a.span_id))
-        self.bytes += access_bytes(a)
-
-    def popleft(self) -> Access:
-        a = super().popleft()
-        self.spans.discard((a.trace_id, a.span_id))
-        self.bytes -= access_bytes(a)
-        return a
-
-
 class RowCorrelator:
     """Bounded recent write Accesses per entity, and the matching of row changes against them."""
 
@@ -191,7 +130,7 @@ class RowCorrelator:
         self._per_entity = max(1, history_per_entity)
         self._per_table = max(1, history_per_table)
         self.telemetry = (telemetry or Telemetry("correlation")).declare("history_per_entity", "history_per_table")
-        self._history: CountedLRU[str, _History] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
+        self._history: CountedLRU[str, WriteHistory] = CountedLRU(max(1, max_entities), self.telemetry, "max_entities")
         # The approximate size of every history, against ``max_bytes`` (least recently written rows go first).
         self.max_bytes = max_bytes
         self.bytes = 0
@@ -222,7 +161,7 @@ class RowCorrelator:
             return
         history = self._history.get(a.entity)
         if history is None:
-            history = _History(self._per_entity if a.keyed else self._per_table)
+            history = WriteHistory(self._per_entity if a.keyed else self._per_table)
             for _, gone in self._history.put(a.entity, history):  # max_entities: the least recently written row
                 self.bytes -= gone.bytes
         elif (a.trace_id, a.span_id) in history.spans:

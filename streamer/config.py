@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from processors.component import Factory, Section
-from processors.correlation import CorrelationConfig
+from processors.correlation_config import CorrelationConfig
 from processors.graph_rows import GraphPolicyConfig
 from processors.sql import SqlConfig
 from processors.state.config import WindowConfig

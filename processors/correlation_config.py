@@ -1,0 +1,38 @@
+"""The ``[correlation]`` section: how row changes are credited to the traces that made them (stage 2)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from processors.component import Section
+
+
+class CorrelationConfig(Section):
+    """Row change ↔ trace correlation (stage 2)."""
+
+    trace_column: str = Field("trace_id", description="row column holding the writer's trace id, if the app has one")
+    skew_ms: float = Field(5.0, ge=0, description="tolerated clock skew between database and application")
+    max_commit_delay_ms: float = Field(
+        2000.0,
+        gt=0,
+        description="a commit follows its statement by at most this; a row change is credited once "
+        "event time has passed its commit by this much (every writer that could have made it is known by then)",
+    )
+    history_per_entity: int = Field(64, ge=1, description="recent writes remembered per row")
+    history_per_table: int = Field(
+        4096, ge=1, description="recent predicate writes remembered per table (statements naming no row by its key)"
+    )
+    max_entities: int = Field(100_000, ge=1)
+    max_pending_changes: int = Field(100_000, ge=1)
+    max_history_bytes: int = Field(
+        128 << 20,
+        ge=1 << 20,
+        description="bytes of remembered writes (an access's statement and values, plus a fixed cost): past it the "
+        "least recently written rows are forgotten, as at max_entities (counted max_history_bytes, per write)",
+    )
+    max_pending_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="bytes of row changes waiting to be credited (each its record's wire size): past it the oldest "
+        "waiting change is written uncorrelated, as at max_pending_changes (counted max_pending_bytes)",
+    )

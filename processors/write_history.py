@@ -1,0 +1,34 @@
+"""One row's (or one table scope's) recent writes, as the correlator remembers them."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from processors.model.events import Access
+from processors.model.sizes import access_bytes
+
+
+class WriteHistory(deque[Access]):
+    """One entity's recent writes, oldest first, bounded (``maxlen``), with the (trace, span) of each held in a set:
+    a redelivered access is found without scanning the history (a table scope's is thousands long), and their
+    approximate size (``bytes``). Only ``append`` and ``popleft`` keep the set and the size: nothing else may change
+    it."""
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__((), maxlen)
+        self.spans: set[tuple[str, str]] = set()
+        self.changed_ns = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
+        self.bytes = 0
+
+    def append(self, a: Access) -> None:
+        if len(self) == self.maxlen:
+            self.popleft()
+        super().append(a)
+        self.spans.add((a.trace_id, a.span_id))
+        self.bytes += access_bytes(a)
+
+    def popleft(self) -> Access:
+        a = super().popleft()
+        self.spans.discard((a.trace_id, a.span_id))
+        self.bytes -= access_bytes(a)
+        return a
