@@ -50,8 +50,9 @@ from pydantic import ValidationError
 
 from processors.model.base import Published
 from processors.model.outputs import parse_event
-from processors.sink import PermanentSinkError, RetryableSinkError, Sink
+from processors.sink import Backoff, PermanentSinkError, RetryableSinkError, Sink
 from streamer.config import CoreSettings
+from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
 
 log = structlog.get_logger("trace_repro.sinks")
@@ -60,6 +61,7 @@ RUNNING, RETRYING, PARKED = "running", "retrying", "parked"
 BATCH = 200  # messages per poll
 FLUSH_GRACE_S = 15.0  # a flush under way when the daemon stops may finish within this
 PROBE_TIMEOUT_S = 10.0
+COMMIT_TIMEOUT_S = 5.0
 
 
 def event_key(event: Published) -> str:
@@ -67,23 +69,6 @@ def event_key(event: Published) -> str:
     if type(event).identity:
         return event.event_id
     return f"{event.event_id}\x1f{hashlib.sha256(event.model_dump_json().encode()).hexdigest()}"
-
-
-class Backoff:
-    """Equal-jitter exponential delays: attempt n waits between half and all of ``min(cap, base * 2^(n-1))``."""
-
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random) -> None:
-        self.base_s, self.cap_s, self.rng = base_s, cap_s, rng
-        self.attempt = 0
-
-    def next(self, at_least: float | None = None) -> float:
-        self.attempt += 1
-        ceiling = min(self.cap_s, self.base_s * 2.0 ** min(self.attempt - 1, 30))
-        delay = ceiling / 2 + self.rng.uniform(0, ceiling / 2)
-        return max(delay, at_least or 0.0)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class SinkRunner:
@@ -160,7 +145,7 @@ class SinkRunner:
                     await _sleep_unless(stop, self._retry.next())
         finally:
             with contextlib.suppress(Exception):
-                await consumer.stop()
+                await stop_consumer(consumer, f"sink.{self.name}")
             try:
                 await self.sink.close()
             except Exception as exc:
@@ -315,9 +300,9 @@ class SinkRunner:
         if not offsets:
             return
         try:
-            await consumer.commit(offsets)
-        except KafkaError as exc:  # replayed later; the sink is idempotent per event
-            log.warning("sink.commit_failed", sink=self.name, error=str(exc)[:200])
+            await asyncio.wait_for(consumer.commit(offsets), COMMIT_TIMEOUT_S)  # the broker may be away
+        except (KafkaError, TimeoutError) as exc:  # committed with the next flush, or replayed: idempotent per event
+            log.warning("sink.commit_failed", sink=self.name, error=type(exc).__name__, detail=str(exc)[:200])
             return
         self._committed.update(offsets)
 
