@@ -20,8 +20,10 @@ again for the rest. ``RetryableSinkError`` and *any other exception* (a bug in a
 *retrying* state: the attempt is counted (``retries``, and ``errors`` for an unexpected exception), logged with the
 error's type when the state or the error type changes (never per event), and the flush is attempted again after a
 jittered exponential backoff (``backoff_s`` doubling up to ``max_backoff_s``), never sooner than the sink's
-``retry_after_s`` (HTTP ``Retry-After``). Meanwhile the runner keeps reading and writing new events, at most
-``max_held`` of them held by the sink, then it pauses its partitions. One sink failing never stops the daemon.
+``retry_after_s`` (HTTP ``Retry-After``), which counts for at most ``max_retry_after_s`` (a hint of ``inf`` or of
+centuries must not wedge the runner; the GitLab sink caps its own at ``gitlab.max_retry_after_s``). Meanwhile the
+runner keeps reading and writing new events, at most ``max_held`` of them held by the sink, then it pauses its
+partitions. One sink failing never stops the daemon.
 
 **Parking.** A retryable error with ``parked = True`` (``GitLabParkedError``: 401, 403, 404 on the project) means
 the destination refuses the sink as a whole. The runner then sets ``trace_repro_sink_parked{sink}`` to 1, logs
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import random
 import time
 from typing import Any
@@ -87,6 +90,7 @@ class SinkRunner:
         probe_s: float = 5.0,
         max_probe_s: float = 60.0,
         max_held: int = 1000,
+        max_retry_after_s: float = 3600.0,
         rng: random.Random | None = None,
     ) -> None:
         if max_held < 1:
@@ -97,6 +101,7 @@ class SinkRunner:
         self.topics = topics
         self.metrics = metrics
         self.max_held = max_held
+        self.max_retry_after_s = max_retry_after_s
         self.telemetry = metrics.telemetry(f"sink.{name}").declare("invalid_event", "rejected")
         rng = rng or random.Random()
         self._retry = Backoff(backoff_s, max_backoff_s, rng)
@@ -276,11 +281,13 @@ class SinkRunner:
             self._probe.reset()
         self.state, self._error = state, error
         self.metrics.sink_parked.labels(self.name).set(1 if parked else 0)
-        if parked:
-            delay = self._probe.next()
-        else:
-            delay = self._retry.next(exc.retry_after_s if isinstance(exc, RetryableSinkError) else None)
+        delay = self._probe.next() if parked else self._retry.next(self._hint(exc))
         self._due = time.monotonic() + delay
+
+    def _hint(self, exc: BaseException) -> float | None:
+        """The sink's own wait (HTTP ``Retry-After``), at most ``max_retry_after_s``; NaN is no hint."""
+        hint = exc.retry_after_s if isinstance(exc, RetryableSinkError) else None
+        return None if hint is None or math.isnan(hint) else min(hint, self.max_retry_after_s)
 
     def _recovered(self) -> None:
         if self.state != RUNNING:
