@@ -88,7 +88,7 @@ class Fault:
     method: str | None = None
     count: int = 1
     status: int = 500
-    retry_after: float | None = None
+    retry_after: float | str | None = None  # a number (formatted with %g) or the header's text as it is
     apply: bool = False
     hang_s: float = 5.0
     parties: int = 2
@@ -220,7 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
                 reason = "Error"
             self._send(fault.status, {"message": f"{fault.status} {reason}"}, {})
         elif fault.kind == "rate_limit":
-            headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+            after = fault.retry_after
+            headers = {} if after is None else {"Retry-After": after if isinstance(after, str) else f"{after:g}"}
             self._send(429, {"message": "429 Too Many Requests"}, headers)
         else:
             if fault.kind == "hang":
@@ -333,7 +334,7 @@ class FakeGitLab:
         method: str | None = None,
         count: int = 1,
         status: int = 500,
-        retry_after: float | None = None,
+        retry_after: float | str | None = None,
         apply: bool = False,
         hang_s: float = 5.0,
         parties: int = 2,

@@ -24,7 +24,10 @@ class GitLabConfig(Section):
     backoff_s: float = Field(0.5, gt=0, description="first retry delay; doubles per attempt, with jitter")
     max_backoff_s: float = Field(30.0, gt=0, description="cap of the exponential retry delay")
     max_retry_after_s: float = Field(
-        120.0, ge=0, description="a longer Retry-After fails the flush at once (retryable)"
+        120.0,
+        ge=0,
+        description="the longest Retry-After honoured: a longer one (inf, a date far ahead) fails the "
+        "flush at once and is waited only this long before the next attempt",
     )
     occurrence_notes: int = Field(5, ge=0, description="repeat occurrences that get a note; later ones only count")
     merge_requests: bool = Field(False, description="open a 'Proves #N' merge request for proven repros")

@@ -10,7 +10,11 @@ Classification (:func:`classify`):
 - 429, 5xx, timeouts and connection errors are *transient*; they are retried at most ``max_attempts`` times per
   step, waiting ``Retry-After`` when the server sent one (never less) and a jittered exponential delay otherwise.
   Exhaustion raises :class:`GitLabRetryableError` (a ``sinks.base.RetryableSinkError`` whose ``retry_after_s`` is
-  the last ``Retry-After``): the caller must not commit its input offsets and must try again later.
+  the last ``Retry-After``): the caller must not commit its input offsets and must try again later. A
+  ``Retry-After`` longer than ``max_retry_after_s`` (``[gitlab]``, two minutes by default; also ``inf`` or an HTTP
+  date far ahead) fails the step at once, and the caller is told to wait ``max_retry_after_s``, never longer: a
+  server's hint can delay the sink, never wedge it. A negative value or a date in the past means now; NaN or garbage
+  is no hint at all.
 - 401 and 403 (the token expired, was revoked or lost its rights) and 404 on the project itself (moved or deleted:
   GitLab answers ``404 Project Not Found``, or any 404 to the step that loads the project) are about the
   destination, not about one event: they raise :class:`GitLabParkedError` at once (a retryable error with
@@ -23,6 +27,7 @@ Classification (:func:`classify`):
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -86,20 +91,24 @@ class TransientHTTPError(Exception):
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), or None if absent/invalid."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), or None if absent or invalid.
+
+    Never negative (a negative delay or a date in the past is 0) and never NaN; it may be huge or infinite (``inf``,
+    a date centuries ahead): :class:`Retrier` caps it at ``RetryPolicy.max_retry_after_s``.
+    """
     if value is None or not value.strip():
         return None
     text = value.strip()
     try:
         seconds = float(text)
-        return max(0.0, seconds) if seconds == seconds else None  # NaN
     except ValueError:
         pass
+    else:
+        return None if math.isnan(seconds) else max(0.0, seconds)
     try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+        left: float = parsedate_to_datetime(text).timestamp() - (time.time() if now is None else now)
+    except (TypeError, ValueError, OverflowError):
         return None
-    left: float = when.timestamp() - (time.time() if now is None else now)
     return max(0.0, left)
 
 
@@ -110,7 +119,7 @@ class RetryPolicy:
     max_attempts: int = 5
     base_s: float = 0.5
     max_backoff_s: float = 30.0
-    max_retry_after_s: float = 120.0  # a longer Retry-After gives up at once (retryable) instead of blocking
+    max_retry_after_s: float = 120.0  # the longest Retry-After honoured; a longer one fails the step at once
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Equal-jitter exponential delay before retry number ``attempt`` (1-based)."""
@@ -187,9 +196,11 @@ class Retrier:
                     log.error("gitlab.rejected", op=op, error=what)
                     raise GitLabPermanentError(message, getattr(exc, "response_code", None)) from None
                 if retry_after is not None and retry_after > self.policy.max_retry_after_s:
-                    log.warning("gitlab.unavailable", op=op, error=what, retry_after_s=retry_after)
+                    capped = self.policy.max_retry_after_s  # inf, or a date far ahead, must not wedge the sink
+                    log.warning("gitlab.unavailable", op=op, error=what, retry_after_s=retry_after, waits_s=capped)
                     raise GitLabRetryableError(
-                        f"gitlab {op}: {what}, retry after {retry_after:.0f} s", retry_after_s=retry_after
+                        f"gitlab {op}: {what}, retry after {retry_after:.0f} s (waiting {capped:.0f} s)",
+                        retry_after_s=capped,
                     ) from None
                 if attempt >= self.policy.max_attempts:
                     log.warning("gitlab.unavailable", op=op, error=what, attempts=attempt)

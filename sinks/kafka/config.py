@@ -1,4 +1,4 @@
-"""``[kafka]``: the bus: where to consume from and what the topics are called."""
+"""``[kafka]``: the bus: where to consume from, what the topics are called, how a broker outage is waited out."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ class KafkaConfig(Section):
         "times their bytes); a larger message still comes, alone",
     )
     poll_timeout_ms: int = Field(200, ge=1)
+    retry_backoff_s: float = Field(
+        0.5,
+        gt=0,
+        description="while the broker is away: first delay before a send or a poll is tried again; "
+        "doubles per attempt, with jitter",
+    )
+    max_retry_backoff_s: float = Field(10.0, gt=0, description="cap of that delay (the wait itself has no bound)")
 
     def topic(self, role: str) -> str:
         """The output topic of a role: incidents | repros | verdicts | contracts | dlq."""

@@ -65,7 +65,7 @@ class Daemon:
                              on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
                              stopping=self.stop)  # fmt: skip
         self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"))
-        self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"))
+        self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"), stopping=self.stop)
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness)
         self.runners: list[StageRunner] = []
         self.sink_runners: list[SinkRunner] = []

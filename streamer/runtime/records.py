@@ -26,7 +26,11 @@ class StageOutput:
 
 
 def dead_letter(record: Record, dlq_topic: str, reason: str, message: str) -> Message:
-    """The original bytes, untouched, with the reason and the source position in headers."""
+    """The original bytes, untouched, with the reason and the source position in headers.
+
+    The Kafka sink fits it to the dead-letter topic's ``max.message.bytes`` when it is sent: a copy too large is cut,
+    with its original size (``truncated``) and digest (``original.sha256``) in headers (:mod:`sinks.kafka.sizing`).
+    """
     headers = (
         ("reason", reason.encode()),
         ("error", message[:1000].encode("utf-8", "replace")),

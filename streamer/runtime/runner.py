@@ -10,7 +10,9 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
    recorded on the graph (a replay re-derives them and stops here);
 6. the stage releases the pins of what is now durable, and the offsets it allows are committed.
 
-A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing.
+A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing. A broker
+outage pauses the loop where it is: a send waits for the broker (the Kafka sink retries it until a stop request), a
+failed poll or commit is tried again after a jittered backoff; nothing is committed past what is durable.
 Partition revocation takes the same lock, so it happens between batches, and commits what is safe first.
 
 Batches are pipelined one deep: while batch N is written (steps 3-4, mostly FalkorDB's own CPU), batch N+1 is
@@ -31,10 +33,12 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from processors.sink import Backoff
 from sinks.graph import GraphSink, WriteAborted
-from sinks.kafka import KafkaSink, Message
+from sinks.kafka import KafkaSink, Message, ProduceAborted
 from streamer.config import CoreSettings
 from streamer.decode.registry import Record
+from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import Source
 from streamer.runtime.records import StageOutput
@@ -42,6 +46,7 @@ from streamer.runtime.records import StageOutput
 log = structlog.get_logger("trace_repro.runtime")
 FETCH_MAX_WAIT_MS = 500  # a caught-up partition's long poll answers at least this often
 POSITION_WAIT_S = 0.05  # a position being reset (out of range) is not caught up; never wait long for it
+COMMIT_TIMEOUT_S = 5.0  # a commit the broker does not answer (it is away) is given up and made with the next one
 
 
 class RunnableStage(Protocol):
@@ -102,6 +107,8 @@ class StageRunner:
         self._positions: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._inflight: tuple[asyncio.Task[None], StageOutput, dict[TopicPartition, int]] | None = None
+        self._read_since: dict[TopicPartition, float] = {}  # since when its fetches have been answering (ms)
+        self._looked_ms = 0.0  # when _caught_up last looked
         self.batches = 0
 
     def _consumer(self) -> AIOKafkaConsumer:
@@ -126,22 +133,36 @@ class StageRunner:
         consumer.subscribe(pattern=self.stage.topics_pattern, listener=_Rebalance(self))
         await consumer.start()
         log.info("stage.started", stage=self.name, group=self.group_id, pattern=self.stage.topics_pattern)
+        k = self.settings.kafka
+        polls = Backoff(k.retry_backoff_s, k.max_retry_backoff_s)
         try:
             while not stop.is_set():
-                batch = await consumer.getmany(
-                    timeout_ms=self.settings.kafka.poll_timeout_ms, max_records=self.settings.kafka.max_poll_records
-                )
+                try:
+                    batch = await consumer.getmany(timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records)
+                except KafkaError as exc:  # the broker away, the group's coordinator moving: poll again
+                    await self._poll_failed(exc, polls, stop)
+                    continue
+                polls.reset()
                 async with self._lock:
                     await self._handle(batch)
-        except WriteAborted as exc:
+        except (WriteAborted, ProduceAborted) as exc:
             log.warning("stage.aborted", stage=self.name, reason=str(exc))
         finally:
             async with self._lock:
-                with contextlib.suppress(WriteAborted):  # the batch was not written: it is replayed later
+                with contextlib.suppress(WriteAborted, ProduceAborted):  # not durable: it is replayed later
                     await self._settle()
                 await self._commit()
-            await consumer.stop()
+            await stop_consumer(consumer, self.name)
             log.info("stage.stopped", stage=self.name, batches=self.batches)
+
+    async def _poll_failed(self, exc: KafkaError, backoff: Backoff, stop: asyncio.Event) -> None:
+        """A failed ``getmany`` consumed nothing: count it, log it, and poll again after a jittered backoff."""
+        self.metrics.telemetry("kafka").count("poll_errors")
+        delay = backoff.next()
+        log.warning("stage.poll_failed", stage=self.name, error=type(exc).__name__, detail=str(exc)[:200],
+                    attempt=backoff.attempt, backoff_s=round(delay, 3))  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
 
     async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
         begin = time.perf_counter()
@@ -172,17 +193,27 @@ class StageRunner:
 
     async def _caught_up(self) -> set[tuple[str, int]]:
         """The partitions read to their end: position at the high-water mark of a fetch response younger than
-        ``windows.idle_s`` (three long polls at least). One with a backlog, not fetched yet since it was assigned,
-        or not fetched for a while (a broker outage) is not: event time waits for it instead of calling it idle."""
+        ``windows.idle_s`` (three long polls at least), in fetches that have been answering for ``idle_s`` at least.
+        One with a backlog, not fetched yet since it was assigned, or not fetched for a while (a broker outage) is
+        not: event time waits for it instead of calling it idle. After an outage (or anything that held this loop
+        longer than that), its silence counts again from when it is read again, so that what was held up elsewhere
+        meanwhile (a collector's buffer, Debezium) arrives before event time catches up with the wall clock."""
         consumer = self.consumer
         if consumer is None:
             return set()
         now_ms = time.time() * 1000
-        fresh_ms = max(self.settings.windows.idle_s * 1000, 3 * FETCH_MAX_WAIT_MS)
+        idle_ms = self.settings.windows.idle_s * 1000
+        fresh_ms = max(idle_ms, 3 * FETCH_MAX_WAIT_MS)
+        if now_ms - self._looked_ms > fresh_ms:  # held: what the fetches saw meanwhile is not known
+            self._read_since.clear()
+        self._looked_ms = now_ms
         ends = {}
         for tp in consumer.assignment():
             highwater, polled = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
-            if highwater is not None and polled is not None and now_ms - polled <= fresh_ms:
+            if highwater is None or polled is None or now_ms - polled > fresh_ms:
+                self._read_since.pop(tp, None)
+                continue
+            if now_ms - self._read_since.setdefault(tp, now_ms) >= idle_ms:
                 ends[tp] = highwater
         done = set()
         for tp, highwater in ends.items():
@@ -250,9 +281,10 @@ class StageRunner:
         if not offsets:
             return
         try:
-            await self.consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
-            log.warning("commit.failed", stage=self.name, error=str(exc)[:200])  # replayed later; writes idempotent
+            await asyncio.wait_for(self.consumer.commit(offsets), COMMIT_TIMEOUT_S)
+        except (CommitFailedError, IllegalStateError, KafkaError, TimeoutError) as exc:
+            self.metrics.telemetry("kafka").count("commit_errors")  # committed with the next batch, or replayed
+            log.warning("commit.failed", stage=self.name, error=type(exc).__name__, detail=str(exc)[:200])
             return
         for tp, offset in offsets.items():
             self._committed[tp] = offset
@@ -269,4 +301,5 @@ class StageRunner:
                         gauge.remove(tp.topic, str(tp.partition))
                 self._positions.pop(tp, None)
                 self._committed.pop(tp, None)
+                self._read_since.pop(tp, None)
         log.info("partitions.revoked", stage=self.name, partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked))

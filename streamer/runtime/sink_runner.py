@@ -20,8 +20,10 @@ again for the rest. ``RetryableSinkError`` and *any other exception* (a bug in a
 *retrying* state: the attempt is counted (``retries``, and ``errors`` for an unexpected exception), logged with the
 error's type when the state or the error type changes (never per event), and the flush is attempted again after a
 jittered exponential backoff (``backoff_s`` doubling up to ``max_backoff_s``), never sooner than the sink's
-``retry_after_s`` (HTTP ``Retry-After``). Meanwhile the runner keeps reading and writing new events, at most
-``max_held`` of them held by the sink, then it pauses its partitions. One sink failing never stops the daemon.
+``retry_after_s`` (HTTP ``Retry-After``), which counts for at most ``max_retry_after_s`` (a hint of ``inf`` or of
+centuries must not wedge the runner; the GitLab sink caps its own at ``gitlab.max_retry_after_s``). Meanwhile the
+runner keeps reading and writing new events, at most ``max_held`` of them held by the sink, then it pauses its
+partitions. One sink failing never stops the daemon.
 
 **Parking.** A retryable error with ``parked = True`` (``GitLabParkedError``: 401, 403, 404 on the project) means
 the destination refuses the sink as a whole. The runner then sets ``trace_repro_sink_parked{sink}`` to 1, logs
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import random
 import time
 from typing import Any
@@ -50,8 +53,9 @@ from pydantic import ValidationError
 
 from processors.model.base import Published
 from processors.model.outputs import parse_event
-from processors.sink import PermanentSinkError, RetryableSinkError, Sink
+from processors.sink import Backoff, PermanentSinkError, RetryableSinkError, Sink
 from streamer.config import CoreSettings
+from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
 
 log = structlog.get_logger("trace_repro.sinks")
@@ -60,6 +64,7 @@ RUNNING, RETRYING, PARKED = "running", "retrying", "parked"
 BATCH = 200  # messages per poll
 FLUSH_GRACE_S = 15.0  # a flush under way when the daemon stops may finish within this
 PROBE_TIMEOUT_S = 10.0
+COMMIT_TIMEOUT_S = 5.0
 
 
 def event_key(event: Published) -> str:
@@ -67,23 +72,6 @@ def event_key(event: Published) -> str:
     if type(event).identity:
         return event.event_id
     return f"{event.event_id}\x1f{hashlib.sha256(event.model_dump_json().encode()).hexdigest()}"
-
-
-class Backoff:
-    """Equal-jitter exponential delays: attempt n waits between half and all of ``min(cap, base * 2^(n-1))``."""
-
-    def __init__(self, base_s: float, cap_s: float, rng: random.Random) -> None:
-        self.base_s, self.cap_s, self.rng = base_s, cap_s, rng
-        self.attempt = 0
-
-    def next(self, at_least: float | None = None) -> float:
-        self.attempt += 1
-        ceiling = min(self.cap_s, self.base_s * 2.0 ** min(self.attempt - 1, 30))
-        delay = ceiling / 2 + self.rng.uniform(0, ceiling / 2)
-        return max(delay, at_least or 0.0)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class SinkRunner:
@@ -102,6 +90,7 @@ class SinkRunner:
         probe_s: float = 5.0,
         max_probe_s: float = 60.0,
         max_held: int = 1000,
+        max_retry_after_s: float = 3600.0,
         rng: random.Random | None = None,
     ) -> None:
         if max_held < 1:
@@ -112,6 +101,7 @@ class SinkRunner:
         self.topics = topics
         self.metrics = metrics
         self.max_held = max_held
+        self.max_retry_after_s = max_retry_after_s
         self.telemetry = metrics.telemetry(f"sink.{name}").declare("invalid_event", "rejected")
         rng = rng or random.Random()
         self._retry = Backoff(backoff_s, max_backoff_s, rng)
@@ -160,7 +150,7 @@ class SinkRunner:
                     await _sleep_unless(stop, self._retry.next())
         finally:
             with contextlib.suppress(Exception):
-                await consumer.stop()
+                await stop_consumer(consumer, f"sink.{self.name}")
             try:
                 await self.sink.close()
             except Exception as exc:
@@ -291,11 +281,13 @@ class SinkRunner:
             self._probe.reset()
         self.state, self._error = state, error
         self.metrics.sink_parked.labels(self.name).set(1 if parked else 0)
-        if parked:
-            delay = self._probe.next()
-        else:
-            delay = self._retry.next(exc.retry_after_s if isinstance(exc, RetryableSinkError) else None)
+        delay = self._probe.next() if parked else self._retry.next(self._hint(exc))
         self._due = time.monotonic() + delay
+
+    def _hint(self, exc: BaseException) -> float | None:
+        """The sink's own wait (HTTP ``Retry-After``), at most ``max_retry_after_s``; NaN is no hint."""
+        hint = exc.retry_after_s if isinstance(exc, RetryableSinkError) else None
+        return None if hint is None or math.isnan(hint) else min(hint, self.max_retry_after_s)
 
     def _recovered(self) -> None:
         if self.state != RUNNING:
@@ -315,9 +307,9 @@ class SinkRunner:
         if not offsets:
             return
         try:
-            await consumer.commit(offsets)
-        except KafkaError as exc:  # replayed later; the sink is idempotent per event
-            log.warning("sink.commit_failed", sink=self.name, error=str(exc)[:200])
+            await asyncio.wait_for(consumer.commit(offsets), COMMIT_TIMEOUT_S)  # the broker may be away
+        except (KafkaError, TimeoutError) as exc:  # committed with the next flush, or replayed: idempotent per event
+            log.warning("sink.commit_failed", sink=self.name, error=type(exc).__name__, detail=str(exc)[:200])
             return
         self._committed.update(offsets)
 

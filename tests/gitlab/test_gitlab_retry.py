@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
 import random
+import time
+import uuid
 from email.utils import formatdate
 
 import pytest
 import requests
+from aiokafka import AIOKafkaProducer
 from gitlab.exceptions import (
     GitlabAuthenticationError,
     GitlabCreateError,
@@ -14,8 +19,11 @@ from gitlab.exceptions import (
     GitlabHttpError,
     GitlabListError,
 )
+from pydantic import SecretStr
 
+from bench.gitlab_server import FakeGitLab
 from sinks.base import RetryableSinkError
+from sinks.gitlab import GitLabSink
 from sinks.gitlab.retry import (
     GitLabParkedError,
     GitLabPermanentError,
@@ -26,7 +34,11 @@ from sinks.gitlab.retry import (
     classify,
     parse_retry_after,
 )
-from tests.gitlab.helpers import RecordingSleep
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.sink_runner import SinkRunner
+from streamer.runtime.topics import create_topics
+from tests.gitlab.helpers import PROJECT, TOKEN, RecordingSleep, incident
+from tests.harness import harness_settings
 
 
 def test_parse_retry_after() -> None:
@@ -37,6 +49,15 @@ def test_parse_retry_after() -> None:
     now = 1_800_000_000.0
     assert parse_retry_after(formatdate(now + 30, usegmt=True), now=now) == pytest.approx(30.0)
     assert parse_retry_after(formatdate(now - 30, usegmt=True), now=now) == 0.0
+
+
+def test_parse_retry_after_never_raises_and_never_returns_nan() -> None:
+    """Infinite, huge and far-future values come back as they are (the retrier caps them); an impossible date is
+    no hint; nothing raises."""
+    assert parse_retry_after("inf") == math.inf and parse_retry_after("1e12") == 1e12
+    assert parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now=0.0) == pytest.approx(253402300799.0)
+    assert parse_retry_after("Wed, 21 Oct 99999 07:28:00 GMT") is None and parse_retry_after("-inf") == 0.0
+    assert parse_retry_after("NaN") is None and parse_retry_after("Mon, 32 Foo 2020") is None
 
 
 def test_backoff_is_jittered_exponential_and_capped() -> None:
@@ -132,3 +153,56 @@ def test_a_404_on_an_issue_is_about_that_event() -> None:
     """A 404 for an issue (deleted meanwhile) neither parks nor is transient: the sink looks the issue up again."""
     found = classify(GitlabGetError("404 Issue Not Found", 404), op="issue.occurrence")
     assert not found.transient and not found.parks
+
+
+FAR_FUTURE = "Fri, 31 Dec 9999 23:59:59 GMT"
+
+
+@pytest.mark.parametrize("header", ["inf", "1e12", FAR_FUTURE])
+async def test_a_retry_after_beyond_the_cap_fails_the_step_asking_for_the_cap(header: str) -> None:
+    """A Retry-After of infinity, of 30,000 years or a date in year 9999 fails the step at once, and the caller is
+    told to wait ``max_retry_after_s``, not that long."""
+    sleep = RecordingSleep()
+    step = Flaky(TransientHTTPError(429, parse_retry_after(header), "post"))
+    with pytest.raises(GitLabRetryableError) as info:
+        await Retrier(RetryPolicy(max_retry_after_s=90.0), sleep=sleep).run(step, op="issue.create")
+    assert info.value.retry_after_s == 90.0 and step.calls == 1 and sleep.waits == []
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize(
+    "header",
+    ["inf", "1e12", FAR_FUTURE, "-5", "nan", formatdate(time.time() - 3600, usegmt=True)],
+    ids=["inf", "huge", "date-far-ahead", "negative", "nan", "date-past"],
+)
+async def test_the_sink_runner_files_the_issue_whatever_retry_after_says(
+    header: str, server: FakeGitLab, kafka_bootstrap: str, falkordb_url: str
+) -> None:
+    """The local GitLab answers the first new issue with 429 and this ``Retry-After``; the GitLab sink, run by the
+    sink runner from Kafka with ``max_retry_after_s`` 1 s, files the issue soon after (never wedged, never stalled
+    for the header's duration)."""
+    settings = harness_settings(kafka_bootstrap, falkordb_url)
+    topic = f"incidents-{uuid.uuid4().hex[:8]}"
+    await create_topics(kafka_bootstrap, {topic: 1})
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, incident().model_dump_json().encode())
+    finally:
+        await producer.stop()
+    server.inject(r"/issues$", "rate_limit", method="POST", retry_after=header)
+    sink = GitLabSink(server.url, PROJECT, SecretStr(TOKEN), max_retry_after_s=1.0, backoff_s=0.05, timeout_s=5)
+    runner = SinkRunner("gitlab", sink, settings=settings, topics=[topic], metrics=Metrics(), backoff_s=0.05,
+                        max_backoff_s=0.2)  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        deadline = time.monotonic() + 30
+        while not server.issues():
+            assert not task.done(), f"the runner ended: {task.exception()!r}"
+            assert time.monotonic() < deadline, f"no issue filed 30 s after a 429 with Retry-After: {header}"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert len(server.issues()) == 1
