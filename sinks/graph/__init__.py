@@ -1,7 +1,8 @@
 """The graph sink: FalkorDB, its schema (all Cypher), the stages' rows and the published events."""
 
 from sinks.graph.config import FalkorDBConfig
+from sinks.graph.endpoint import Endpoint
 from sinks.graph.sink import GraphSink
 from sinks.graph.writer import GraphWriter, WriteAborted
 
-__all__ = ["FalkorDBConfig", "GraphSink", "GraphWriter", "WriteAborted"]
+__all__ = ["Endpoint", "FalkorDBConfig", "GraphSink", "GraphWriter", "WriteAborted"]

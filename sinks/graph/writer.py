@@ -55,7 +55,6 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import redis.exceptions
 import structlog
@@ -65,6 +64,7 @@ from falkordb.exceptions import SchemaVersionMismatchException
 from processors.graph_rows import SPAN_COLUMNS
 from processors.model.graph import UPSERTS, GraphBatch, Row
 from sinks.graph import schema
+from sinks.graph.endpoint import Endpoint
 from sinks.graph.params import header, positional
 
 log = structlog.get_logger("trace_repro.graph")
@@ -166,7 +166,7 @@ class GraphWriter:
 
     def __init__(
         self,
-        url: str,
+        url: str | Endpoint,
         graph: str,
         *,
         batch_rows: int = 2000,
@@ -180,9 +180,7 @@ class GraphWriter:
         unknown_attempts: int = 5,
         connect: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
-        parsed = urlparse(url)
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or 6379
+        self.endpoint = url if isinstance(url, Endpoint) else Endpoint.parse(url)  # user, password and TLS honoured
         self.graph_name = graph
         self.batch_rows = batch_rows
         self.timeout_ms = timeout_ms
@@ -199,13 +197,16 @@ class GraphWriter:
         self.ready = False
         self.connected = False
 
+    def __repr__(self) -> str:
+        return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
+
     async def _connect_falkordb(self) -> Any:
         """The async client's graph; its constructor talks to the server, so it is retried like a query."""
         if self._db is not None:  # the previous client's connections are suspect: close them
             with contextlib.suppress(Exception):
                 await self._db.connection.aclose()
             self._db = None
-        db = FalkorDB(host=self.host, port=self.port, socket_timeout=self.timeout_ms / 1000 + 5)
+        db = FalkorDB(**self.endpoint.client_kwargs(), socket_timeout=self.timeout_ms / 1000 + 5)
         try:
             await db.connection.ping()
         except BaseException:
