@@ -2,7 +2,8 @@
 
 from sinks.graph.config import FalkorDBConfig
 from sinks.graph.endpoint import Endpoint
+from sinks.graph.rows import DeadRow
 from sinks.graph.sink import GraphSink
 from sinks.graph.writer import GraphWriter, WriteAborted
 
-__all__ = ["Endpoint", "FalkorDBConfig", "GraphSink", "GraphWriter", "WriteAborted"]
+__all__ = ["DeadRow", "Endpoint", "FalkorDBConfig", "GraphSink", "GraphWriter", "WriteAborted"]

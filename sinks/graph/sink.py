@@ -5,6 +5,9 @@ isolates refused rows). The runtime writes each batch's rows with :meth:`GraphSi
 batch publishes it asks :meth:`GraphSink.unseen` which are new (a replay re-derives events already published),
 publishes those, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in between
 publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
+
+A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
+runtime dead-letters before it commits.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from processors.sink import Sink
 from processors.telemetry import Telemetry
 from sinks.graph import schema
 from sinks.graph.records import published_row, repro_params, rows_by_kind
+from sinks.graph.rows import DeadRow
 from sinks.graph.writer import GraphWriter
 
 log = structlog.get_logger("trace_repro.graph")
@@ -53,7 +57,8 @@ class GraphSink(Sink):
                  ) -> None:  # fmt: skip
         self.writer = writer
         self._clock_ms = clock_ms
-        self.telemetry = telemetry or Telemetry("graph")
+        self.telemetry = telemetry or writer.telemetry
+        writer.telemetry = self.telemetry  # the writer's counts (unknown errors, rows trimmed) are the sink's
         self._buffer: list[Published] = []
 
     async def start(self) -> None:
@@ -62,25 +67,25 @@ class GraphSink(Sink):
 
     # ---- what the stages write --------------------------------------------------------------------------------
 
-    async def write_batch(self, batch: GraphBatch) -> int:
+    async def write_batch(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
         """Every row of ``batch``, the totals of the windowed aggregates it contributed to, then the events it asks
-        to record; returns the rows written."""
-        written = await self.writer.write(batch)
+        to record; returns the rows written. Rows refused for their content go to ``dead``."""
+        written = await self.writer.write(batch, dead)
         if batch.calls:
             written += await self._totals(schema.CALLS_PARTS, schema.CALLS_TOTAL, "calls_total",
                                           {(r["caller"], r["callee"], r["window"]) for r in batch.calls},
-                                          _CALLS_FIELDS, _calls_row)  # fmt: skip
+                                          _CALLS_FIELDS, _calls_row, dead)  # fmt: skip
         if batch.stats:
             written += await self._totals(schema.STATS_PARTS, schema.STATS_TOTAL, "stats_total",
                                           {(r["operation_key"], r["window"], r["version"]) for r in batch.stats},
-                                          _STATS_FIELDS, _stats_row)  # fmt: skip
+                                          _STATS_FIELDS, _stats_row, dead)  # fmt: skip
         if batch.records:
-            await self.record(batch.records)
+            await self.record(batch.records, dead)
         return written
 
     async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[tuple[str, str, str]],
-                      fields: tuple[str, ...], make: Callable[[tuple[str, str, str], list[dict[str, Any]]], Row]
-                      ) -> int:  # fmt: skip
+                      fields: tuple[str, ...], make: Callable[[tuple[str, str, str], list[dict[str, Any]]], Row],
+                      dead: list[DeadRow] | None) -> int:  # fmt: skip
         """Read every contribution of the window keys just written (this replica's and the others'), sum them."""
         rows = await self.writer.query(parts_query, {"keys": [list(k) for k in sorted(keys)]})
         grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -89,7 +94,7 @@ class GraphSink(Sink):
             part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
             grouped.setdefault((row[0], row[1], row[2]), []).append(part)
         totals = [make(key, parts) for key, parts in sorted(grouped.items())]
-        return await self.writer.write_rows(name, total_upsert, totals)
+        return await self.writer.write_rows(name, total_upsert, totals, dead)
 
     async def unseen(self, events: Sequence[Published]) -> list[Published]:
         """The events not recorded before (nor twice in ``events``), in order."""
@@ -105,12 +110,12 @@ class GraphSink(Sink):
         self.telemetry.count("replayed_events", len(events) - len(fresh))
         return fresh
 
-    async def record(self, events: Sequence[Published]) -> None:
-        """Each event's nodes and edges, and its ``Published`` id."""
+    async def record(self, events: Sequence[Published], dead: list[DeadRow] | None = None) -> None:
+        """Each event's nodes and edges, and its ``Published`` id (rows refused for their content go to ``dead``)."""
         for kind, rows in rows_by_kind(list(events)).items():
-            await self.writer.write_rows(kind, schema.RECORDS[kind], rows)
+            await self.writer.write_rows(kind, schema.RECORDS[kind], rows, dead)
         now = self._clock_ms()
-        await self.writer.write_rows("published", schema.PUBLISHED_MARK, [published_row(e, now) for e in events])
+        await self.writer.write_rows("published", schema.PUBLISHED_MARK, [published_row(e, now) for e in events], dead)
         self.telemetry.count("recorded_events", len(events))
 
     async def expire_spans(self, cutoff_ms: float) -> int:
@@ -126,7 +131,8 @@ class GraphSink(Sink):
         await self.record(await self.unseen(events))
 
     async def healthcheck(self) -> bool:
-        return self.writer.ready and self.writer.connected
+        """Ready, connected, and no write failing for long (MISCONF, an unknown error: see ``writer``)."""
+        return self.writer.healthy()
 
     async def close(self) -> None:
         await self.writer.close()

@@ -98,7 +98,7 @@ async def test_a_wrong_password_is_retried_and_unhealthy_not_a_crash(secured: En
             if len(retries) >= 3 or task.done():
                 break
             await asyncio.sleep(0.05)
-        assert not task.done() and len(retries) >= 3 and not writer.connected
+        assert not task.done() and len(retries) >= 3 and not writer.connected and not writer.healthy()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
