@@ -1,7 +1,7 @@
 """A batch's rows as the writer sends them, and what becomes of a row the graph will not take as it is.
 
 - :func:`rows_for`: the rows of one upsert of a :class:`GraphBatch` (positional where a map per row would repeat
-  every key in the parameter header).
+  every key in the parameter header; a windowed contribution with its :func:`stamp`).
 - :func:`split`: a row too big for one statement that can be written in parts: a trace's kept spans in two halves
   (each half merges the same Trace; a span whose parent went in the other half waits for it and is adopted).
 - :func:`trimmed`: the row with every text longer than a limit cut there and marked, for a row that is still too
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,13 @@ _COLUMNS: dict[str, tuple[str, ...]] = {"traces": TRACE_COLUMNS, "late_traces": 
 _SPANS = TRACE_COLUMNS.index("spans")
 
 
+def stamp(row: Mapping[str, Any]) -> str:
+    """A windowed contribution's identity and content (its partition and a hash of every value): the totals are
+    written only while every contribution they summed still has the stamp they read."""
+    digest = hashlib.blake2b(json.dumps(row, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+    return f"{row.get('part', '')}:{digest}"
+
+
 def rows_for(batch: GraphBatch, name: str) -> list[Any]:
     """The rows of upsert ``name`` of ``batch`` as the writer sends them."""
     rows: list[Row] = getattr(batch, name)
@@ -41,6 +49,8 @@ def rows_for(batch: GraphBatch, name: str) -> list[Any]:
     if name in ("services", "operations"):
         unique = {r.get("key", r.get("name")): r for r in rows}
         return list(unique.values())
+    if name in ("calls", "stats"):
+        return [{**r, "stamp": stamp(r)} for r in rows]
     return rows
 
 

@@ -137,12 +137,13 @@ UPSERTS: dict[str, str] = {
     ),
     "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
     # Windowed aggregates are stored as one contribution per input partition (idempotent under replays, additive
-    # over replicas); the graph sink then sums them into the CALLS / STATS edges (CALLS_TOTAL, STATS_TOTAL).
+    # over replicas), each with its stamp (``sinks.graph.rows.stamp``); the graph sink then sums them into the
+    # CALLS / STATS edges (CALLS_TOTAL, STATS_TOTAL).
     "calls": (
         "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
         "MERGE (a)-[c:CALLS_PART {window: r.window, part: r.part}]->(b) "
         "SET c.count = r.count, c.errors = r.errors, c.bins = r.bins, c.bin_counts = r.bin_counts, c.n = r.n, "
-        "c.min = r.min, c.max = r.max"
+        "c.min = r.min, c.max = r.max, c.stamp = r.stamp"
     ),
     # Committed row changes (stage 2): the entity's last image; the WROTE edge gets the commit facts and the
     # strength of the correlation. MERGE on the Span creates a placeholder if stage 1 has not written it yet.
@@ -162,7 +163,8 @@ UPSERTS: dict[str, str] = {
         "MERGE (w:Window {id: r.window}) ON CREATE SET w.start = r.start, w.end = r.end "
         "MERGE (o)-[x:STATS_PART {window: r.window, version: r.version, part: r.part}]->(w) "
         "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.signatures = r.signatures, "
-        "x.path_ns = r.path_ns, x.bins = r.bins, x.bin_counts = r.bin_counts, x.n = r.n, x.min = r.min, x.max = r.max"
+        "x.path_ns = r.path_ns, x.bins = r.bins, x.bin_counts = r.bin_counts, x.n = r.n, x.min = r.min, x.max = r.max, "
+        "x.stamp = r.stamp"
     ),
     # The proof judge's cumulative counts per (build, input partition): overwritten by their one writer, summed by
     # every reader (processors.connectors.proofs.judge), so replicas and restarts see all of a build's traffic.
@@ -194,26 +196,39 @@ TALLIES_SINCE = (
     "RETURN t.service, t.version, t.part, t.revision, t.first_ns, t.last_ns, t.settled_until, t.json, t.updated"
 )
 
+# Totals of windowed aggregates, which replicas write concurrently: the sink reads every contribution of a window
+# key with its stamp (*_PARTS), sums them, and writes the total with the stamps it summed (*_TOTAL). The total is
+# written only if the key's contributions on the server are still exactly those (same stamps, none more, none
+# fewer): one statement, so the check and the write are atomic (FalkorDB runs one write query at a time on a
+# graph). A total written from contributions another replica has changed since is refused (the key is not in the
+# result), and the sink reads and sums again; so the last total written always adds up every contribution there is.
+_SAME_PARTS = "WHERE size(stamps) = size(r.stamps) AND all(s IN stamps WHERE s IN r.stamps) "
 CALLS_PARTS = (
     "UNWIND $keys AS k MATCH (a:Service {name: k[0]})-[c:CALLS_PART {window: k[2]}]->(b:Service {name: k[1]}) "
-    "RETURN k[0], k[1], k[2], c.count, c.errors, toJSON([c.bins, c.bin_counts]), c.min, c.max"
+    "RETURN k[0], k[1], k[2], coalesce(c.stamp, ''), c.count, c.errors, toJSON([c.bins, c.bin_counts]), c.min, c.max"
 )
 CALLS_TOTAL = (
     "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
+    "OPTIONAL MATCH (a)-[p:CALLS_PART {window: r.window}]->(b) "
+    f"WITH a, b, r, collect(coalesce(p.stamp, '')) AS stamps {_SAME_PARTS}"
     "MERGE (a)-[c:CALLS {window: r.window}]->(b) "
-    "SET c.count = r.count, c.errors = r.errors, c.p50_ms = r.p50_ms, c.p95_ms = r.p95_ms"
+    "SET c.count = r.count, c.errors = r.errors, c.p50_ms = r.p50_ms, c.p95_ms = r.p95_ms "
+    "RETURN r.caller, r.callee, r.window"
 )
 STATS_PARTS = (
     "UNWIND $keys AS k MATCH (:Operation {key: k[0]})-[x:STATS_PART {window: k[1], version: k[2]}]->(:Window) "
-    "RETURN k[0], k[1], k[2], x.revision, x.requests, x.errors, x.signatures, x.path_ns, "
+    "RETURN k[0], k[1], k[2], coalesce(x.stamp, ''), x.revision, x.requests, x.errors, x.signatures, x.path_ns, "
     "toJSON([x.bins, x.bin_counts]), x.min, x.max"
 )
 STATS_TOTAL = (
     "UNWIND $rows AS r MATCH (o:Operation {key: r.operation_key}) MATCH (w:Window {id: r.window}) "
+    "OPTIONAL MATCH (o)-[p:STATS_PART {window: r.window, version: r.version}]->(w) "
+    f"WITH o, w, r, collect(coalesce(p.stamp, '')) AS stamps {_SAME_PARTS}"
     "MERGE (o)-[x:STATS {window: r.window, version: r.version}]->(w) "
     "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.error_rate = r.error_rate, "
     "x.p50_ms = r.p50_ms, x.p95_ms = r.p95_ms, x.p99_ms = r.p99_ms, x.signatures = r.signatures, "
-    "x.critical_path = r.critical_path"
+    "x.critical_path = r.critical_path "
+    "RETURN r.operation_key, r.window, r.version"
 )
 
 # ---- published events (rows from sinks.graph.records) ---------------------------------------------------------

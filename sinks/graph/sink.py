@@ -7,7 +7,8 @@ publishes those, then :meth:`GraphSink.record` s them: publish first, record sec
 publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
 
 A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
-runtime dead-letters before it commits.
+runtime dead-letters before it commits. Windowed totals are summed from every replica's contributions and written
+only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL`): replicas add up.
 """
 
 from __future__ import annotations
@@ -36,16 +37,22 @@ log = structlog.get_logger("trace_repro.graph")
 # writes exactly): a few hundred numbers per part read as one string, not one RESP line each (the Python RESP parser
 # took ~8 % of the daemon's main thread reading them back).
 _SKETCH = "sketch"
-_CALLS_FIELDS = ("count", "errors", _SKETCH, "min", "max")
-_STATS_FIELDS = ("revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
+_CALLS_FIELDS = ("stamp", "count", "errors", _SKETCH, "min", "max")
+_STATS_FIELDS = ("stamp", "revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
+Key = tuple[str, str, str]
+TOTALS_ROUNDS = 100  # reads and sums of one batch's totals while other replicas keep changing their contributions
 
 
-def _calls_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+def _calls_row(key: Key, parts: list[dict[str, Any]]) -> Row:
     return {"caller": key[0], "callee": key[1], "window": key[2], **calls_total(parts)}
 
 
-def _stats_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+def _stats_row(key: Key, parts: list[dict[str, Any]]) -> Row:
     return {"operation_key": key[0], "window": key[1], "version": key[2], **stats_total(parts)}
+
+
+_CALLS_KEY = ("caller", "callee", "window")
+_STATS_KEY = ("operation_key", "window", "version")
 
 
 class GraphSink(Sink):
@@ -74,27 +81,46 @@ class GraphSink(Sink):
         if batch.calls:
             written += await self._totals(schema.CALLS_PARTS, schema.CALLS_TOTAL, "calls_total",
                                           {(r["caller"], r["callee"], r["window"]) for r in batch.calls},
-                                          _CALLS_FIELDS, _calls_row, dead)  # fmt: skip
+                                          _CALLS_FIELDS, _calls_row, _CALLS_KEY, dead)  # fmt: skip
         if batch.stats:
             written += await self._totals(schema.STATS_PARTS, schema.STATS_TOTAL, "stats_total",
                                           {(r["operation_key"], r["window"], r["version"]) for r in batch.stats},
-                                          _STATS_FIELDS, _stats_row, dead)  # fmt: skip
+                                          _STATS_FIELDS, _stats_row, _STATS_KEY, dead)  # fmt: skip
         if batch.records:
             await self.record(batch.records, dead)
         return written
 
-    async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[tuple[str, str, str]],
-                      fields: tuple[str, ...], make: Callable[[tuple[str, str, str], list[dict[str, Any]]], Row],
+    async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[Key], fields: tuple[str, ...],
+                      make: Callable[[Key, list[dict[str, Any]]], Row], key_of: tuple[str, str, str],
                       dead: list[DeadRow] | None) -> int:  # fmt: skip
-        """Read every contribution of the window keys just written (this replica's and the others'), sum them."""
-        rows = await self.writer.query(parts_query, {"keys": [list(k) for k in sorted(keys)]})
-        grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        for row in rows:
-            part = dict(zip(fields, row[3:], strict=True))
-            part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
-            grouped.setdefault((row[0], row[1], row[2]), []).append(part)
-        totals = [make(key, parts) for key, parts in sorted(grouped.items())]
-        return await self.writer.write_rows(name, total_upsert, totals, dead)
+        """Read every contribution of the window keys just written (this replica's and the others'), sum them, and
+        write each total if its contributions are still those (see :data:`schema.CALLS_TOTAL`); the keys whose
+        contributions changed meanwhile are read and summed again."""
+        written = 0
+        pending = sorted(keys)
+        for _ in range(TOTALS_ROUNDS):
+            if not pending:
+                return written
+            rows = await self.writer.query(parts_query, {"keys": [list(k) for k in pending]})
+            grouped: dict[Key, list[dict[str, Any]]] = {}
+            for row in rows:
+                part = dict(zip(fields, row[3:], strict=True))
+                part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
+                grouped.setdefault((row[0], row[1], row[2]), []).append(part)
+            totals = [{**make(key, parts), "stamps": [p["stamp"] for p in parts]}
+                      for key, parts in sorted(grouped.items())]  # fmt: skip
+            applied: list[list[Any]] = []
+            refused: list[DeadRow] = []
+            await self.writer.write_rows(name, total_upsert, totals, refused, applied)
+            written += len(applied)
+            if dead is not None:
+                dead.extend(refused)
+            done = {tuple(r) for r in applied} | {tuple(d.row[k] for k in key_of) for d in refused}
+            pending = [key for key in grouped if key not in done]
+            self.telemetry.count("totals_raced", len(pending))  # another replica changed a contribution meanwhile
+        # Still changing: whoever changed them last reads them after its change and writes their total.
+        log.warning("graph.totals_contended", op=name, keys=len(pending), rounds=TOTALS_ROUNDS)
+        return written
 
     async def unseen(self, events: Sequence[Published]) -> list[Published]:
         """The events not recorded before (nor twice in ``events``), in order."""
