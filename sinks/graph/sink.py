@@ -8,7 +8,8 @@ publishes an event once more (at-least-once, deduplicable by ``event_id``) but n
 
 A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
 runtime dead-letters before it commits. Windowed totals are summed from every replica's contributions and written
-only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL`): replicas add up.
+only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL`): replicas add up. Retention
+(:meth:`GraphSink.expire_spans`) applies every rule of :data:`schema.EXPIRE`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from processors.graph_rows import GraphPolicyConfig
 from processors.model.base import Published
 from processors.model.contract import ProofContract
 from processors.model.graph import GraphBatch, Row
@@ -60,12 +62,13 @@ class GraphSink(Sink):
 
     name = "graph"
 
-    def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None,
+                 retention: GraphPolicyConfig | None = None) -> None:  # fmt: skip
         self.writer = writer
         self._clock_ms = clock_ms
         self.telemetry = telemetry or writer.telemetry
         writer.telemetry = self.telemetry  # the writer's counts (unknown errors, rows trimmed) are the sink's
+        self.retention = retention or GraphPolicyConfig()
         self._buffer: list[Published] = []
 
     async def start(self) -> None:
@@ -145,7 +148,18 @@ class GraphSink(Sink):
         self.telemetry.count("recorded_events", len(events))
 
     async def expire_spans(self, cutoff_ms: float) -> int:
-        return await self.writer.expire_spans(cutoff_ms)
+        """Retention at the event time whose raw spans' cut-off is ``cutoff_ms``: every rule of
+        :data:`schema.EXPIRE`, each horizon's cut-off its own retention before that event time; returns how many
+        nodes and edges went."""
+        retentions = self.retention.retentions_s()
+        now_ms = cutoff_ms + retentions["spans"] * 1000
+        deleted = await self.writer.expire({h: now_ms - s * 1000 for h, s in retentions.items()})
+        for rule, n in deleted.items():
+            self.telemetry.count(f"expired_{rule}", n)
+        total = sum(deleted.values())
+        if total:
+            log.info("graph.expired", **{k: v for k, v in deleted.items() if v})
+        return total
 
     # ---- Sink: events fed one by one (e.g. by a sink runner) ---------------------------------------------------
 

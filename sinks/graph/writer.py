@@ -190,7 +190,7 @@ class GraphWriter:
 
         async def create() -> None:
             existing = await self._index_states()
-            for label, prop in schema.INDEXES:
+            for label, prop in schema.INDEXES + schema.EDGE_INDEXES:
                 if (label, prop) not in existing:
                     try:
                         await self._graph.query(schema.create_index(label, prop))
@@ -210,13 +210,14 @@ class GraphWriter:
         while True:
             states = await self._run("bootstrap", self._index_states)
             constraints = await self._run("bootstrap", self._constraint_states)
-            if all(states.get(i) == "OPERATIONAL" for i in schema.INDEXES) and all(
+            if all(states.get(i) == "OPERATIONAL" for i in schema.INDEXES + schema.EDGE_INDEXES) and all(
                 constraints.get(c) == "OPERATIONAL" for c in schema.UNIQUE
             ):
                 break
             await self._sleep(poll_s)
         self.ready = True
-        log.info("graph.ready", graph=self.graph_name, indexes=len(schema.INDEXES), constraints=len(schema.UNIQUE))
+        log.info("graph.ready", graph=self.graph_name, indexes=len(schema.INDEXES) + len(schema.EDGE_INDEXES),
+                 constraints=len(schema.UNIQUE))  # fmt: skip
 
     async def _index_states(self) -> dict[tuple[str, str], str]:
         result = await self._graph.query(schema.INDEX_STATES)
@@ -340,12 +341,19 @@ class GraphWriter:
         except _Refused as refused:
             raise refused.cause from None
 
-    async def expire_spans(self, cutoff_ms: float, limit: int = 5000) -> int:
-        """Delete raw Span and Trace nodes older than ``cutoff_ms`` (event time), ``limit`` per call."""
-        deleted = 0
-        for cypher in schema.EXPIRE:
-            rows = await self.query(cypher, {"cutoff": cutoff_ms, "limit": limit})
-            deleted += int(rows[0][0]) if rows else 0
+    async def expire(self, cutoffs: dict[str, float], limit: int = 5000) -> dict[str, int]:
+        """Apply every retention rule of :data:`schema.EXPIRE` with the cut-off of its horizon (event time, ms),
+        ``limit`` deletions per statement, repeated until a statement deletes fewer; returns what each deleted."""
+        deleted: dict[str, int] = {}
+        for name, horizon, cypher in schema.EXPIRE:
+            total = 0
+            while True:
+                rows = await self.query(cypher, {"cutoff": cutoffs[horizon], "limit": limit})
+                n = int(rows[0][0] or 0) if rows else 0
+                total += n
+                if n < limit:
+                    break
+            deleted[name] = total
         return deleted
 
     async def close(self) -> None:

@@ -64,7 +64,8 @@ class Daemon:
                              on_retry=lambda op: self.metrics.graph_retries.labels(op).inc(),
                              on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
                              stopping=self.stop)  # fmt: skip
-        self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"))
+        self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"),
+                               retention=settings.graph_policy)  # fmt: skip
         self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"))
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness)
         self.runners: list[StageRunner] = []
