@@ -38,8 +38,12 @@ from processors.traces import ClosedTrace
 _INT_LIMIT = 2**63 - 1
 
 
+DAY_S = 24 * 3600.0
+
+
 class GraphPolicyConfig(Section):
-    """Which spans become graph nodes (the rest feed aggregates only) and how long raw spans live."""
+    """Which spans become graph nodes (the rest feed aggregates only), and how long each kind of node lives, in event
+    time (every label's rule, and why, is in ``sinks.graph.schema``, "retention")."""
 
     detail: str = Field(
         "paths",
@@ -47,7 +51,27 @@ class GraphPolicyConfig(Section):
         description="all spans; every span of traces that touch rows or fail; of those only the access and error "
         "spans and their ancestors, the rest as a compact summary on the Trace (paths, the default); or none",
     )
-    span_retention_s: float = Field(24 * 3600.0, gt=0, description="raw Span/Trace nodes older than this expire")
+    span_retention_s: float = Field(
+        DAY_S, gt=0, description="raw detail: Span and Trace nodes, and rows (Entity) nothing has touched since, "
+        "expire after this"
+    )  # fmt: skip
+    aggregate_retention_s: float = Field(
+        30 * DAY_S, gt=0, description="windows and their CALLS and STATS edges, and services and operations not seen "
+        "since, expire after this"
+    )  # fmt: skip
+    incident_retention_s: float = Field(
+        180 * DAY_S, gt=0, description="occurrences, the proof judge's tallies, and an incident with its contracts, "
+        "verdicts, repros and repairs once none of them has moved for this long, expire after this"
+    )  # fmt: skip
+    published_retention_s: float = Field(
+        14 * DAY_S, gt=0, description="the record of each published event (how a replay knows it published it) "
+        "expires after this: keep it above the input topics' retention.ms"
+    )  # fmt: skip
+
+    def retentions_s(self) -> dict[str, float]:
+        """Each retention horizon of ``sinks.graph.schema.EXPIRE`` (its rules name them), in seconds."""
+        return {"spans": self.span_retention_s, "aggregates": self.aggregate_retention_s,
+                "incidents": self.incident_retention_s, "published": self.published_retention_s}  # fmt: skip
 
 
 def clean(value: Any) -> Any:
@@ -149,14 +173,15 @@ def _unique(rows: list[Row], field: str, new: dict[str, Row]) -> None:
 
 def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batch: GraphBatch) -> None:
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
-    _unique(
-        batch.services, "name", {name: {"name": name} for name in sorted({s.resource.service for s in trace.spans})}
-    )
+    seen = _ms(trace.end_ns)  # when they were last seen: retention deletes services and operations no longer seen
+    services = sorted({s.resource.service for s in trace.spans})
+    _unique(batch.services, "name", {name: {"name": name, "seen": seen} for name in services})
     operations: dict[str, Row] = {}
     for span in trace.spans:
         if span.kind == SpanKind.SERVER or not span.parent_id:
             key = operation_key(span)
-            operations[key] = {"key": key, "service": span.resource.service, "name": span.route or span.name}
+            operations[key] = {"key": key, "service": span.resource.service, "name": span.route or span.name,
+                               "seen": seen}  # fmt: skip
     _unique(batch.operations, "key", operations)
     # A late fragment of a trace the policy would not detail (typically its root span, exported after the trace
     # closed) still completes the trace if an earlier fragment was detailed: its spans go to ``late_traces``,
@@ -239,18 +264,21 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
 
 
 def window_rows(window: ClosedWindow[Parts], batch: GraphBatch) -> None:
-    """One row per (caller, callee, input partition): the graph keeps each contribution and sums them."""
-    batch.windows.append({"id": window.window_id, "start": _ms(window.start_ns), "end": _ms(window.end_ns)})
+    """One row per (caller, callee, input partition): the graph keeps each contribution and sums them (the window's
+    end is on each: retention deletes them by it)."""
+    end = _ms(window.end_ns)
+    batch.windows.append({"id": window.window_id, "start": _ms(window.start_ns), "end": end})
     services: dict[str, Row] = {}
     for part, calls in sorted(window.value.items()):
         for (caller, callee), stats in sorted(calls.items()):
-            services.setdefault(caller, {"name": caller})
-            services.setdefault(callee, {"name": callee})
+            services.setdefault(caller, {"name": caller, "seen": end})
+            services.setdefault(callee, {"name": callee, "seen": end})
             batch.calls.append(
                 {
                     "caller": caller,
                     "callee": callee,
                     "window": window.window_id,
+                    "end": end,
                     "part": part,
                     "count": stats.count,
                     "errors": stats.errors,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
-from urllib.parse import urlparse
 
 from falkordb.asyncio import FalkorDB
+
+from sinks.graph.endpoint import Endpoint
 
 # ---- incidents ------------------------------------------------------------------------------------------------
 
@@ -140,11 +141,8 @@ WRITE_TIMES = (
 class GraphReader:
     """Read-only queries on one graph: ``GRAPH.RO_QUERY`` with a timeout, a connection opened on first use."""
 
-    def __init__(self, url: str, graph: str, *, timeout_ms: int = 10_000) -> None:
-        parsed = urlparse(url)
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or 6379
-        self.password = parsed.password
+    def __init__(self, url: str | Endpoint, graph: str, *, timeout_ms: int = 10_000) -> None:
+        self.endpoint = url if isinstance(url, Endpoint) else Endpoint.parse(url)  # user, password and TLS honoured
         self.graph_name = graph
         self.timeout_ms = timeout_ms
         self._db: Any = None
@@ -152,8 +150,7 @@ class GraphReader:
 
     async def _connect(self) -> Any:
         if self._graph is None:
-            self._db = FalkorDB(host=self.host, port=self.port, password=self.password,
-                                socket_timeout=self.timeout_ms / 1000 + 5)  # fmt: skip
+            self._db = FalkorDB(**self.endpoint.client_kwargs(), socket_timeout=self.timeout_ms / 1000 + 5)
             self._graph = self._db.select_graph(self.graph_name)
         return self._graph
 

@@ -10,12 +10,19 @@ FalkorDB receives the same value (``tests/graph/test_params_live.py`` round-trip
 
 Rows of maps go as lists (:func:`positional`): one statement text per key set, with each ``r.<key>`` read as
 ``r[i]``; a row without the key gives ``null``, as a map without it does.
+
+**What FalkorDB cannot hold** is replaced, and counted (:func:`render` returns how many), so that the row is written
+rather than refused: a NUL ends FalkorDB's query text (it is C text: the header was cut there and refused as a parse
+error, which dropped the whole row, e.g. a trace with every kept span), and a lone surrogate cannot be sent as UTF-8
+at all; both become U+FFFD. NaN and infinity have no literal and become ``null``. Every other character (control
+characters included) travels as itself.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,28 +31,71 @@ from falkordb.helpers import stringify_param_value
 
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"))
 _ROW_FIELD = re.compile(r"(?<![\w.$`])r\.([A-Za-z_]\w*)")  # `r.key` in a statement that reads its rows as `r`
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
 
 
-def literal(value: Any) -> str:
-    """``value`` as FalkorDB's parameter literal."""
+def _finite(value: Any) -> tuple[Any, int]:
+    """``value`` with every NaN or infinity (at any depth of lists and maps) as None, and how many there were."""
+    if isinstance(value, float):
+        return (value, 0) if math.isfinite(value) else (None, 1)
+    if isinstance(value, list | tuple):
+        items = [_finite(v) for v in value]
+        return [v for v, _ in items], sum(n for _, n in items)
+    if isinstance(value, dict):
+        pairs = {k: _finite(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in pairs.items()}, sum(n for _, n in pairs.values())
+    return value, 0
+
+
+def _literal(value: Any) -> tuple[str, int]:
     try:
         text: str = _JSON.encode(value)
     except (TypeError, ValueError):  # NaN, infinity, bytes or another type JSON has no text for
-        return str(stringify_param_value(value))
+        value, replaced = _finite(value)
+        return str(stringify_param_value(value)), replaced
     if "\\u" in text or '{"' in text:  # outside a string a `"` never follows `{` but as an object's first key
-        return str(stringify_param_value(value))
-    return text
+        return str(stringify_param_value(value)), 0
+    return text, 0
 
 
-def header(params: Mapping[str, Any]) -> str:
-    """The ``CYPHER`` header of ``params``, to put before the query text (each name in backticks, as the client
-    writes it; a name FalkorDB cannot read that way is refused, as the client refuses it)."""
+def literal(value: Any) -> str:
+    """``value`` as FalkorDB's parameter literal (NaN and infinity as ``null``)."""
+    return _literal(value)[0]
+
+
+def _storable(text: str) -> tuple[str, int]:
+    """``text`` with each NUL and lone surrogate replaced by U+FFFD, and how many there were (a NUL is found by one
+    C scan; only text that is not ASCII is checked for surrogates, by encoding it as the client will)."""
+    replaced = text.count("\x00")
+    if replaced:
+        text = text.replace("\x00", REPLACEMENT)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text, surrogates = _SURROGATE.subn(REPLACEMENT, text)
+            replaced += surrogates
+    return text, replaced
+
+
+def render(params: Mapping[str, Any]) -> tuple[str, int]:
+    """The ``CYPHER`` header of ``params``, to put before the query text, and how many values in it were replaced
+    (see the module docstring). Each name is in backticks, as the client writes it; a name FalkorDB cannot read that
+    way is refused, as the client refuses it."""
     if not params:
-        return ""
+        return "", 0
     for name in params:
         if not name or "`" in name:
             raise ValueError(f"query parameter name {name!r}: empty or with a backtick")
-    return "CYPHER " + " ".join([f"`{name}`={literal(value)}" for name, value in params.items()]) + " "
+    literals = [(name, *_literal(value)) for name, value in params.items()]
+    text, replaced = _storable("CYPHER " + " ".join([f"`{name}`={text}" for name, text, _ in literals]) + " ")
+    return text, replaced + sum(n for _, _, n in literals)
+
+
+def header(params: Mapping[str, Any]) -> str:
+    """:func:`render` without the count."""
+    return render(params)[0]
 
 
 @functools.lru_cache(maxsize=256)

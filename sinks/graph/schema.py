@@ -34,7 +34,15 @@ INDEXES: tuple[tuple[str, str], ...] = (
     ("Tally", "key"),
     ("Tally", "updated"),
     ("Table", "name"),
+    # retention (EXPIRE): the event time each rule deletes by
+    ("Span", "seen"),
+    ("Entity", "seen"),
+    ("Window", "end"),
+    ("Occurrence", "at"),
+    ("Published", "at"),
 )
+# Relationship indexes (``CREATE INDEX FOR ()-[x:TYPE]-() ON (x.prop)``): retention of the windowed CALLS edges.
+EDGE_INDEXES: tuple[tuple[str, str], ...] = (("CALLS_PART", "end"), ("CALLS", "end"))
 UNIQUE: tuple[tuple[str, str], ...] = (
     ("Service", "name"),
     ("Operation", "key"),
@@ -53,7 +61,10 @@ CONSTRAINT_STATES = "CALL db.constraints() YIELD type, label, properties, status
 
 
 def create_index(label: str, prop: str) -> str:
-    """``CREATE INDEX`` for one (label, property) of :data:`INDEXES` (names are ours, never input)."""
+    """``CREATE INDEX`` for one (label, property) of :data:`INDEXES` or (type, property) of :data:`EDGE_INDEXES`
+    (names are ours, never input)."""
+    if (label, prop) in EDGE_INDEXES:
+        return f"CREATE INDEX FOR ()-[x:{label}]-() ON (x.{prop})"
     if (label, prop) not in INDEXES:
         raise ValueError(f"not a schema index: {label}.{prop}")
     return f"CREATE INDEX FOR (n:{label}) ON (n.{prop})"
@@ -61,10 +72,14 @@ def create_index(label: str, prop: str) -> str:
 
 # ---- stage upserts: one per GraphBatch field (processors.model.graph.UPSERTS) ----------------------------------
 
+# The last event time a node was touched at (retention deletes by it); a replay of older input never moves it back.
+_SEEN_MAX = "{n}.seen = CASE WHEN {n}.seen IS NULL OR {at} > {n}.seen THEN {at} ELSE {n}.seen END"
+
 # An access row names its span and its Entity: the Entity is merged (as the entity's first access creates it, whether
 # or not its span is in the graph), then the edge is merged from the span.
 _ENTITY = (
-    "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) SET e.table = r.table WITH e, r MATCH (s:Span {id: r.span}) "
+    f"UNWIND $rows AS r MERGE (e:Entity {{key: r.entity}}) SET e.table = r.table, {_SEEN_MAX.format(n='e', at='r.at')} "
+    "WITH e, r MATCH (s:Span {id: r.span}) "
 )
 
 # A span names its parent, which may not be in the graph yet (a trace that closed before its root arrived is written
@@ -106,10 +121,11 @@ def _traces(clause: str) -> str:
 
 
 UPSERTS: dict[str, str] = {
-    "services": "UNWIND $rows AS r MERGE (:Service {name: r.name})",
+    "services": f"UNWIND $rows AS r MERGE (s:Service {{name: r.name}}) SET {_SEEN_MAX.format(n='s', at='r.seen')}",
     "operations": (
-        "UNWIND $rows AS r MERGE (o:Operation {key: r.key}) SET o.service = r.service, o.name = r.name "
-        "WITH o, r MATCH (s:Service {name: r.service}) MERGE (s)-[:EXPOSES]->(o)"
+        "UNWIND $rows AS r MERGE (o:Operation {key: r.key}) SET o.service = r.service, o.name = r.name, "
+        f"{_SEEN_MAX.format(n='o', at='r.seen')} WITH o, r MATCH (s:Service {{name: r.service}}) "
+        "MERGE (s)-[:EXPOSES]->(o)"
     ),
     "traces": _traces("MERGE"),
     "late_traces": _traces("MATCH"),
@@ -137,32 +153,35 @@ UPSERTS: dict[str, str] = {
     ),
     "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
     # Windowed aggregates are stored as one contribution per input partition (idempotent under replays, additive
-    # over replicas); the graph sink then sums them into the CALLS / STATS edges (CALLS_TOTAL, STATS_TOTAL).
+    # over replicas), each with its stamp (``sinks.graph.rows.stamp``); the graph sink then sums them into the
+    # CALLS / STATS edges (CALLS_TOTAL, STATS_TOTAL).
     "calls": (
         "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
         "MERGE (a)-[c:CALLS_PART {window: r.window, part: r.part}]->(b) "
         "SET c.count = r.count, c.errors = r.errors, c.bins = r.bins, c.bin_counts = r.bin_counts, c.n = r.n, "
-        "c.min = r.min, c.max = r.max"
+        "c.min = r.min, c.max = r.max, c.end = r.end, c.stamp = r.stamp"
     ),
     # Committed row changes (stage 2): the entity's last image; the WROTE edge gets the commit facts and the
     # strength of the correlation. MERGE on the Span creates a placeholder if stage 1 has not written it yet.
     "changes": (
         "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) "
-        "SET e.table = r.table, e.lsn = r.lsn, e.image = coalesce(r.after, r.before), e.deleted = (r.op = 'd') "
-        "WITH e, r WHERE r.span IS NOT NULL "
-        "MERGE (s:Span {id: r.span}) MERGE (s)-[w:WROTE]->(e) "
+        "SET e.table = r.table, e.lsn = r.lsn, e.image = coalesce(r.after, r.before), e.deleted = (r.op = 'd'), "
+        f"{_SEEN_MAX.format(n='e', at='r.commit_ms')} WITH e, r WHERE r.span IS NOT NULL "
+        "MERGE (s:Span {id: r.span}) ON CREATE SET s.seen = r.commit_ms MERGE (s)-[w:WROTE]->(e) "
         "SET w.lsn = r.lsn, w.tx = r.tx, w.commit_ms = r.commit_ms, w.before = r.before, w.after = r.after, "
         "w.correlation = r.strength, w.skew_ms = r.skew_ms"
     ),
     "stats": (
         "UNWIND $rows AS r "
-        "MERGE (s:Service {name: r.service}) "
+        f"MERGE (s:Service {{name: r.service}}) SET {_SEEN_MAX.format(n='s', at='r.end')} "
         "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation "
+        f"SET {_SEEN_MAX.format(n='o', at='r.end')} "
         "MERGE (s)-[:EXPOSES]->(o) "
         "MERGE (w:Window {id: r.window}) ON CREATE SET w.start = r.start, w.end = r.end "
         "MERGE (o)-[x:STATS_PART {window: r.window, version: r.version, part: r.part}]->(w) "
         "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.signatures = r.signatures, "
-        "x.path_ns = r.path_ns, x.bins = r.bins, x.bin_counts = r.bin_counts, x.n = r.n, x.min = r.min, x.max = r.max"
+        "x.path_ns = r.path_ns, x.bins = r.bins, x.bin_counts = r.bin_counts, x.n = r.n, x.min = r.min, x.max = r.max, "
+        "x.stamp = r.stamp"
     ),
     # The proof judge's cumulative counts per (build, input partition): overwritten by their one writer, summed by
     # every reader (processors.connectors.proofs.judge), so replicas and restarts see all of a build's traffic.
@@ -194,26 +213,40 @@ TALLIES_SINCE = (
     "RETURN t.service, t.version, t.part, t.revision, t.first_ns, t.last_ns, t.settled_until, t.json, t.updated"
 )
 
+# Totals of windowed aggregates, which replicas write concurrently: the sink reads every contribution of a window
+# key with its stamp (*_PARTS), sums them, and writes the total with the stamps it summed (*_TOTAL). The total is
+# written only if the key's contributions on the server are still exactly those (same stamps, none more, none
+# fewer): one statement, so the check and the write are atomic (FalkorDB runs one write query at a time on a
+# graph). A total written from contributions another replica has changed since is refused (the key is not in the
+# result), and the sink reads and sums again; so the last total written always adds up every contribution there is.
+_SAME_PARTS = "WHERE size(stamps) = size(r.stamps) AND all(s IN stamps WHERE s IN r.stamps) "
 CALLS_PARTS = (
     "UNWIND $keys AS k MATCH (a:Service {name: k[0]})-[c:CALLS_PART {window: k[2]}]->(b:Service {name: k[1]}) "
-    "RETURN k[0], k[1], k[2], c.count, c.errors, toJSON([c.bins, c.bin_counts]), c.min, c.max"
+    "RETURN k[0], k[1], k[2], coalesce(c.stamp, ''), c.count, c.errors, toJSON([c.bins, c.bin_counts]), c.min, c.max"
 )
 CALLS_TOTAL = (
     "UNWIND $rows AS r MATCH (a:Service {name: r.caller}) MATCH (b:Service {name: r.callee}) "
+    "OPTIONAL MATCH (a)-[p:CALLS_PART {window: r.window}]->(b) "
+    "WITH a, b, r, collect(coalesce(p.stamp, '')) AS stamps, max(p.end) AS end "
+    f"{_SAME_PARTS}"
     "MERGE (a)-[c:CALLS {window: r.window}]->(b) "
-    "SET c.count = r.count, c.errors = r.errors, c.p50_ms = r.p50_ms, c.p95_ms = r.p95_ms"
+    "SET c.count = r.count, c.errors = r.errors, c.p50_ms = r.p50_ms, c.p95_ms = r.p95_ms, c.end = end "
+    "RETURN r.caller, r.callee, r.window"
 )
 STATS_PARTS = (
     "UNWIND $keys AS k MATCH (:Operation {key: k[0]})-[x:STATS_PART {window: k[1], version: k[2]}]->(:Window) "
-    "RETURN k[0], k[1], k[2], x.revision, x.requests, x.errors, x.signatures, x.path_ns, "
+    "RETURN k[0], k[1], k[2], coalesce(x.stamp, ''), x.revision, x.requests, x.errors, x.signatures, x.path_ns, "
     "toJSON([x.bins, x.bin_counts]), x.min, x.max"
 )
 STATS_TOTAL = (
     "UNWIND $rows AS r MATCH (o:Operation {key: r.operation_key}) MATCH (w:Window {id: r.window}) "
+    "OPTIONAL MATCH (o)-[p:STATS_PART {window: r.window, version: r.version}]->(w) "
+    f"WITH o, w, r, collect(coalesce(p.stamp, '')) AS stamps {_SAME_PARTS}"
     "MERGE (o)-[x:STATS {window: r.window, version: r.version}]->(w) "
     "SET x.revision = r.revision, x.requests = r.requests, x.errors = r.errors, x.error_rate = r.error_rate, "
     "x.p50_ms = r.p50_ms, x.p95_ms = r.p95_ms, x.p99_ms = r.p99_ms, x.signatures = r.signatures, "
-    "x.critical_path = r.critical_path"
+    "x.critical_path = r.critical_path "
+    "RETURN r.operation_key, r.window, r.version"
 )
 
 # ---- published events (rows from sinks.graph.records) ---------------------------------------------------------
@@ -231,6 +264,12 @@ _SEEN = (
     "ELSE i.status END"
 )
 
+# An incident counts its occurrences, those retention deleted included (``expired_occurrences``).
+_COUNT_OCCURRENCES = (
+    "WITH DISTINCT i MATCH ({x}:Occurrence)-[:OF]->(i) WITH i, count({x}) AS n "
+    "SET i.occurrences = n + coalesce(i.expired_occurrences, 0)"
+)
+
 RECORDS: dict[str, str] = {
     "incident": (
         "UNWIND $rows AS r "
@@ -241,13 +280,13 @@ RECORDS: dict[str, str] = {
         "MERGE (o:Occurrence {id: r.occurrence}) "
         "ON CREATE SET o.entity = r.entity, o.at = r.at, o.manifest = r.manifest, o.writers = r.writers "
         "MERGE (o)-[:OF]->(i) "
-        "MERGE (e:Entity {key: r.entity}) "
+        "MERGE (e:Entity {key: r.entity}) ON CREATE SET e.seen = r.at "
         "MERGE (i)-[:ON]->(e) "
-        "MERGE (c:Span {id: r.culprit}) "
-        "MERGE (v:Span {id: r.victim}) "
+        "MERGE (c:Span {id: r.culprit}) ON CREATE SET c.seen = r.at "
+        "MERGE (v:Span {id: r.victim}) ON CREATE SET v.seen = r.at "
         "MERGE (i)-[:CULPRIT]->(c) "
         "MERGE (i)-[:VICTIM]->(v) "
-        "WITH DISTINCT i MATCH (x:Occurrence)-[:OF]->(i) WITH i, count(x) AS n SET i.occurrences = n"
+        f"{_COUNT_OCCURRENCES.format(x='x')}"
     ),
     "regression": (
         "UNWIND $rows AS r "
@@ -257,9 +296,10 @@ RECORDS: dict[str, str] = {
         "MERGE (x:Occurrence {id: r.occurrence}) ON CREATE SET x.at = r.at, x.version = r.version, "
         "x.commit = r.commit, x.window = r.window, x.p_adjusted = r.p_adjusted "
         "MERGE (x)-[:OF]->(i) "
-        "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation "
+        "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation, "
+        "o.seen = r.at "
         "MERGE (i)-[:ON]->(o) "
-        "WITH DISTINCT i MATCH (y:Occurrence)-[:OF]->(i) WITH i, count(y) AS n SET i.occurrences = n"
+        f"{_COUNT_OCCURRENCES.format(x='y')}"
     ),
     "verdict": (
         "UNWIND $rows AS r "
@@ -311,9 +351,98 @@ REPAIR_GOVERNANCE = (
 )
 
 # ---- retention --------------------------------------------------------------------------------------------------
+#
+# Every node label and relationship type has a rule, by event time (ms): ``GraphWriter.expire`` runs :data:`EXPIRE`
+# in this order, each statement with the cut-off of its horizon (event time now minus ``graph_policy``'s retention
+# of that horizon), ``$limit`` deletions at a time. Edges go with the nodes they join unless a rule names them.
+#
+# horizon     kind                       rule, and why
+# ----------  -------------------------  ----------------------------------------------------------------------------
+# incidents   Incident, and what exists  an incident whose last occurrence, contracts' creation and verdicts are all
+#             only for it: Occurrence,   before the cut-off goes, with its occurrences, the contracts FOR it and their
+#             Contract, Verdict, Repro,  verdicts, its repros and repairs (and ON, CULPRIT, VICTIM, OF, FOR, JUDGES,
+#             Repair                     PROVES, FIXES). A live contract (created or judging recently) keeps it.
+#                                        The defect seen again later is a new incident, as a first sighting is.
+# incidents   Occurrence                 before the cut-off, also of an incident that still occurs (a hot defect
+#                                        would grow one node per occurrence for ever); the incident keeps counting it
+#                                        (``expired_occurrences``), so ``occurrences`` never goes down.
+# incidents   Verdict                    judged before the cut-off, also on a live contract (one per build judged).
+# incidents   Contract with no incident  (a verdict recorded before its contract): created and judged before it.
+# incidents   Tally                      a build's counts on one partition, its last request before the cut-off: the
+#                                        judge compares a new build with the one before it, which served until the
+#                                        deploy, and watches a build for ``proof.watch_s``: both far shorter.
+# spans       Span                       ended before the cut-off (a placeholder a row change or an incident MERGEd
+#                                        before its span came: first seen before it), with its CULPRIT / VICTIM edges:
+#                                        an incident that keeps occurring names new spans each time, so pinning them
+#                                        would grow with it; its occurrences keep their entity, writers and time.
+# spans       Trace                      started before the cut-off, with no span left.
+# spans       Entity                     last touched before the cut-off, with no access left (they went with their
+#                                        spans), and its ON edges (the occurrences name the row).
+# aggregates  CALLS_PART, CALLS          their window ended before the cut-off.
+# aggregates  Window                     ended before the cut-off, with its STATS_PART and STATS.
+# aggregates  Operation, Service         last seen before the cut-off and with no aggregate left (EXPOSES and ON go
+#                                        with them): routes and services that no longer exist.
+# published   Published                  recorded before the cut-off. It is how a replay recognises what it published
+#                                        already, so the horizon must exceed the input topics' retention (a replay
+#                                        from the earliest offset must still find it).
+# (kept)      Table                      one per captured table, bounded by the database's schema, and read by every
+#                                        instance to name rows: never expired.
+#
+# A graph written before these rules has nodes without the property a rule reads (Entity, Service and Operation
+# ``seen``, CALLS ``end``): they are kept until stamped once, e.g. ``MATCH (e:Entity) WHERE e.seen IS NULL
+# SET e.seen = timestamp()`` and ``MATCH ()-[c:CALLS|CALLS_PART]->() WHERE c.end IS NULL
+# SET c.end = toFloat(split(c.window, '-')[1])``.
 
-EXPIRE: tuple[str, ...] = (
-    "MATCH (s:Span) WHERE s.end < $cutoff WITH s LIMIT $limit DETACH DELETE s RETURN count(s)",
-    "MATCH (t:Trace) WHERE t.start < $cutoff AND NOT (t)<-[:OF]-(:Span) "
-    "WITH t LIMIT $limit DETACH DELETE t RETURN count(t)",
+_DELETE_CASE = (  # the incidents given as ``i``: everything that exists only for them, then them
+    "OPTIONAL MATCH (i)<-[:OF]-(o:Occurrence) WITH i, collect(o) AS os FOREACH (x IN os | DETACH DELETE x) "
+    "WITH i OPTIONAL MATCH (i)<-[:PROVES|FIXES]-(r) WITH i, collect(r) AS rs FOREACH (x IN rs | DETACH DELETE x) "
+    "WITH i OPTIONAL MATCH (i)<-[:FOR]-(c:Contract) OPTIONAL MATCH (c)<-[:JUDGES]-(v:Verdict) "
+    "WITH i, collect(DISTINCT c) + collect(DISTINCT v) AS cs FOREACH (x IN cs | DETACH DELETE x) "
+    "DETACH DELETE i RETURN count(i)"
 )
+
+EXPIRE: tuple[tuple[str, str, str], ...] = (  # (rule, horizon, statement): each returns how many it deleted
+    ("incidents", "incidents",
+     "MATCH (i:Incident) WHERE coalesce(i.last_seen, 0) < $cutoff "
+     "OPTIONAL MATCH (c:Contract)-[:FOR]->(i) OPTIONAL MATCH (v:Verdict)-[:JUDGES]->(c) "
+     "WITH i, max(coalesce(c.created, 0)) AS created, max(coalesce(v.at, 0)) AS judged "
+     f"WHERE created < $cutoff AND judged < $cutoff WITH i LIMIT $limit {_DELETE_CASE}"),
+    ("occurrences", "incidents",
+     "MATCH (o:Occurrence) WHERE o.at < $cutoff WITH o LIMIT $limit OPTIONAL MATCH (o)-[:OF]->(i:Incident) "
+     "WITH i, collect(o) AS os FOREACH (_ IN CASE WHEN i IS NULL THEN [] ELSE [1] END | "
+     "SET i.expired_occurrences = coalesce(i.expired_occurrences, 0) + size(os)) "
+     "FOREACH (x IN os | DETACH DELETE x) RETURN sum(size(os))"),
+    ("verdicts", "incidents",
+     "MATCH (v:Verdict) WHERE v.at < $cutoff WITH v LIMIT $limit DETACH DELETE v RETURN count(v)"),
+    ("contracts", "incidents",
+     "MATCH (c:Contract) WHERE coalesce(c.created, 0) < $cutoff AND NOT (c)-[:FOR]->() "
+     "OPTIONAL MATCH (v:Verdict)-[:JUDGES]->(c) WITH c, max(coalesce(v.at, 0)) AS judged WHERE judged < $cutoff "
+     "WITH c LIMIT $limit OPTIONAL MATCH (v:Verdict)-[:JUDGES]->(c) WITH c, collect(v) AS vs "
+     "FOREACH (x IN vs | DETACH DELETE x) DETACH DELETE c RETURN count(c)"),
+    ("tallies", "incidents",
+     "MATCH (t:Tally) WHERE t.last_ns < $cutoff * 1000000 WITH t LIMIT $limit DELETE t RETURN count(t)"),
+    ("spans", "spans",
+     "MATCH (s:Span) WHERE s.end < $cutoff WITH s LIMIT $limit DETACH DELETE s RETURN count(s)"),
+    ("placeholders", "spans",
+     "MATCH (s:Span) WHERE s.seen < $cutoff AND s.end IS NULL WITH s LIMIT $limit DETACH DELETE s RETURN count(s)"),
+    ("traces", "spans",
+     "MATCH (t:Trace) WHERE t.start < $cutoff AND NOT (t)<-[:OF]-(:Span) "
+     "WITH t LIMIT $limit DETACH DELETE t RETURN count(t)"),
+    ("entities", "spans",
+     "MATCH (e:Entity) WHERE e.seen < $cutoff AND NOT (e)<-[:READ|WROTE|PREDICATE]-() "
+     "WITH e LIMIT $limit DETACH DELETE e RETURN count(e)"),
+    ("calls_parts", "aggregates",
+     "MATCH ()-[c:CALLS_PART]->() WHERE c.end < $cutoff WITH c LIMIT $limit DELETE c RETURN count(c)"),
+    ("calls", "aggregates",
+     "MATCH ()-[c:CALLS]->() WHERE c.end < $cutoff WITH c LIMIT $limit DELETE c RETURN count(c)"),
+    ("windows", "aggregates",
+     "MATCH (w:Window) WHERE w.end < $cutoff WITH w LIMIT $limit DETACH DELETE w RETURN count(w)"),
+    ("operations", "aggregates",
+     "MATCH (o:Operation) WHERE o.seen < $cutoff AND NOT (o)-[:STATS|STATS_PART]->() "
+     "WITH o LIMIT $limit DETACH DELETE o RETURN count(o)"),
+    ("services", "aggregates",
+     "MATCH (s:Service) WHERE s.seen < $cutoff AND NOT (s)-[:EXPOSES]->() AND NOT (s)-[:CALLS|CALLS_PART]-() "
+     "WITH s LIMIT $limit DELETE s RETURN count(s)"),
+    ("published", "published",
+     "MATCH (p:Published) WHERE p.at < $cutoff WITH p LIMIT $limit DELETE p RETURN count(p)"),
+)  # fmt: skip

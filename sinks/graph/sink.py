@@ -5,6 +5,11 @@ isolates refused rows). The runtime writes each batch's rows with :meth:`GraphSi
 batch publishes it asks :meth:`GraphSink.unseen` which are new (a replay re-derives events already published),
 publishes those, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in between
 publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
+
+A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
+runtime dead-letters before it commits. Windowed totals are summed from every replica's contributions and written
+only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL`): replicas add up. Retention
+(:meth:`GraphSink.expire_spans`) applies every rule of :data:`schema.EXPIRE`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from processors.graph_rows import GraphPolicyConfig
 from processors.model.base import Published
 from processors.model.contract import ProofContract
 from processors.model.graph import GraphBatch, Row
@@ -24,6 +30,7 @@ from processors.sink import Sink
 from processors.telemetry import Telemetry
 from sinks.graph import schema
 from sinks.graph.records import published_row, repro_params, rows_by_kind
+from sinks.graph.rows import DeadRow
 from sinks.graph.writer import GraphWriter
 
 log = structlog.get_logger("trace_repro.graph")
@@ -32,16 +39,22 @@ log = structlog.get_logger("trace_repro.graph")
 # writes exactly): a few hundred numbers per part read as one string, not one RESP line each (the Python RESP parser
 # took ~8 % of the daemon's main thread reading them back).
 _SKETCH = "sketch"
-_CALLS_FIELDS = ("count", "errors", _SKETCH, "min", "max")
-_STATS_FIELDS = ("revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
+_CALLS_FIELDS = ("stamp", "count", "errors", _SKETCH, "min", "max")
+_STATS_FIELDS = ("stamp", "revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
+Key = tuple[str, str, str]
+TOTALS_ROUNDS = 100  # reads and sums of one batch's totals while other replicas keep changing their contributions
 
 
-def _calls_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+def _calls_row(key: Key, parts: list[dict[str, Any]]) -> Row:
     return {"caller": key[0], "callee": key[1], "window": key[2], **calls_total(parts)}
 
 
-def _stats_row(key: tuple[str, str, str], parts: list[dict[str, Any]]) -> Row:
+def _stats_row(key: Key, parts: list[dict[str, Any]]) -> Row:
     return {"operation_key": key[0], "window": key[1], "version": key[2], **stats_total(parts)}
+
+
+_CALLS_KEY = ("caller", "callee", "window")
+_STATS_KEY = ("operation_key", "window", "version")
 
 
 class GraphSink(Sink):
@@ -49,11 +62,13 @@ class GraphSink(Sink):
 
     name = "graph"
 
-    def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None,
+                 retention: GraphPolicyConfig | None = None) -> None:  # fmt: skip
         self.writer = writer
         self._clock_ms = clock_ms
-        self.telemetry = telemetry or Telemetry("graph")
+        self.telemetry = telemetry or writer.telemetry
+        writer.telemetry = self.telemetry  # the writer's counts (unknown errors, rows trimmed) are the sink's
+        self.retention = retention or GraphPolicyConfig()
         self._buffer: list[Published] = []
 
     async def start(self) -> None:
@@ -62,34 +77,53 @@ class GraphSink(Sink):
 
     # ---- what the stages write --------------------------------------------------------------------------------
 
-    async def write_batch(self, batch: GraphBatch) -> int:
+    async def write_batch(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
         """Every row of ``batch``, the totals of the windowed aggregates it contributed to, then the events it asks
-        to record; returns the rows written."""
-        written = await self.writer.write(batch)
+        to record; returns the rows written. Rows refused for their content go to ``dead``."""
+        written = await self.writer.write(batch, dead)
         if batch.calls:
             written += await self._totals(schema.CALLS_PARTS, schema.CALLS_TOTAL, "calls_total",
                                           {(r["caller"], r["callee"], r["window"]) for r in batch.calls},
-                                          _CALLS_FIELDS, _calls_row)  # fmt: skip
+                                          _CALLS_FIELDS, _calls_row, _CALLS_KEY, dead)  # fmt: skip
         if batch.stats:
             written += await self._totals(schema.STATS_PARTS, schema.STATS_TOTAL, "stats_total",
                                           {(r["operation_key"], r["window"], r["version"]) for r in batch.stats},
-                                          _STATS_FIELDS, _stats_row)  # fmt: skip
+                                          _STATS_FIELDS, _stats_row, _STATS_KEY, dead)  # fmt: skip
         if batch.records:
-            await self.record(batch.records)
+            await self.record(batch.records, dead)
         return written
 
-    async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[tuple[str, str, str]],
-                      fields: tuple[str, ...], make: Callable[[tuple[str, str, str], list[dict[str, Any]]], Row]
-                      ) -> int:  # fmt: skip
-        """Read every contribution of the window keys just written (this replica's and the others'), sum them."""
-        rows = await self.writer.query(parts_query, {"keys": [list(k) for k in sorted(keys)]})
-        grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        for row in rows:
-            part = dict(zip(fields, row[3:], strict=True))
-            part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
-            grouped.setdefault((row[0], row[1], row[2]), []).append(part)
-        totals = [make(key, parts) for key, parts in sorted(grouped.items())]
-        return await self.writer.write_rows(name, total_upsert, totals)
+    async def _totals(self, parts_query: str, total_upsert: str, name: str, keys: set[Key], fields: tuple[str, ...],
+                      make: Callable[[Key, list[dict[str, Any]]], Row], key_of: tuple[str, str, str],
+                      dead: list[DeadRow] | None) -> int:  # fmt: skip
+        """Read every contribution of the window keys just written (this replica's and the others'), sum them, and
+        write each total if its contributions are still those (see :data:`schema.CALLS_TOTAL`); the keys whose
+        contributions changed meanwhile are read and summed again."""
+        written = 0
+        pending = sorted(keys)
+        for _ in range(TOTALS_ROUNDS):
+            if not pending:
+                return written
+            rows = await self.writer.query(parts_query, {"keys": [list(k) for k in pending]})
+            grouped: dict[Key, list[dict[str, Any]]] = {}
+            for row in rows:
+                part = dict(zip(fields, row[3:], strict=True))
+                part["bins"], part["bin_counts"] = json.loads(part.pop(_SKETCH))
+                grouped.setdefault((row[0], row[1], row[2]), []).append(part)
+            totals = [{**make(key, parts), "stamps": [p["stamp"] for p in parts]}
+                      for key, parts in sorted(grouped.items())]  # fmt: skip
+            applied: list[list[Any]] = []
+            refused: list[DeadRow] = []
+            await self.writer.write_rows(name, total_upsert, totals, refused, applied)
+            written += len(applied)
+            if dead is not None:
+                dead.extend(refused)
+            done = {tuple(r) for r in applied} | {tuple(d.row[k] for k in key_of) for d in refused}
+            pending = [key for key in grouped if key not in done]
+            self.telemetry.count("totals_raced", len(pending))  # another replica changed a contribution meanwhile
+        # Still changing: whoever changed them last reads them after its change and writes their total.
+        log.warning("graph.totals_contended", op=name, keys=len(pending), rounds=TOTALS_ROUNDS)
+        return written
 
     async def unseen(self, events: Sequence[Published]) -> list[Published]:
         """The events not recorded before (nor twice in ``events``), in order."""
@@ -105,16 +139,27 @@ class GraphSink(Sink):
         self.telemetry.count("replayed_events", len(events) - len(fresh))
         return fresh
 
-    async def record(self, events: Sequence[Published]) -> None:
-        """Each event's nodes and edges, and its ``Published`` id."""
+    async def record(self, events: Sequence[Published], dead: list[DeadRow] | None = None) -> None:
+        """Each event's nodes and edges, and its ``Published`` id (rows refused for their content go to ``dead``)."""
         for kind, rows in rows_by_kind(list(events)).items():
-            await self.writer.write_rows(kind, schema.RECORDS[kind], rows)
+            await self.writer.write_rows(kind, schema.RECORDS[kind], rows, dead)
         now = self._clock_ms()
-        await self.writer.write_rows("published", schema.PUBLISHED_MARK, [published_row(e, now) for e in events])
+        await self.writer.write_rows("published", schema.PUBLISHED_MARK, [published_row(e, now) for e in events], dead)
         self.telemetry.count("recorded_events", len(events))
 
     async def expire_spans(self, cutoff_ms: float) -> int:
-        return await self.writer.expire_spans(cutoff_ms)
+        """Retention at the event time whose raw spans' cut-off is ``cutoff_ms``: every rule of
+        :data:`schema.EXPIRE`, each horizon's cut-off its own retention before that event time; returns how many
+        nodes and edges went."""
+        retentions = self.retention.retentions_s()
+        now_ms = cutoff_ms + retentions["spans"] * 1000
+        deleted = await self.writer.expire({h: now_ms - s * 1000 for h, s in retentions.items()})
+        for rule, n in deleted.items():
+            self.telemetry.count(f"expired_{rule}", n)
+        total = sum(deleted.values())
+        if total:
+            log.info("graph.expired", **{k: v for k, v in deleted.items() if v})
+        return total
 
     # ---- Sink: events fed one by one (e.g. by a sink runner) ---------------------------------------------------
 
@@ -126,7 +171,8 @@ class GraphSink(Sink):
         await self.record(await self.unseen(events))
 
     async def healthcheck(self) -> bool:
-        return self.writer.ready and self.writer.connected
+        """Ready, connected, and no write failing for long (MISCONF, an unknown error: see ``writer``)."""
+        return self.writer.healthy()
 
     async def close(self) -> None:
         await self.writer.close()

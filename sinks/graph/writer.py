@@ -4,128 +4,60 @@ Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key, so replayi
 Indexes and unique constraints are created before the first write and polled until OPERATIONAL (FalkorDB builds
 them in the background, and MERGE on an unindexed label scans the whole label per row).
 
-**Failures** are classified by :func:`classify` from the exception's type and text (:data:`RULES`, the first rule
-that matches wins):
+**Failures** are classified by :func:`sinks.graph.errors.classify` (the table is there):
 
-======================================================================  =========  =================================
-error: a redis-py type, or the text of a ``ResponseError``              handling   why
-======================================================================  =========  =================================
-``ConnectionError`` (refused, reset, ``LOADING``, ``NOAUTH``, too many  transient  the server is down, restarting,
-clients), socket ``TimeoutError``, ``OSError``                          +reconnect loading its data, or unreachable
-``READONLY``                                                            transient  a replica while failing over
-``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``                           transient  resharding or failover
-``OOM`` (maxmemory), ``Out of memory``                                  transient  wait for memory to be freed
-``BUSY``                                                                transient  a script or module call blocks it
-``NOPERM``                                                              transient  ACLs: an operator's fix, not data
-``Max pending queries exceeded``                                        transient  ``MAX_QUEUED_QUERIES``: overloaded
-schema version mismatch (the falkordb client)                           transient  the client refreshed its schema
-``Query timed out``                                                     shrink     ``TIMEOUT``: too much at once
-``Query's mem consumption exceeded capacity``                           shrink     ``QUERY_MEM_CAPACITY``: the same
-``Type mismatch``, ``Property values can only be``, ``null property     permanent  the rows' content (or the statement):
-value``, ``constraint``, ``Invalid``, ``Division by zero``, ``expected``,          never accepted as they are
-parse errors; ``DataError``, ``ValueError``, ``TypeError`` (the client
-cannot encode a parameter)
-any other ``RedisError``                                                unknown    see below
-======================================================================  =========  =================================
+*Transient* (and *unknown*): the same statement is retried with jittered exponential backoff (delay capped at
+``max_backoff_s``, time unbounded), which stalls the consumer loop: the pause is the back-pressure, and the stage
+commits nothing past rows that are not written. Each retry is counted (``on_retry(op)``), an unknown error also as
+``unknown_errors``; while a statement keeps failing the ``write_stalled`` gauge is 1 and, after
+``STALLED_UNHEALTHY_S``, the health check fails. If the daemon is stopping meanwhile, :class:`WriteAborted` ends the
+wait (the input is replayed after the restart). Only connection-level errors (``+reconnect``) drop the connection
+and mark the writer disconnected; a busy server keeps it.
 
-*Transient*: the same statement is retried with jittered exponential backoff (delay capped at ``max_backoff_s``,
-time unbounded), which stalls the consumer loop: the pause is the back-pressure, and the stage commits nothing
-past rows that are not written. Each retry is counted (``on_retry(op)``); if the daemon is stopping meanwhile,
-:class:`WriteAborted` ends the wait (the input is replayed after the restart). Only connection-level errors
-(``+reconnect``) drop the connection and mark the writer disconnected for the health check; a busy server keeps it.
+*Shrink*: the statement was too big for the server's per-query bounds: a batch of more than one row is retried at
+once in two halves (each again under these rules; counted as a retry). One row alone is split if it can be (a
+trace's kept spans in halves, ``rows_split``), else written with its longest texts trimmed, the limit halved until
+the server takes it (``rows_trimmed``, each text marked); a row with nothing left to trim is retried as transient.
 
-*Shrink*: transient, but the statement was too big for the server's per-query bounds, so a batch of more than
-one row is retried at once in two halves (each again under these rules; counted as a retry); one row is retried
-as it is.
+*Content*: the batch is split in halves to isolate the rows the graph refuses; each one is counted
+(``on_rejected(op, n)``) and handed to the caller's ``dead`` list as a :class:`~sinks.graph.rows.DeadRow`, which the
+runtime dead-letters before it commits; the rest is written.
 
-*Permanent*: the batch is split in halves to isolate the offending rows, which are dropped and counted
-(``on_rejected(op, n)``); the rest is written.
-
-*Unknown*: the statement is attempted up to ``unknown_attempts`` times with backoff (an unforeseen server
-condition that passes loses nothing), then the error is treated as permanent, so that an unforeseen content error
-cannot stall the daemon forever. While a batch is split to isolate rows, an unknown error is not retried again.
+Values FalkorDB cannot hold (NUL, lone surrogates, NaN, infinity) are replaced in the parameter header and counted
+(``replaced_values``): see :mod:`sinks.graph.params`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
+import json
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import redis.exceptions
 import structlog
 from falkordb.asyncio import FalkorDB
-from falkordb.exceptions import SchemaVersionMismatchException
 
-from processors.graph_rows import SPAN_COLUMNS
-from processors.model.graph import UPSERTS, GraphBatch, Row
+from processors.model.graph import UPSERTS, GraphBatch
+from processors.telemetry import Telemetry
 from sinks.graph import schema
-from sinks.graph.params import header, positional
+from sinks.graph.endpoint import Endpoint
+from sinks.graph.errors import CAUGHT, Handling, classify
+from sinks.graph.params import positional, render
+from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, rows_for, split, trimmed
 
 log = structlog.get_logger("trace_repro.graph")
+
+__all__ = ["DeadRow", "GraphWriter", "Handling", "WriteAborted", "classify"]
+
+STALLED_UNHEALTHY_S = 10.0  # a statement failing this long makes the health check fail (an alert, /readyz)
 
 
 class WriteAborted(RuntimeError):
     """The daemon is stopping while FalkorDB cannot take a write: give up; the input is replayed after restart."""
-
-
-class Handling(enum.Enum):
-    """What the writer does about one error (see the module docstring)."""
-
-    RECONNECT = "reconnect"  # transient, and the connection is suspect: drop it
-    TRANSIENT = "transient"
-    SHRINK = "shrink"
-    PERMANENT = "permanent"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One row of the classification table: an error matches when it is one of ``types`` (if any are given) and
-    its text starts with one of ``codes`` or contains one of ``phrases`` (case-insensitive; if any are given)."""
-
-    handling: Handling
-    types: tuple[type[BaseException], ...] = ()
-    codes: tuple[str, ...] = ()
-    phrases: tuple[str, ...] = ()
-
-    def matches(self, exc: BaseException, text: str) -> bool:
-        if self.types and not isinstance(exc, self.types):
-            return False
-        if not self.codes and not self.phrases:
-            return True
-        head = text.split(" ", 1)[0].upper()
-        return head in self.codes or any(p in text.lower() for p in self.phrases)
-
-
-_RE = redis.exceptions
-_SERVER_STATE = (_RE.ReadOnlyError, _RE.TryAgainError, _RE.ClusterDownError, _RE.OutOfMemoryError)
-_SERVER_CODES = ("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "OOM", "BUSY", "NOPERM")
-_CONTENT = ("type mismatch", "property values can only be", "null property value", "constraint", "invalid")
-_STATEMENT = ("division by zero", "errors encountered", "expected", "unknown function")
-RULES: tuple[Rule, ...] = (
-    Rule(Handling.RECONNECT, (_RE.ConnectionError, _RE.TimeoutError, OSError, TimeoutError)),
-    Rule(Handling.TRANSIENT, (*_SERVER_STATE, _RE.NoPermissionError, SchemaVersionMismatchException)),
-    Rule(Handling.TRANSIENT, (_RE.ResponseError,), _SERVER_CODES, ("max pending queries exceeded", "out of memory")),
-    Rule(Handling.SHRINK, (_RE.ResponseError,), phrases=("query timed out", "exceeded capacity")),
-    Rule(Handling.PERMANENT, (_RE.ResponseError,), phrases=_CONTENT + _STATEMENT),
-    Rule(Handling.PERMANENT, (_RE.DataError, ValueError, TypeError)),
-)
-_CAUGHT = (_RE.RedisError, SchemaVersionMismatchException, OSError, TimeoutError, ValueError, TypeError)
-
-
-def classify(exc: BaseException) -> Handling:
-    """How the writer handles ``exc``: the first rule of :data:`RULES` that matches, else ``UNKNOWN``."""
-    text = str(exc)
-    for rule in RULES:
-        if rule.matches(exc, text):
-            return rule.handling
-    return Handling.UNKNOWN
 
 
 class _Refused(Exception):
@@ -137,28 +69,12 @@ class _Refused(Exception):
         self.cause = cause
 
 
-def _with_rows(statement: str, rows: list[Any]) -> str:
-    """The query text of ``statement`` over ``rows``: its ``CYPHER rows=...`` header first (see ``params``)."""
+def _with_rows(statement: str, rows: list[Any]) -> tuple[str, int]:
+    """The query text of ``statement`` over ``rows``: its ``CYPHER rows=...`` header first (see ``params``), and how
+    many values the header replaced."""
     statement, sent = positional(statement, rows)
-    return header({"rows": sent}) + statement
-
-
-def _rows_for(batch: GraphBatch, name: str) -> list[Any]:
-    rows: list[Row] = getattr(batch, name)
-    if name in (
-        "traces",
-        "late_traces",
-    ):  # positional; under ``paths`` the kept spans are positional lists in the row already
-        return [[r["id"], r["root"], r["service"], r["start"], r["end"], r["status"], r["version"], r["rooted"],
-                 r.get("omitted"), r.get("spans", [])] for r in rows]  # fmt: skip
-    if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
-        return [[r[c] for c in SPAN_COLUMNS] for r in rows]
-    if name == "child_of":
-        return [[r["id"], r["parent"]] for r in rows]
-    if name in ("services", "operations"):
-        unique = {r.get("key", r.get("name")): r for r in rows}
-        return list(unique.values())
-    return rows
+    text, replaced = render({"rows": sent})
+    return text + statement, replaced
 
 
 class GraphWriter:
@@ -166,7 +82,7 @@ class GraphWriter:
 
     def __init__(
         self,
-        url: str,
+        url: str | Endpoint,
         graph: str,
         *,
         batch_rows: int = 2000,
@@ -177,18 +93,16 @@ class GraphWriter:
         stopping: asyncio.Event | None = None,
         backoff_s: float = 0.1,
         max_backoff_s: float = 10.0,
-        unknown_attempts: int = 5,
         connect: Callable[[], Awaitable[Any]] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        parsed = urlparse(url)
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or 6379
+        self.endpoint = url if isinstance(url, Endpoint) else Endpoint.parse(url)
         self.graph_name = graph
         self.batch_rows = batch_rows
         self.timeout_ms = timeout_ms
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
-        self.unknown_attempts = max(1, unknown_attempts)
+        self.telemetry = telemetry or Telemetry("graph")
         self._on_retry = on_retry or (lambda _op: None)
         self._on_rejected = on_rejected or (lambda _op, _n: None)
         self._sleep = sleep
@@ -196,8 +110,12 @@ class GraphWriter:
         self._connect_graph = connect or self._connect_falkordb  # a fake graph client in unit tests
         self._db: Any = None
         self._graph: Any = None
+        self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
+
+    def __repr__(self) -> str:
+        return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
 
     async def _connect_falkordb(self) -> Any:
         """The async client's graph; its constructor talks to the server, so it is retried like a query."""
@@ -205,7 +123,7 @@ class GraphWriter:
             with contextlib.suppress(Exception):
                 await self._db.connection.aclose()
             self._db = None
-        db = FalkorDB(host=self.host, port=self.port, socket_timeout=self.timeout_ms / 1000 + 5)
+        db = FalkorDB(**self.endpoint.client_kwargs(), socket_timeout=self.timeout_ms / 1000 + 5)
         try:
             await db.connection.ping()
         except BaseException:
@@ -220,55 +138,59 @@ class GraphWriter:
         ceiling: float = min(self.max_backoff_s, self.backoff_s * 2.0 ** min(attempt - 1, 30))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
-    async def _retrying(
-        self,
-        what: str,
-        action: Callable[[], Awaitable[Any]],
-        *,
-        shrinkable: bool = False,
-        unknown_attempts: int | None = None,
-    ) -> Any:
-        """Run ``action`` until it succeeds, retrying transient errors (module docstring). Raises ``_Refused`` for
-        a permanent error, an unknown one retried ``unknown_attempts`` times, or (when ``shrinkable``) a statement
-        too big for the server; :class:`WriteAborted` when the daemon stops during a retry."""
-        budget = self.unknown_attempts if unknown_attempts is None else unknown_attempts
-        attempt = unknown = 0
-        while True:
-            try:
-                if self._graph is None:
-                    self._graph = await self._connect_graph()
-                    self.connected = True
-                return await action()
-            except _CAUGHT as exc:
-                handling = classify(exc)
-                if handling is Handling.PERMANENT:
-                    raise _Refused(handling, exc) from exc
-                if handling is Handling.UNKNOWN:
-                    unknown += 1
-                    if unknown >= budget:
-                        raise _Refused(Handling.PERMANENT, exc) from exc
-                if handling is Handling.SHRINK and shrinkable:
+    def stalled_s(self) -> float:
+        """How long the oldest statement still being retried has been failing (0 when none is)."""
+        return time.monotonic() - min(self._failing.values()) if self._failing else 0.0
+
+    def healthy(self) -> bool:
+        return self.ready and self.connected and self.stalled_s() < STALLED_UNHEALTHY_S
+
+    async def _retrying(self, what: str, action: Callable[[], Awaitable[Any]], *, shrinkable: bool = False) -> Any:
+        """Run ``action`` until it succeeds, retrying transient and unknown errors (module docstring). Raises
+        ``_Refused`` for a content error or (when ``shrinkable``) a statement too big for the server;
+        :class:`WriteAborted` when the daemon stops during a retry."""
+        attempt = 0
+        token = id(action)
+        try:
+            while True:
+                try:
+                    if self._graph is None:
+                        self._graph = await self._connect_graph()
+                        self.connected = True
+                    return await action()
+                except CAUGHT as exc:
+                    handling = classify(exc)
+                    if handling is Handling.CONTENT:
+                        raise _Refused(handling, exc) from exc
+                    if handling is Handling.SHRINK and shrinkable:
+                        self._on_retry(what)
+                        log.warning("graph.shrink", op=what, error=str(exc)[:200])
+                        raise _Refused(handling, exc) from exc
+                    if handling is Handling.RECONNECT:
+                        self.connected = False
+                        self._graph = None
+                    if handling is Handling.UNKNOWN:
+                        self.telemetry.count("unknown_errors")
+                    if self._stopping is not None and self._stopping.is_set():
+                        raise WriteAborted(f"{what}: FalkorDB cannot take the write while stopping") from exc
+                    self._failing.setdefault(token, time.monotonic())
+                    self.telemetry.gauge("write_stalled", 1)
+                    attempt += 1
+                    delay = self._backoff(attempt)
                     self._on_retry(what)
-                    log.warning("graph.shrink", op=what, error=str(exc)[:200])
-                    raise _Refused(handling, exc) from exc
-                if handling is Handling.RECONNECT:
-                    self.connected = False
-                    self._graph = None
-                if self._stopping is not None and self._stopping.is_set():
-                    raise WriteAborted(f"{what}: FalkorDB cannot take the write while stopping") from exc
-                attempt += 1
-                delay = self._backoff(attempt)
-                self._on_retry(what)
-                log.warning("graph.retry", op=what, handling=handling.value, error=str(exc)[:200],
-                            attempt=attempt, backoff_s=round(delay, 3))  # fmt: skip
-                await self._sleep(delay)
+                    log.warning("graph.retry", op=what, handling=handling.value, error=str(exc)[:200],
+                                attempt=attempt, backoff_s=round(delay, 3))  # fmt: skip
+                    await self._sleep(delay)
+        finally:
+            if self._failing.pop(token, None) is not None and not self._failing:
+                self.telemetry.gauge("write_stalled", 0)
 
     async def bootstrap(self, poll_s: float = 0.05) -> None:
         """Create every index and unique constraint, then wait until all are OPERATIONAL."""
 
         async def create() -> None:
             existing = await self._index_states()
-            for label, prop in schema.INDEXES:
+            for label, prop in schema.INDEXES + schema.EDGE_INDEXES:
                 if (label, prop) not in existing:
                     try:
                         await self._graph.query(schema.create_index(label, prop))
@@ -288,13 +210,14 @@ class GraphWriter:
         while True:
             states = await self._run("bootstrap", self._index_states)
             constraints = await self._run("bootstrap", self._constraint_states)
-            if all(states.get(i) == "OPERATIONAL" for i in schema.INDEXES) and all(
+            if all(states.get(i) == "OPERATIONAL" for i in schema.INDEXES + schema.EDGE_INDEXES) and all(
                 constraints.get(c) == "OPERATIONAL" for c in schema.UNIQUE
             ):
                 break
             await self._sleep(poll_s)
         self.ready = True
-        log.info("graph.ready", graph=self.graph_name, indexes=len(schema.INDEXES), constraints=len(schema.UNIQUE))
+        log.info("graph.ready", graph=self.graph_name, indexes=len(schema.INDEXES) + len(schema.EDGE_INDEXES),
+                 constraints=len(schema.UNIQUE))  # fmt: skip
 
     async def _index_states(self) -> dict[tuple[str, str], str]:
         result = await self._graph.query(schema.INDEX_STATES)
@@ -308,58 +231,107 @@ class GraphWriter:
         result = await self._graph.query(schema.CONSTRAINT_STATES)
         return {(label, props[0]): status for kind, label, props, status in result.result_set if kind == "UNIQUE"}
 
-    async def write(self, batch: GraphBatch) -> int:
-        """Upsert ``batch``, then adopt its waiting spans; returns the rows written."""
-        written = await self.upsert(batch)
-        await self.adopt(batch)
+    async def write(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
+        """Upsert ``batch``, then adopt its waiting spans; returns the rows written (refused rows go to ``dead``)."""
+        written = await self.upsert(batch, dead)
+        await self.adopt(batch, dead)
         return written
 
-    async def upsert(self, batch: GraphBatch) -> int:
+    async def upsert(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
         """Write every statement's rows in chunks of ``batch_rows``; returns the rows written."""
         written = 0
         for name in UPSERTS:
-            statement, rows = schema.UPSERTS[name], _rows_for(batch, name)
+            statement, rows = schema.UPSERTS[name], rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
-                written += await self.write_rows(name, statement, rows[start : start + self.batch_rows])
+                written += await self.write_rows(name, statement, rows[start : start + self.batch_rows], dead)
         return written
 
-    async def adopt(self, batch: GraphBatch) -> None:
+    async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> None:
         """Link the spans of the traces ``batch`` wrote that wait for a parent now in the graph (:data:`ADOPT`); not
         counted as rows written: it only links the fragments of those traces."""
         traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces] +
                                     [r["trace"] for r in batch.spans]))  # fmt: skip
         for start in range(0, len(traces), self.batch_rows):
-            await self.write_rows("adopt", schema.ADOPT, traces[start : start + self.batch_rows])
+            await self.write_rows("adopt", schema.ADOPT, traces[start : start + self.batch_rows], dead)
 
-    async def write_rows(self, name: str, statement: str, rows: Sequence[Any]) -> int:
-        """Write ``rows`` with ``statement``; rows the graph refuses are isolated by halving, dropped and counted."""
-        return await self._write_rows(name, statement, list(rows), self.unknown_attempts)
+    async def write_rows(self, name: str, statement: str, rows: Sequence[Any], dead: list[DeadRow] | None = None,
+                         results: list[list[Any]] | None = None) -> int:  # fmt: skip
+        """Write ``rows`` with ``statement``; rows the graph refuses for their content are isolated by halving,
+        counted and appended to ``dead`` (logged with their content when there is no ``dead``). The statement's
+        result rows go to ``results`` when it is given."""
+        return await self._write_rows(name, statement, list(rows), dead, results)
 
-    async def _write_rows(self, name: str, statement: str, rows: list[Any], unknown_attempts: int) -> int:
+    async def _statement(self, name: str, statement: str, rows: list[Any], results: list[list[Any]] | None,
+                         *, shrinkable: bool) -> None:  # fmt: skip
+        text, replaced = _with_rows(statement, rows)
+        result = await self._retrying(name, lambda: self._graph.query(text, timeout=self.timeout_ms),
+                                      shrinkable=shrinkable)  # fmt: skip
+        self.telemetry.count("replaced_values", replaced)
+        if results is not None:
+            results.extend(list(row) for row in result.result_set)
+
+    async def _write_rows(self, name: str, statement: str, rows: list[Any], dead: list[DeadRow] | None,
+                          results: list[list[Any]] | None) -> int:  # fmt: skip
         if not rows:
             return 0
         try:
-            await self._retrying(name, lambda: self._graph.query(_with_rows(statement, rows), timeout=self.timeout_ms),
-                                 shrinkable=len(rows) > 1, unknown_attempts=unknown_attempts)  # fmt: skip
+            await self._statement(name, statement, rows, results, shrinkable=True)
             return len(rows)
         except _Refused as refused:
-            if refused.handling is Handling.PERMANENT and len(rows) == 1:
-                self._on_rejected(name, 1)
-                log.error("graph.row_rejected", op=name, error=str(refused.cause)[:300])
+            if len(rows) > 1:  # isolate the rows the graph refuses, or write a statement too big in smaller pieces
+                mid = len(rows) // 2
+                return await self._write_rows(name, statement, rows[:mid], dead, results) + await self._write_rows(
+                    name, statement, rows[mid:], dead, results
+                )
+            if refused.handling is Handling.CONTENT:
+                self._dead(name, rows[0], refused.cause, dead)
                 return 0
-            # Halves: a permanent error isolates its rows (unknown errors are not retried again while isolating);
-            # a statement too big for the server is simply written in smaller pieces.
-            again = 1 if refused.handling is Handling.PERMANENT else unknown_attempts
-            mid = len(rows) // 2
-            return await self._write_rows(name, statement, rows[:mid], again) + await self._write_rows(
-                name, statement, rows[mid:], again
-            )
+            return await self._oversized(name, statement, rows[0], dead, results)
+
+    async def _oversized(self, name: str, statement: str, row: Any, dead: list[DeadRow] | None,
+                         results: list[list[Any]] | None) -> int:  # fmt: skip
+        """One row too big for the server alone: split it, else trim its longest texts (module docstring)."""
+        parts = split(name, row)
+        if parts:
+            self.telemetry.count("rows_split")
+            log.warning("graph.row_split", op=name, parts=len(parts))
+            return min(1, await self._write_rows(name, statement, parts, dead, results))
+        limit = longest_text(row) // 2
+        while limit >= TRIM_FLOOR:
+            try:
+                await self._statement(name, statement, [trimmed(row, limit)], results, shrinkable=True)
+            except _Refused as refused:
+                if refused.handling is Handling.CONTENT:
+                    self._dead(name, row, refused.cause, dead)
+                    return 0
+                limit //= 2
+                continue
+            self.telemetry.count("rows_trimmed")
+            log.warning("graph.row_trimmed", op=name, longest=longest_text(row), kept=limit)
+            return 1
+        # Nothing left to trim: size is not the cause (the server is overloaded): retry as transient.
+        try:
+            await self._statement(name, statement, [trimmed(row, TRIM_FLOOR)], results, shrinkable=False)
+        except _Refused as refused:
+            self._dead(name, row, refused.cause, dead)
+            return 0
+        return 1
+
+    def _dead(self, name: str, row: Any, cause: BaseException, dead: list[DeadRow] | None) -> None:
+        """A row refused for its content: counted, and handed over to be dead-lettered."""
+        self._on_rejected(name, 1)
+        entry = DeadRow(name, row, f"{type(cause).__name__}: {cause}"[:1000])
+        log.error("graph.row_rejected", op=name, error=entry.error[:300], dead_lettered=dead is not None)
+        if dead is not None:
+            dead.append(entry)
+        else:  # a caller outside the runtime (a tool, a test): the row's content goes to the log, not nowhere
+            log.error("graph.row_content", op=name, row=json.dumps(entry.row, default=str)[:100_000])
 
     async def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
-        """One statement of ``schema`` (a read, or a write of one event's rows), retried like writes; a permanent
+        """One statement of ``schema`` (a read, or a write of one event's rows), retried like writes; a content
         error is raised as FalkorDB's own exception."""
-        text = header(params or {}) + cypher
-        result = await self._run("query", lambda: self._graph.query(text, timeout=self.timeout_ms))
+        text, _ = render(params or {})
+        result = await self._run("query", lambda: self._graph.query(text + cypher, timeout=self.timeout_ms))
         return [list(row) for row in result.result_set]
 
     async def _run(self, what: str, action: Callable[[], Awaitable[Any]]) -> Any:
@@ -369,12 +341,19 @@ class GraphWriter:
         except _Refused as refused:
             raise refused.cause from None
 
-    async def expire_spans(self, cutoff_ms: float, limit: int = 5000) -> int:
-        """Delete raw Span and Trace nodes older than ``cutoff_ms`` (event time), ``limit`` per call."""
-        deleted = 0
-        for cypher in schema.EXPIRE:
-            rows = await self.query(cypher, {"cutoff": cutoff_ms, "limit": limit})
-            deleted += int(rows[0][0]) if rows else 0
+    async def expire(self, cutoffs: dict[str, float], limit: int = 5000) -> dict[str, int]:
+        """Apply every retention rule of :data:`schema.EXPIRE` with the cut-off of its horizon (event time, ms),
+        ``limit`` deletions per statement, repeated until a statement deletes fewer; returns what each deleted."""
+        deleted: dict[str, int] = {}
+        for name, horizon, cypher in schema.EXPIRE:
+            total = 0
+            while True:
+                rows = await self.query(cypher, {"cutoff": cutoffs[horizon], "limit": limit})
+                n = int(rows[0][0] or 0) if rows else 0
+                total += n
+                if n < limit:
+                    break
+            deleted[name] = total
         return deleted
 
     async def close(self) -> None:

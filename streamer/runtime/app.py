@@ -60,11 +60,12 @@ class Daemon:
         self.stages = stages
         self.stop = asyncio.Event()
         f = settings.falkordb
-        writer = GraphWriter(f.url, settings.graph_name, batch_rows=f.batch_rows, timeout_ms=f.query_timeout_ms,
+        writer = GraphWriter(f.endpoint(), settings.graph_name, batch_rows=f.batch_rows, timeout_ms=f.query_timeout_ms,
                              on_retry=lambda op: self.metrics.graph_retries.labels(op).inc(),
                              on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
                              stopping=self.stop)  # fmt: skip
-        self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"))
+        self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"),
+                               retention=settings.graph_policy)  # fmt: skip
         self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"), stopping=self.stop)
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness)
         self.runners: list[StageRunner] = []
@@ -140,7 +141,7 @@ class Daemon:
     async def run(self) -> int:
         s = self.settings
         await self.http.start()
-        log.info("daemon.starting", kafka=s.kafka.bootstrap, falkordb=s.falkordb.url, graph=s.graph_name,
+        log.info("daemon.starting", kafka=s.kafka.bootstrap, falkordb=s.falkordb.redacted_url, graph=s.graph_name,
                  http_port=self.http.port, stages=list(self.stages))  # fmt: skip
         await self.graph.start()
         await ensure_topics(s)

@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from processors.sink import Backoff
-from sinks.graph import GraphSink, WriteAborted
+from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
 from streamer.config import CoreSettings
 from streamer.decode.registry import Record
@@ -238,10 +238,11 @@ class StageRunner:
 
     async def _durable(self, out: StageOutput) -> None:
         """Steps 3-5: the graph write, every output message produced and acknowledged, the new events published
-        and recorded."""
+        and recorded, and the graph rows refused for their content dead-lettered."""
+        dead: list[DeadRow] = []
         if len(out.graph):
             started = time.perf_counter()
-            written = await self.graph.write_batch(out.graph)
+            written = await self.graph.write_batch(out.graph, dead)
             self.metrics.graph_rows.inc(written)
             self.metrics.graph_write_seconds.observe(time.perf_counter() - started)
         if out.expire_before_ms is not None:
@@ -250,9 +251,12 @@ class StageRunner:
         if out.events:
             fresh = await self.graph.unseen(out.events)
             await self.produce([self.producer.message(e) for e in fresh])
-            await self.graph.record(fresh)
+            await self.graph.record(fresh, dead)
             for event in fresh:
                 self._published(event)
+        if dead:
+            self.metrics.dlq.labels(dead[0].reason).inc(len(dead))
+            await self.produce([Message(self.settings.kafka.dlq_topic, d.key, d.value, d.headers) for d in dead])
 
     def _published(self, event: Any) -> None:
         if event.kind == "incident":

@@ -1,5 +1,5 @@
 """The graph writer's error classification and what it does for each class, against an injected fake graph client
-(the same paths on the real FalkorDB are in test_writer_live.py)."""
+(the same paths on the real FalkorDB are in test_writer_live.py and test_hostile_rows_live.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import redis.exceptions as r
 from falkordb.exceptions import SchemaVersionMismatchException
 
+from sinks.graph import schema
 from sinks.graph.writer import GraphWriter, Handling, WriteAborted, classify
 
 STATEMENT = "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start"
@@ -21,33 +22,35 @@ Fault = Callable[[list[Any], int], BaseException | None]  # (rows of the call, c
 class FakeGraph:
     """A graph client whose ``query`` raises what ``fault`` says, and otherwise records the rows as written."""
 
-    def __init__(self, fault: Fault) -> None:
+    def __init__(self, fault: Fault, columns: tuple[str, ...] = ("id", "start")) -> None:
         self.fault = fault
+        self.columns = columns
         self.calls = 0
         self.written: list[Any] = []
 
     async def query(self, text: str, params: None = None, timeout: int | None = None) -> Any:  # noqa: ASYNC109
         self.calls += 1
-        rows = _rows(text)
+        rows = self._rows(text)
         error = self.fault(rows, self.calls)
         if error is not None:
             raise error
         self.written += rows
         return type("Result", (), {"result_set": []})()
 
-
-def _rows(text: str) -> list[dict[str, Any]]:
-    """The rows of a query text the writer sent: its ``CYPHER rows=[...]`` header, each row back as a map."""
-    prefix = "CYPHER `rows`="
-    if not text.startswith(prefix):
-        return []  # a read
-    assert text.endswith(STATEMENT.replace("r.id", "r[0]").replace("r.start", "r[1]"))
-    sent, _ = json.JSONDecoder().raw_decode(text, len(prefix))
-    return [dict(zip(("id", "start"), row, strict=True)) for row in sent]
+    def _rows(self, text: str) -> list[Any]:
+        """The rows of a query text the writer sent: its ``CYPHER rows=[...]`` header, each row back as a map (or as
+        the positional list it is, without column names)."""
+        prefix = "CYPHER `rows`="
+        if not text.startswith(prefix):
+            return []  # a read
+        sent, _ = json.JSONDecoder().raw_decode(text, len(prefix))
+        if not self.columns:
+            return list(sent)
+        return [dict(zip(self.columns, row, strict=True)) for row in sent]
 
 
 class Recorder:
-    """The writer's callbacks and sleep, recorded."""
+    """The writer's callbacks and sleep, recorded; a writer that sleeps 1,000 times for one write retries forever."""
 
     def __init__(self) -> None:
         self.retries: list[str] = []
@@ -57,6 +60,8 @@ class Recorder:
 
     async def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
+        if len(self.sleeps) > 1000:
+            raise AssertionError("the writer retries this for ever")
 
 
 def writer(graph: FakeGraph, rec: Recorder, **kw: Any) -> GraphWriter:
@@ -76,7 +81,12 @@ def writer(graph: FakeGraph, rec: Recorder, **kw: Any) -> GraphWriter:
 
 
 ROWS = [{"id": f"w{i}", "start": i} for i in range(64)]
-
+MISCONF = (
+    "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that "
+    "may modify the data set are disabled, because this instance is configured to report errors during writes if RDB "
+    "snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB "
+    "error."
+)
 TRANSIENT = [
     pytest.param(r.ResponseError("Max pending queries exceeded"), Handling.TRANSIENT, id="max-pending-queries"),
     pytest.param(r.BusyLoadingError("Redis is loading the dataset in memory"), Handling.RECONNECT, id="LOADING"),
@@ -95,14 +105,28 @@ TRANSIENT = [
     pytest.param(r.ClusterDownError("The cluster is down"), Handling.TRANSIENT, id="CLUSTERDOWN"),
     pytest.param(r.MasterDownError("Link with MASTER is down"), Handling.TRANSIENT, id="MASTERDOWN"),
     pytest.param(r.NoPermissionError("this user has no permissions"), Handling.TRANSIENT, id="NOPERM"),
+    pytest.param(r.ResponseError(MISCONF), Handling.TRANSIENT, id="MISCONF"),
+    pytest.param(r.ResponseError("NOREPLICAS Not enough good replicas to write."), Handling.TRANSIENT, id="NOREPLICAS"),
     pytest.param(SchemaVersionMismatchException(3), Handling.TRANSIENT, id="schema-version"),
     pytest.param(r.ConnectionError("Connection refused"), Handling.RECONNECT, id="connection-refused"),
+    pytest.param(r.AuthenticationError("invalid username-password pair"), Handling.RECONNECT, id="WRONGPASS"),
     pytest.param(r.TimeoutError("Timeout reading from socket"), Handling.RECONNECT, id="socket-timeout"),
     pytest.param(ConnectionResetError(104, "reset"), Handling.RECONNECT, id="os-error"),
     pytest.param(r.ResponseError("Query timed out"), Handling.SHRINK, id="query-timeout"),
     pytest.param(r.ResponseError("Query's mem consumption exceeded capacity"), Handling.SHRINK, id="query-memory"),
 ]
-PERMANENT = [
+# Errors no rule names, or that are about the statement or the server: never a row's content.
+UNKNOWN = [
+    pytest.param(r.ResponseError("unknown command 'GRAPH.QUERY', with args beginning with: "), id="unknown-command"),
+    pytest.param(r.ResponseError("Unknown function 'nosuch'"), id="unknown-function"),
+    pytest.param(r.ResponseError("errMsg: Invalid input ')': expected '.' line: 1, column: 39, offset: 38 errCtx: "
+                                 "UNWIND $rows AS r MERGE (w:W {id: r[0]) errCtxOffset: 38"),
+                 id="statement-parse-error"),
+    pytest.param(r.ResponseError("Invalid graph operation on empty key"), id="not-a-graph"),
+    pytest.param(r.ResponseError("Division by zero"), id="division"),
+    pytest.param(r.ResponseError("Something FalkorDB 9 says"), id="unforeseen"),
+]  # fmt: skip
+CONTENT = [
     pytest.param(r.ResponseError("Type mismatch: expected Integer but was String"), id="type-mismatch"),
     pytest.param(
         r.ResponseError("Property values can only be of primitive types or arrays of primitive types"),
@@ -110,29 +134,35 @@ PERMANENT = [
     ),
     pytest.param(r.ResponseError("Cannot merge node using null property value"), id="null-merge"),
     pytest.param(r.ResponseError("unique constraint violation on node of type Window"), id="constraint"),
-    pytest.param(r.ResponseError("Division by zero"), id="division"),
+    pytest.param(r.ResponseError("errMsg: Invalid input at end of input: expected ` line: 1, column: 13, offset: 12 "
+                                 "errCtx: CYPHER `rows errCtxOffset: 12"), id="parameter-parse-error"),
     pytest.param(ValueError("Cypher map key cannot be empty"), id="client-encoding"),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("error", "handling"), TRANSIENT)
 def test_server_conditions_are_transient(error: BaseException, handling: Handling) -> None:
-    """Overload, loading, failover, memory, cluster and connection errors are never permanent."""
+    """Overload, loading, failover, memory, persistence, replicas, credentials and connection errors are transient."""
     assert classify(error) is handling
 
 
-@pytest.mark.parametrize("error", PERMANENT)
-def test_content_errors_are_permanent(error: BaseException) -> None:
-    """Errors about what the rows contain are permanent."""
-    assert classify(error) is Handling.PERMANENT
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_errors_no_rule_names_are_unknown(error: BaseException) -> None:
+    """An unknown command or function, a parse error in the statement (not in its parameters) or an unforeseen server
+    condition is not about any row's content."""
+    assert classify(error) is Handling.UNKNOWN
 
 
-def test_an_unforeseen_error_is_unknown() -> None:
-    """A server error no rule names is unknown (bounded retries), not permanent at once."""
-    assert classify(r.ResponseError("Something FalkorDB 9 says")) is Handling.UNKNOWN
+@pytest.mark.parametrize("error", CONTENT)
+def test_content_errors_name_a_value(error: BaseException) -> None:
+    """Only what FalkorDB says of a value it was given (or the client cannot encode) is about content."""
+    assert classify(error) is Handling.CONTENT
 
 
-@pytest.mark.parametrize(("error", "handling"), [p for p in TRANSIENT if "SHRINK" not in str(p.values[1])])
+@pytest.mark.parametrize(
+    ("error", "handling"),
+    [p for p in TRANSIENT if "SHRINK" not in str(p.values[1])] + [(*p.values, Handling.UNKNOWN) for p in UNKNOWN],
+)
 async def test_transient_errors_are_retried_until_every_row_is_written(
     error: BaseException, handling: Handling
 ) -> None:
@@ -147,6 +177,20 @@ async def test_transient_errors_are_retried_until_every_row_is_written(
     assert rec.connects == (8 if handling is Handling.RECONNECT else 1)  # only a suspect connection is dropped
 
 
+@pytest.mark.parametrize("error", [r.ResponseError(MISCONF), r.ResponseError("Something FalkorDB 9 says")])
+async def test_a_persistent_unknown_or_persistence_error_never_drops_a_row(error: BaseException) -> None:
+    """The server refuses every statement 300 times (about 50 minutes of capped backoff): the writer keeps waiting,
+    counts each retry, rejects nothing, and writes every row once the server takes them again."""
+    graph = FakeGraph(lambda rows, n: error if n <= 300 else None)
+    rec = Recorder()
+    w = writer(graph, rec)
+    written = await w.write_rows("windows", STATEMENT, ROWS)
+    assert rec.rejected == [] and written == 64 and graph.written == ROWS
+    assert len(rec.retries) == 300
+    if classify(error) is Handling.UNKNOWN:
+        assert w.telemetry.events["unknown_errors"] == 300  # visible apart, for an alert
+
+
 async def test_a_statement_too_big_for_the_server_is_written_in_halves() -> None:
     """A query timeout on more than 8 rows: the batch is split until the pieces pass; nothing is rejected."""
     graph = FakeGraph(lambda rows, n: r.ResponseError("Query timed out") if len(rows) > 8 else None)
@@ -156,16 +200,42 @@ async def test_a_statement_too_big_for_the_server_is_written_in_halves() -> None
     assert len(rec.retries) == 7  # 64 -> 2x32 -> 4x16 -> 8x8: one retry per refused statement
 
 
-async def test_a_single_row_that_times_out_is_retried_not_dropped() -> None:
-    """One row cannot be split further: its timeout is retried like any transient error."""
-    graph = FakeGraph(lambda rows, n: r.ResponseError("Query timed out") if n <= 3 else None)
-    rec = Recorder()
-    assert await writer(graph, rec).write_rows("windows", STATEMENT, ROWS[:1]) == 1
-    assert rec.rejected == [] and len(rec.sleeps) == 3
+def _too_big(rows: list[Any], n: int) -> BaseException | None:
+    """FalkorDB's query memory bound, for any statement carrying more than 1,000 characters of text."""
+    return r.ResponseError("Query's mem consumption exceeded capacity") if len(json.dumps(rows)) > 1_000 else None
 
 
-async def test_a_permanent_error_isolates_exactly_the_bad_rows() -> None:
-    """Two rows the graph refuses among 64: they are found by halving, dropped and counted; 62 are written."""
+async def test_one_row_too_big_alone_is_trimmed_and_the_rows_behind_it_are_written() -> None:
+    """A row whose 5,000-character value alone exceeds the query memory bound: its text is cut (and marked) until
+    the server takes it, counted; the 63 rows behind it are written; nothing is rejected."""
+    rows = [{"id": "w0", "start": "x" * 5_000}, *ROWS[1:]]
+    graph, rec = FakeGraph(_too_big), Recorder()
+    w = writer(graph, rec)
+    assert await w.write_rows("windows", STATEMENT, rows) == 64
+    assert rec.rejected == [] and {row["id"] for row in graph.written} == {row["id"] for row in rows}
+    [big] = [row for row in graph.written if row["id"] == "w0"]
+    assert big["start"].startswith("x" * 256) and big["start"].endswith("trimmed to 625 of 5000 characters]")
+    assert w.telemetry.events["rows_trimmed"] == 1
+
+
+async def test_a_trace_too_big_alone_is_written_in_parts() -> None:
+    """A trace row whose kept spans together exceed the bound but each fits: it is written in parts (each with the
+    trace's own fields), counted; every span is written once and none is trimmed."""
+    spans = [[f"{i:016x}", None, "svc", "1", "op", "server", 1.0, 2.0, "ok", "", 0, "", "", "", 0, "s" * 200]
+             for i in range(12)]  # fmt: skip
+    trace = {"id": "t" * 32, "root": "GET /", "service": "svc", "start": 1.0, "end": 2.0, "status": "ok",
+             "version": "1", "rooted": True, "omitted": None, "spans": spans}  # fmt: skip
+    graph, rec = FakeGraph(_too_big, columns=()), Recorder()
+    w = writer(graph, rec)
+    assert await w.write_rows("traces", schema.UPSERTS["traces"], [list(trace.values())]) == 1
+    assert rec.rejected == [] and w.telemetry.events["rows_split"] >= 3 and "rows_trimmed" not in w.telemetry.events
+    assert all(row[:9] == list(trace.values())[:9] for row in graph.written)
+    assert sorted(span for row in graph.written for span in row[9]) == spans
+
+
+async def test_a_content_error_isolates_exactly_the_bad_rows_into_the_dead_letters() -> None:
+    """Two rows the graph refuses among 64: they are found by halving, counted, and handed over as dead rows with
+    their content and the reason; 62 are written."""
     bad = {"w7", "w40"}
 
     def fault(rows: list[Any], n: int) -> BaseException | None:
@@ -173,26 +243,14 @@ async def test_a_permanent_error_isolates_exactly_the_bad_rows() -> None:
             return r.ResponseError("Type mismatch: expected Integer but was Map")
         return None
 
-    graph, rec = FakeGraph(fault), Recorder()
-    assert await writer(graph, rec).write_rows("windows", STATEMENT, ROWS) == 62
+    graph, rec, dead = FakeGraph(fault), Recorder(), []
+    assert await writer(graph, rec).write_rows("windows", STATEMENT, ROWS, dead) == 62
     assert rec.rejected == [("windows", 1), ("windows", 1)] and rec.retries == [] and rec.sleeps == []
     assert {row["id"] for row in graph.written} == {row["id"] for row in ROWS} - bad
-
-
-async def test_an_unknown_error_that_passes_loses_nothing() -> None:
-    """An unforeseen error that goes away within ``unknown_attempts`` is retried, and every row is written."""
-    graph = FakeGraph(lambda rows, n: r.ResponseError("new server condition") if n <= 2 else None)
-    rec = Recorder()
-    assert await writer(graph, rec, unknown_attempts=3).write_rows("windows", STATEMENT, ROWS) == 64
-    assert rec.rejected == [] and len(rec.retries) == 2
-
-
-async def test_an_unknown_error_that_persists_is_treated_as_permanent() -> None:
-    """An unforeseen error on one row: retried ``unknown_attempts`` times, then isolated without more retries."""
-    graph = FakeGraph(lambda rows, n: r.ResponseError("no rule for this") if ROWS[5] in rows else None)
-    rec = Recorder()
-    assert await writer(graph, rec, unknown_attempts=3).write_rows("windows", STATEMENT, ROWS) == 63
-    assert rec.rejected == [("windows", 1)] and len(rec.sleeps) == 2 and ROWS[5] not in graph.written
+    assert sorted(d.row["id"] for d in dead) == sorted(bad)
+    for d in dead:
+        assert json.loads(d.value) == {"op": "windows", "row": d.row}
+        assert dict(d.headers)["reason"] == b"graph_row_refused" and b"Type mismatch" in dict(d.headers)["error"]
 
 
 async def test_stopping_ends_a_transient_wait_with_write_aborted() -> None:
@@ -206,10 +264,33 @@ async def test_stopping_ends_a_transient_wait_with_write_aborted() -> None:
 
 
 async def test_a_query_refused_for_good_raises_falkordbs_own_error() -> None:
-    """``query`` retries transient errors, and raises a permanent one as the ResponseError FalkorDB sent."""
-    errors = [r.ReadOnlyError("READONLY"), r.ResponseError("Type mismatch: expected Node but was Relationship")]
-    graph = FakeGraph(lambda rows, n: errors[n - 1] if n <= 2 else None)
+    """``query`` retries transient and unknown errors, and raises a content error as the ResponseError FalkorDB
+    sent."""
+    errors = [r.ReadOnlyError("READONLY"), r.ResponseError("unknown command 'X'"),
+              r.ResponseError("Type mismatch: expected Node but was Relationship")]  # fmt: skip
+    graph = FakeGraph(lambda rows, n: errors[n - 1] if n <= 3 else None)
     rec = Recorder()
     with pytest.raises(r.ResponseError, match="Type mismatch"):
         await writer(graph, rec).query("MATCH (n) RETURN n")
-    assert rec.retries == ["query"]
+    assert rec.retries == ["query", "query"]
+
+
+async def test_a_write_failing_for_long_makes_the_writer_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a statement keeps failing (here: MISCONF) past the health bound, the health check fails and the
+    ``write_stalled`` gauge is 1; both clear once it is written."""
+    clock = [1_000.0]
+    monkeypatch.setattr("sinks.graph.writer.time.monotonic", lambda: clock[0])
+    seen: list[tuple[bool, float]] = []
+    rec = Recorder()
+    graph = FakeGraph(lambda rows, n: r.ResponseError(MISCONF) if n <= 5 else None)
+    w = writer(graph, rec)
+    w.ready = True
+
+    async def sleep(seconds: float) -> None:
+        seen.append((w.healthy(), w.telemetry.state["write_stalled"]))
+        clock[0] += 5
+
+    w._sleep = sleep
+    assert await w.write_rows("windows", STATEMENT, ROWS) == 64
+    assert seen[0] == (True, 1) and seen[-1] == (False, 1)
+    assert w.healthy() and w.telemetry.state["write_stalled"] == 0

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import signal
 import threading
 import time
@@ -17,7 +19,8 @@ import redis
 from falkordb import FalkorDB
 
 from sinks.graph import schema
-from sinks.graph.writer import GraphWriter
+from sinks.graph.params import header
+from sinks.graph.writer import DeadRow, GraphWriter
 from streamer.engines import falkordb as engine
 from streamer.engines.layout import Layout
 from streamer.engines.process import alive, free_port, stop
@@ -70,7 +73,7 @@ def _windows(n: int, prefix: str = "w") -> list[dict[str, Any]]:
 
 
 def _ids(state: EngineState, graph: str = "g") -> set[str]:
-    result = FalkorDB(port=state.port).select_graph(graph).query("MATCH (w:Window) RETURN w.id")
+    result = FalkorDB(port=state.port).select_graph(graph).ro_query("MATCH (w:Window) RETURN w.id")
     return {row[0] for row in result.result_set}
 
 
@@ -133,15 +136,17 @@ async def test_max_pending_queries_exceeded_is_retried_and_every_row_is_written(
 
 async def test_a_row_the_graph_refuses_is_isolated_and_the_rest_written(falkordb: EngineState) -> None:
     """Among 64 rows, one with a map property and one with a null key: FalkorDB refuses exactly those two, which are
-    dropped and counted; the other 62 are written, without a single retry."""
+    counted and handed over to be dead-lettered with their content; the other 62 are written, without a retry."""
     rec = Recorder()
     writer = _writer(falkordb, rec)
     await writer.bootstrap()
     rows = _windows(64)
     rows[10] = {**rows[10], "start": {"nested": 1}}  # "Property values can only be of primitive types ..."
     rows[50] = {**rows[50], "id": None}  # "Cannot merge node using null property value"
+    dead: list[DeadRow] = []
     try:
-        assert await writer.write_rows("windows", WINDOWS, rows) == 62
+        assert await writer.write_rows("windows", WINDOWS, rows, dead) == 62
+        assert sorted([d.row for d in dead], key=str) == sorted([rows[10], rows[50]], key=str)
         assert rec.rejected == [("windows", 1), ("windows", 1)] and rec.retries == []
         assert _ids(falkordb) == {r["id"] for r in rows} - {"w10", None}
     finally:
@@ -181,3 +186,89 @@ async def test_a_falkordb_killed_and_restarted_mid_write_gets_every_row(tmp_path
     finally:
         await writer.close()
         stop(state.pid, grace_s=5)
+
+
+def _persistence(state: EngineState, *, failing: bool) -> None:
+    """Make FalkorDB's snapshots fail (a directory where the RDB file goes: the rename that ends a BGSAVE fails, as
+    on a full or read-only disk, whoever runs it) or succeed again, then run a BGSAVE and wait for its outcome.
+    With ``stop-writes-on-bgsave-error yes`` (the default) a failed snapshot makes every write fail with MISCONF."""
+    blocker = Path(state.data_dir) / "dump.rdb"
+    if failing:
+        (blocker / "in-the-way").mkdir(parents=True, exist_ok=True)
+    else:
+        shutil.rmtree(blocker, ignore_errors=True)
+    control = redis.Redis(port=state.port)
+    try:
+        assert control.config_get("stop-writes-on-bgsave-error")["stop-writes-on-bgsave-error"] == "yes"
+        deadline = time.monotonic() + 30
+        while control.info("persistence")["rdb_bgsave_in_progress"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        control.bgsave()
+        while control.info("persistence")["rdb_bgsave_in_progress"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert control.info("persistence")["rdb_last_bgsave_status"] == ("err" if failing else "ok")
+    finally:
+        control.close()
+
+
+async def test_persistence_failing_misconf_drops_nothing_and_everything_is_written_once_it_recovers(
+    falkordb: EngineState,
+) -> None:
+    """A real MISCONF: FalkorDB cannot persist (its snapshot fails) and refuses every write. The writer retries far
+    longer than any error budget (at least 30 retries and 3 s), rejects no row, writes nothing meanwhile; once
+    snapshots succeed again every one of the 640 rows is written, exactly once."""
+    rec = Recorder()
+    writer = _writer(falkordb, rec)
+    await writer.bootstrap()
+    rows = _windows(640)
+    _persistence(falkordb, failing=True)
+    with pytest.raises(redis.ResponseError, match=r"^MISCONF"):
+        FalkorDB(port=falkordb.port).select_graph("g").query("CREATE (:Probe)")
+
+    async def write_all() -> int:
+        return sum([await writer.write_rows("windows", WINDOWS, rows[i : i + 64]) for i in range(0, len(rows), 64)])
+
+    task = asyncio.create_task(write_all())
+    try:
+        began = time.monotonic()
+        await _until(lambda: (len(rec.retries) >= 30 and time.monotonic() - began >= 3) or task.done(), "retries")
+        assert not task.done(), f"the write ended while FalkorDB refused it: {rec.rejected} rejected"
+        assert rec.rejected == [] and _ids(falkordb) == set()
+        assert not writer.healthy() or time.monotonic() - began < 10
+        _persistence(falkordb, failing=False)
+        assert await asyncio.wait_for(task, 30) == 640
+        assert rec.rejected == [] and _ids(falkordb) == {r["id"] for r in rows}
+        assert writer.healthy()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await writer.close()
+
+
+async def test_one_row_over_the_query_memory_bound_is_trimmed_and_the_batch_behind_it_is_written(
+    falkordb: EngineState,
+) -> None:
+    """With QUERY_MEM_CAPACITY at 1 MiB, one row of 64 carries a 3 MiB text: the server refuses any statement with
+    it (even alone); the row is written with that text trimmed (marked, counted), the 63 behind it as they are."""
+    rec = Recorder()
+    writer = _writer(falkordb, rec)
+    await writer.bootstrap()
+    control = redis.Redis(port=falkordb.port)
+    control.execute_command("GRAPH.CONFIG", "SET", "QUERY_MEM_CAPACITY", str(1 << 20))
+    rows = _windows(64)
+    rows[0] = {**rows[0], "start": "x" * (3 << 20)}
+    try:
+        with pytest.raises(redis.ResponseError, match="exceeded capacity"):
+            await writer._graph.query(header({"rows": rows[:1]}) + WINDOWS)
+        assert await asyncio.wait_for(writer.write_rows("windows", WINDOWS, rows), 60) == 64
+        assert rec.rejected == [] and _ids(falkordb) == {r["id"] for r in rows}
+        graph = FalkorDB(port=falkordb.port).select_graph("g")
+        [[size, tail]] = graph.query("MATCH (w:Window {id: 'w0'}) RETURN size(w.start), right(w.start, 40)").result_set
+        assert 256 <= size < 1 << 20 and tail.endswith(f"of {3 << 20} characters]")
+        assert writer.telemetry.events["rows_trimmed"] == 1
+    finally:
+        control.close()
+        await writer.close()
