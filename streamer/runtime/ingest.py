@@ -15,10 +15,11 @@ watermark in each partition), and to the commit time an active Debezium partitio
 consumer behind on row changes holds the entities stage back instead of letting it judge rows without them). The
 entities stage's event time is the minimum of these.
 
-Clock sanity: a span ending more than ``windows.max_future_skew_s`` after the wall clock, or one longer than
-``windows.max_span_duration_s`` (or ending before it starts), and a row change committed in the future beyond that
-skew are never assembled, fed to watermarks or to retention: they are dropped and counted (``clock``), and the
-original message is dead-lettered (reason ``clock_skew``) so that nothing is lost.
+Clock sanity comes first, before anything sees a time: a span ending more than ``windows.max_future_skew_s`` after
+the wall clock, or one longer than ``windows.max_span_duration_s`` (or ending before it starts), and a row change
+committed in the future beyond that skew are never assembled, fed to watermarks (the spans' or Debezium's), to the
+table keys or to retention: they are dropped and counted (``clock``), and the original message is dead-lettered
+(reason ``clock_skew``) so that nothing is lost.
 
 Containment (see :mod:`streamer.runtime.stage`): a span's detail (its attributes, read lazily) is read while its
 message is at hand, so a span whose detail cannot be read is dropped and its message dead-lettered
@@ -174,17 +175,18 @@ class IngestStage(Stage):
         if not changes:
             self.metrics.decoded.labels("tombstone").inc()
         topic = self.settings.kafka.accesses_topic
+        self.metrics.decoded.labels("row_change").inc(len(changes))
         limit = self.clock() + self._future_ns
-        if changes:
-            self.cdc_marks.observe((record.topic, record.partition), max(c.commit_ts_ms for c in changes) * MS_NS)
-        for change in changes:
-            self.metrics.decoded.labels("row_change").inc()
+        sane = [c for c in changes if c.commit_ts_ms * MS_NS <= limit]  # before anything sees their times
+        if len(sane) < len(changes):
+            future = len(changes) - len(sane)
+            self._clock_drops.drop("future_time", future)
+            self._dead_letter(record, "clock_skew", f"{future} change(s) committed beyond the wall clock + "
+                              f"{self._future_ns / 1e9:g} s", out)  # fmt: skip
+        if sane:
+            self.cdc_marks.observe((record.topic, record.partition), max(c.commit_ts_ms for c in sane) * MS_NS)
+        for change in sane:
             self.extractor.keys.learn(change)
-            if change.commit_ts_ms * MS_NS > limit:
-                self._clock_drops.drop("future_time")
-                self._dead_letter(record, "clock_skew", f"commit at {change.commit_ts_ms} ms is beyond the wall "
-                                  f"clock + {self._future_ns / 1e9:g} s", out)  # fmt: skip
-                continue
             out.produce.append(Message(topic, self._routing_key(change).encode(), internal.encode_row_change(change)))
 
     def _count_unkeyed(self, table: str) -> None:

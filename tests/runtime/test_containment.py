@@ -24,7 +24,7 @@ import streamer.runtime.stage
 from processors.detectors.collisions import CollisionDetector
 from streamer.runtime.metrics import Metrics
 from tests.otlp_factory import ShopTelemetry, to_proto
-from tests.runtime.chain import MS, SPANS, T0, Chain, S, Scenario
+from tests.runtime.chain import CDC, MS, SPANS, T0, Chain, S, Scenario
 
 QUICK = {"TRACE_REPRO_WINDOWS__TRACE_GAP_S": "0.2", "TRACE_REPRO_WINDOWS__IDLE_S": "0.3"}
 
@@ -172,6 +172,40 @@ def test_an_error_at_the_end_of_a_batch_never_leaves_the_stage(
     assert dropped(chain.metrics, "ingest", "batch_end_error") == 2
     [line] = lines(logged, "stage.batch_end_failed")
     assert "Injected" in line["exception"]
+
+
+# ---- clock sanity -------------------------------------------------------------------------------------------------
+
+
+def test_a_row_change_committed_years_ahead_is_dead_lettered_before_any_watermark_sees_it() -> None:
+    """A row change committed ten years ahead comes first on the CDC topic, ordinary traffic after it (a lost update),
+    with the spans and the row changes read by two stage-1 instances (``--workers``). The change is dead-lettered,
+    nothing else is, and the lost update is found. (Before: its commit time moved the CDC instance's low watermark
+    before it was dead-lettered; stage 2 refused every later watermark of that instance as being in the future, so
+    its event time stayed where that instance last promised until the promise expired: here never, the lost update
+    never found, and every watermark record of that instance dead-lettered.)"""
+    scenario = Scenario()
+    scenario.lost_update(7, T0 + 2 * S)
+    _, key, value, topic = scenario.changes[0]
+    future = json.loads(value)
+    future["source"]["ts_ms"] += 10 * 365 * 86_400_000
+    future["source"]["lsn"] = 8
+    scenario.changes.insert(0, (T0 + S, key, json.dumps(future).encode(), topic))
+    chain = Chain({**QUICK, "TRACE_REPRO_WINDOWS__UPSTREAM_EXPIRY_S": "600"}, owners=[((SPANS, 0),), ((CDC, 0),)])
+    refused = []
+    judge = chain.entities.process
+
+    def process(records: Any) -> Any:
+        out = judge(records)
+        refused.extend(m for m in out.produce if m.topic == chain.settings.kafka.dlq_topic)
+        return out
+
+    chain.entities.process = process  # type: ignore[method-assign]
+    found = chain.run(scenario, random.Random(1), wall_step_s=0.5, polls=True)
+    assert [(e["entity"], e["anomaly"]) for e in found.incidents] == [("orders:7", "lost_update")]
+    assert (found.dead_letters, len(refused)) == (1, 0)
+    assert chain.metrics.telemetry("clock").dropped["future_time"] == 1
+    assert chain.committable_everywhere()
 
 
 # ---- stage 2 ------------------------------------------------------------------------------------------------------
