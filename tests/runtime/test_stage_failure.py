@@ -21,14 +21,18 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import structlog
+from aiokafka import TopicPartition
 
 import streamer.runtime.app
 import streamer.runtime.runner
+from streamer import config
 from streamer.runtime.http import HttpServer
+from streamer.runtime.metrics import Metrics
+from streamer.runtime.runner import StageRunner, _Rebalance
 from tests.harness import Harness, harness_env, harness_settings
 
 pytestmark = pytest.mark.engines
@@ -227,3 +231,22 @@ def test_with_workers_a_worker_whose_stage_died_exits_non_zero_and_is_restarted(
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+
+
+async def test_a_rebalance_callback_that_raises_ends_the_stage_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka logs and swallows what a rebalance listener raises; a hand-over that failed half-way (the batch in
+    flight not durable, a partition half forgotten) must not leave the stage running on: the runner reports it at
+    once and its loop ends on it. (Before: the exception went to aiokafka, which logged it and carried on.)"""
+    failures: list[tuple[str, BaseException]] = []
+    settings = config.load(None, env={})
+    runner = StageRunner("entities", cast(Any, None), settings=settings, group_id="g", graph=cast(Any, None),
+                         producer=cast(Any, None), metrics=Metrics())  # fmt: skip
+    runner.on_failure = lambda name, exc: failures.append((name, exc))
+    error = Injected("half a hand-over")
+
+    async def revoke(revoked: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(runner, "revoke", revoke)
+    await _Rebalance(runner).on_partitions_revoked([TopicPartition("accesses", 0)])
+    assert failures == [("entities", error)] and runner._broken is error
