@@ -22,7 +22,7 @@ Kinds:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -98,14 +98,28 @@ class Context(Protocol):
         """Publish an event on the output topic of its kind (sink-shaped connectors)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """One unit of a processor's state (a row being judged, a window being closed) whose handling raised: the
+    processor dropped it and went on with the others. ``what`` names it for the log (``"row orders:7"``), ``error``
+    is what it raised, and ``held`` names the keyed state that held its input (``(store, key)`` pairs), so that the
+    runtime can log which input offsets it came from (the processor may already have released them)."""
+
+    what: str
+    error: Exception
+    held: tuple[tuple[str, Hashable], ...] = ()
+
+
 @dataclass
 class Emit:
-    """What processors hand the runtime at a watermark: events to publish, graph rows to write and (stage 1) relays
-    to the stage-2 processor of the same component."""
+    """What processors hand the runtime at a watermark: events to publish, graph rows to write, (stage 1) relays
+    to the stage-2 processor of the same component, and the units of state they had to quarantine (the runtime
+    counts and logs them; see :class:`Quarantined`)."""
 
     events: list[Published] = field(default_factory=list)
     graph: GraphBatch = field(default_factory=GraphBatch)
     relays: list[Relay] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
 
 
 class Processor:
@@ -138,7 +152,12 @@ class Processor:
         partition ``part``; raises ``ValueError`` when its body does not validate (the record is dead-lettered)."""
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
-        """Event time reached ``watermark_ns`` (no open trace started before ``open_since_ns``): emit."""
+        """Event time reached ``watermark_ns`` (no open trace started before ``open_since_ns``): emit.
+
+        A processor that handles many units of state here (rows, windows) guards each one: a unit whose handling
+        raises is dropped with its state (releasing the input it held) and reported in ``out.quarantined``, and
+        the others are still handled and emitted. An exception that escapes the hook is counted against the
+        processor and loses whatever the hook had not handled yet."""
 
     def on_revoke(self, part: str) -> None:
         """Input partition ``part`` (``"otlp_spans/3"``) went to another instance: drop what it contributed to
@@ -174,4 +193,15 @@ class Factory(Generic[C, T]):
         return self.section or self.name
 
 
-__all__ = ["Context", "Emit", "Factory", "GraphQueries", "Kind", "Processor", "Publish", "Section", "Stage"]
+__all__ = [
+    "Context",
+    "Emit",
+    "Factory",
+    "GraphQueries",
+    "Kind",
+    "Processor",
+    "Publish",
+    "Quarantined",
+    "Section",
+    "Stage",
+]

@@ -49,7 +49,7 @@ class Harness:
         while not self.daemon.started or any(r.consumer is None or not r.consumer.assignment()
                                               for r in self.daemon.runners):  # fmt: skip
             if self.task.done():
-                self.task.result()
+                raise AssertionError(f"the daemon stopped while starting (exit status {self.task.result()})")
             assert time.monotonic() < deadline, "daemon did not become ready"
             await asyncio.sleep(0.05)
 
@@ -117,7 +117,7 @@ class Harness:
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if self.task is not None and self.task.done():
-                self.task.result()
+                raise AssertionError(f"the daemon stopped (exit status {self.task.result()}) waiting for {what}")
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             await asyncio.sleep(0.2)
 

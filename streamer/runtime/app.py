@@ -5,6 +5,15 @@ deployments (``--stage ingest`` / ``--stage entities``) on as many machines as p
 and stage connector runs in the stage its factory names; every sink and sink-shaped connector consumes the output
 topics its factory names as a consumer group of its own (a slow GitLab never holds detection back). The graph
 and Kafka sinks are the runtime's own. ``/readyz`` reflects every sink's health, checked in the background.
+
+No dead stage in a live process. Each stage runner, sink runner and the health loop runs as a supervised task: one
+that raises, is cancelled, or ends while the daemon should be running is a failure, logged at once with its
+traceback (``stage.failed``, ``sink.failed``); ``/healthz`` and ``/readyz`` then answer 503 saying what failed, and
+the daemon stops: the other tasks get ``STOP_GRACE_S`` to finish their batch, commit and leave their groups, then
+are cancelled and given ``CANCEL_GRACE_S`` more; whatever still runs after that (a client stuck on an engine) is
+left behind, and the process exits with status 1 (:func:`run_daemon` does not wait for it). A restart then replays
+from the committed offsets; restarting is the orchestrator's (or, with ``--workers``, the supervisor's) job, with
+its backoff and its count, never a stage restarted in place on state the failure left behind.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any
 
 import structlog
 from aiokafka.errors import KafkaError
@@ -37,6 +48,9 @@ from streamer.runtime.topics import create_topics
 
 log = structlog.get_logger("trace_repro")
 HEALTH_EVERY_S = 10.0
+STOP_GRACE_S = 10.0  # after a failure: how long the other tasks have to finish their batch, commit and leave
+CANCEL_GRACE_S = 5.0  # then they are cancelled, and given this long to unwind; what still runs is left behind
+CLOSE_S = 10.0  # each of the producer's and the graph's close, at the end
 
 
 async def ensure_topics(settings: CoreSettings) -> None:
@@ -67,7 +81,11 @@ class Daemon:
         self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"),
                                retention=settings.graph_policy)  # fmt: skip
         self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"), stopping=self.stop)
-        self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness)
+        self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness,
+                               self._liveness)  # fmt: skip
+        self.failure = ""  # what failed first ("stage ingest: ValueError"): the daemon stops and exits 1
+        self._failed_tasks: set[str] = set()
+        self._failed = asyncio.Event()
         self.runners: list[StageRunner] = []
         self.sink_runners: list[SinkRunner] = []
         self.ingest: IngestStage | None = None
@@ -106,7 +124,8 @@ class Daemon:
 
     def _runner(self, stage: IngestStage | EntityStage, group: str) -> StageRunner:
         return StageRunner(stage.name, stage, settings=self.settings, group_id=group, graph=self.graph,
-                           producer=self.producer, metrics=self.metrics)  # fmt: skip
+                           producer=self.producer, metrics=self.metrics,
+                           on_failure=lambda name, exc: self.fail(f"stage {name}", exc))  # fmt: skip
 
     # ---- health -----------------------------------------------------------------------------------------------
 
@@ -124,7 +143,12 @@ class Daemon:
             self._healthy.labels(sink.name).set(1 if ok else 0)
         return dict(self._health)
 
+    def _liveness(self) -> tuple[bool, str]:
+        return (False, f"failed: {self.failure}") if self.failure else (True, "")
+
     def _readiness(self) -> tuple[bool, str]:
+        if self.failure:
+            return False, f"failed: {self.failure}"
         if not self.started:
             return False, "starting"
         failing = sorted(name for name, ok in self._health.items() if not ok)
@@ -136,9 +160,60 @@ class Daemon:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), HEALTH_EVERY_S)
 
+    # ---- failures ---------------------------------------------------------------------------------------------
+
+    def fail(self, task: str, exc: BaseException | None, why: str = "") -> None:
+        """``task`` ("stage ingest", "sink gitlab") failed: logged now with its traceback (once per task), the
+        health checks fail, and the daemon stops (exit status 1)."""
+        if task in self._failed_tasks:
+            return
+        self._failed_tasks.add(task)
+        if not why:
+            why = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__ if exc else "failed"
+        self.failure = self.failure or f"{task}: {why}"
+        event = f"{task.split(' ', 1)[0]}.failed" if task.startswith(("stage ", "sink ")) else "task.failed"
+        log.error(event, task=task, error=why, detail=str(exc)[:300] if exc is not None else "",
+                  exc_info=exc if isinstance(exc, BaseException) else None)  # fmt: skip
+        self.stop.set()
+        self._failed.set()
+
+    async def _supervised(self, task: str, work: Awaitable[None]) -> None:
+        """Run ``work``; raising, being cancelled or returning while the daemon should run is a failure."""
+        try:
+            await work
+        except asyncio.CancelledError as exc:
+            if not self.stop.is_set():
+                self.fail(task, exc, "cancelled")
+            raise
+        except Exception as exc:
+            self.fail(task, exc)
+        else:
+            if not self.stop.is_set():
+                self.fail(task, None, "ended while the daemon was running")
+
+    async def _wind_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        """After ``stop``: every task finishes its batch and commits. Once something failed, they get
+        ``STOP_GRACE_S``, then are cancelled and get ``CANCEL_GRACE_S``; what still runs is named and left."""
+        if not tasks:
+            return
+        everything: asyncio.Future[list[Any]] = asyncio.gather(*tasks, return_exceptions=True)
+        failed: asyncio.Future[Any] = asyncio.ensure_future(self._failed.wait())
+        await asyncio.wait([everything, failed], return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        if not everything.done():
+            await asyncio.wait([everything], timeout=STOP_GRACE_S)
+        if not everything.done():
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait([everything], timeout=CANCEL_GRACE_S)
+        if not everything.done():
+            log.error("daemon.abandoned", tasks=sorted(t.get_name() for t in tasks if not t.done()),
+                      reason=f"still running {STOP_GRACE_S + CANCEL_GRACE_S:g} s after the failure")  # fmt: skip
+
     # ---- running ----------------------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        """Run until stopped; the exit status: 0, or 1 when a stage, a sink runner or the health loop failed."""
         s = self.settings
         await self.http.start()
         log.info("daemon.starting", kafka=s.kafka.bootstrap, falkordb=s.falkordb.redacted_url, graph=s.graph_name,
@@ -151,23 +226,30 @@ class Daemon:
             if self.ingest is not None:
                 for contract in await self.graph.stored_contracts():  # a restart keeps watching them
                     self.ingest.on_event(contract)
-            tasks = [asyncio.create_task(r.run(self.stop), name=r.name) for r in self.runners]
-            tasks += [asyncio.create_task(r.run(self.stop), name=f"sink-{r.name}") for r in self.sink_runners]
-            tasks.append(asyncio.create_task(self._health_loop(), name="health"))
+            tasks = [self._task(f"stage {r.name}", r.run(self.stop), r.name) for r in self.runners]
+            tasks += [self._task(f"sink {r.name}", r.run(self.stop), f"sink-{r.name}") for r in self.sink_runners]
+            tasks.append(self._task("health checks", self._health_loop(), "health"))
             await self.check_health()
             self.started = True
             log.info("daemon.started", http_port=self.http.port,
                      components=[f.name for f in self.components.factories])  # fmt: skip
-            stopped = asyncio.create_task(self.stop.wait())
-            await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
-            self.stop.set()
-            await asyncio.gather(*tasks, return_exceptions=False)
+            await self.stop.wait()
+            await self._wind_down(tasks)
         finally:
-            await self.producer.close()
-            await self.graph.close()
+            for what, closing in (("kafka", self.producer.close()), ("graph", self.graph.close())):
+                try:
+                    await asyncio.wait_for(closing, CLOSE_S)
+                except Exception as exc:  # stopping anyway: said, not raised over what stopped the daemon
+                    log.warning("daemon.close_failed", sink=what, error=type(exc).__name__)
             await self.http.stop()
+        if self.failure:
+            log.error("daemon.failed", reason=self.failure, exit_code=1)
+            return 1
         log.info("daemon.stopped")
         return 0
+
+    def _task(self, task: str, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return asyncio.create_task(self._supervised(task, work), name=name)
 
 
 async def _main(settings: CoreSettings, stages: tuple[str, ...], components: Components | None) -> int:
@@ -182,7 +264,30 @@ async def _main(settings: CoreSettings, stages: tuple[str, ...], components: Com
         return 1
 
 
+def run_daemon(main: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run(main)``, but what ``main`` leaves running (a task stuck on an engine after the daemon gave up
+    on it) is cancelled and given ``CANCEL_GRACE_S``, then left behind: the process exits with ``main``'s status
+    instead of waiting on it (``asyncio.run`` would wait for every task it cancels, for as long as they take)."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=CANCEL_GRACE_S))
+                if stuck:
+                    log.error("daemon.abandoned", tasks=sorted(t.get_name() for t in stuck))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
 def serve(settings: CoreSettings, stages: tuple[str, ...] = ("ingest", "entities"),
           components: Components | None = None) -> int:  # fmt: skip
     logs.configure()
-    return asyncio.run(_main(settings, stages, components))
+    return run_daemon(_main(settings, stages, components))

@@ -19,6 +19,11 @@ its writer by the strongest evidence (trace column, txId, the statement's values
 writers; see ``processors.correlation``) or written uncorrelated and counted. Never guessed. The processors (the
 collision detector) see event time held back to the oldest change still waiting, so that no row is judged before
 its commits are credited.
+
+Containment (see :mod:`streamer.runtime.stage`): a row's changes whose crediting raises are written uncorrelated
+(never guessed) and the credit is quarantined (counted against ``correlation``, logged with the changes' offsets);
+a change whose graph row raises is quarantined (its pin released); a relay a processor refuses with anything but a
+``ValueError`` is dead-lettered naming that processor, and the other receivers still get it.
 """
 
 from __future__ import annotations
@@ -125,7 +130,10 @@ class EntityStage(Stage):
                 for partition in event.partitions:
                     marks.update(partition, event.watermark_ns)
             elif isinstance(event, Access):
-                self.correlator.add_access(event)
+                try:
+                    self.correlator.add_access(event)
+                except Exception as exc:  # the processors still get it
+                    self.record_failed(record, "correlation", exc, out)
                 for processor in self.processors:
                     self.call(processor, processor.on_access, event)
             else:
@@ -143,7 +151,10 @@ class EntityStage(Stage):
             try:
                 processor.on_relay(relay, f"{record.topic}/{record.partition}")
             except ValueError as exc:
-                self._dead_letter(record, "internal_invalid", f"relay to {relay.component}: {exc}"[:500], out)
+                self._dead_letter(record, "internal_invalid", f"relay to {relay.component}: {exc}"[:500], out,
+                                  processor.name)  # fmt: skip
+            except Exception as exc:
+                self.record_failed(record, processor.name, exc, out)
 
     # ---- the credit rule ----------------------------------------------------------------------------------------
 
@@ -163,9 +174,15 @@ class EntityStage(Stage):
                     groups.setdefault(group, []).append((key, change))
         # Inserts whose key the database assigned are matched against the table's predicate inserts: k new rows
         # that tie over the same k writers are credited together (each writer made one of them).
-        for members in groups.values():
+        for group, members in groups.items():
             by_id = {id(change): key for key, change in members}
-            for change, correlation in self.correlator.correlate_many([c for _, c in members]):
+            try:
+                credited = self.correlator.correlate_many([c for _, c in members])
+            except Exception as exc:  # written uncorrelated, never guessed
+                what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
+                self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
+                credited = [(change, None) for _, change in members]
+            for change, correlation in credited:
                 self._settle(by_id[id(change)], change, correlation, out)
         for entity in due:
             waiting = [k for k in self._waiting.get(entity, []) if k in self._pending]
@@ -177,9 +194,18 @@ class EntityStage(Stage):
     def _settle(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
         """A credited change: what it feeds holds the input it held; then it stops waiting."""
         self.tracker.inherit("pending", key)
-        self._resolved(key[0], change, correlation, out)
+        self._resolve(key, change, correlation, out)
         self._pending.discard(key)
         self.tracker.feeding(None)
+
+    def _resolve(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
+        """``_resolved``, or the change quarantined when that raises (its rows taken back; the caller releases it)."""
+        mark = out.mark()
+        try:
+            self._resolved(key[0], change, correlation, out)
+        except Exception as exc:
+            out.rollback(mark)
+            self.quarantine("correlation", f"change lsn {change.lsn} of {key[0]}", exc, [("pending", key)])
 
     def _resolved(self, entity: str, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
         """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
@@ -198,7 +224,7 @@ class EntityStage(Stage):
             waiting.remove(key)
         assert self._out is not None
         self.tracker.inherit("pending", key)
-        self._resolved(key[0], change, None, self._out)
+        self._resolve(key, change, None, self._out)
         self.tracker.feeding(self._record.source if self._record is not None else None)
 
     def _oldest_waiting_ns(self) -> int | None:

@@ -2,6 +2,8 @@
 
 ``/readyz`` answers 200 only while the daemon has started and every sink's last health check passed (the daemon
 checks them in the background, so a probe never waits on GitLab); the body names the sinks that failed.
+``/healthz`` answers 200 while the process is alive and well: 503 once a stage or a sink runner has failed (the
+daemon then stops, and exits non-zero), the body saying what failed.
 
 The worker supervisor (:mod:`streamer.runtime.workers`) serves the same three paths from what its workers answer:
 ``metrics`` and ``ready`` may then be coroutines (a scrape of every worker) instead of a registry and a function.
@@ -18,13 +20,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 Readiness = tuple[bool, str]
 
 
+def _alive() -> Readiness:
+    return True, ""
+
+
 class HttpServer:
     def __init__(self, host: str, port: int, registry: CollectorRegistry | Callable[[], Awaitable[bytes]],
-                 ready: Callable[[], Readiness | Awaitable[Readiness]]) -> None:  # fmt: skip
+                 ready: Callable[[], Readiness | Awaitable[Readiness]],
+                 live: Callable[[], Readiness] = _alive) -> None:  # fmt: skip
         self.host = host
         self.port = port
         self._metrics = registry
         self._ready = ready
+        self._live = live
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -58,7 +66,10 @@ class HttpServer:
                 return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self._metrics)
             return "200 OK", CONTENT_TYPE_LATEST, await self._metrics()
         if path == "/healthz":
-            return "200 OK", "text/plain", b"ok\n"
+            alive, why = self._live()
+            if alive:
+                return "200 OK", "text/plain", b"ok\n"
+            return "503 Service Unavailable", "text/plain", (why + "\n").encode()
         if path == "/readyz":
             answer = self._ready()
             ready, why = await answer if inspect.isawaitable(answer) else answer

@@ -15,10 +15,18 @@ watermark in each partition), and to the commit time an active Debezium partitio
 consumer behind on row changes holds the entities stage back instead of letting it judge rows without them). The
 entities stage's event time is the minimum of these.
 
-Clock sanity: a span ending more than ``windows.max_future_skew_s`` after the wall clock, or one longer than
-``windows.max_span_duration_s`` (or ending before it starts), and a row change committed in the future beyond that
-skew are never assembled, fed to watermarks or to retention: they are dropped and counted (``clock``), and the
-original message is dead-lettered (reason ``clock_skew``) so that nothing is lost.
+Clock sanity comes first, before anything sees a time: a span ending more than ``windows.max_future_skew_s`` after
+the wall clock, or one longer than ``windows.max_span_duration_s`` (or ending before it starts), and a row change
+committed in the future beyond that skew are never assembled, fed to watermarks (the spans' or Debezium's), to the
+table keys or to retention: they are dropped and counted (``clock``), and the original message is dead-lettered
+(reason ``clock_skew``) so that nothing is lost.
+
+Containment (see :mod:`streamer.runtime.stage`): a span's detail (its attributes, read lazily) is read while its
+message is at hand, so a span whose detail cannot be read is dropped and its message dead-lettered
+(``internal_error:<type>``, component ``decode``) while the message's other spans are kept. A trace whose
+handling raises when it closes (SQL analysis, graph rows, CALLS) and a window whose rows raise are quarantined:
+their rows and messages are taken back out of the batch's output, they are counted and logged with the input
+offsets they held, and the other traces and windows close as usual.
 """
 
 from __future__ import annotations
@@ -99,7 +107,6 @@ class IngestStage(Stage):
         self.handlers = {"spans": self._spans, "logs": self._logs, "row_changes": self._row_changes,
                          "events": self._events}  # fmt: skip
         self._forced: list[ClosedTrace] = []
-        self._kept: list[Sequence[Span]] = []  # this batch's spans, whose details are read at its end
         self._last_retention_ns = 0
         self.broadcast_topic = settings.kafka.accesses_topic
         self._published = (0, 0)  # (low watermark, wall time) last published; it may move back
@@ -112,13 +119,13 @@ class IngestStage(Stage):
     def _spans(self, record: Record, spans: Sequence[Span], out: StageOutput) -> None:
         self.metrics.decoded.labels("span").inc(len(spans))
         spans = self._sane(record, spans, out)
+        spans = self._readable(record, spans, out)
         if not spans:
             return
         tp = (record.topic, record.partition)
         if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
             self.metrics.late.labels("span").inc(len(spans))
         self._forced += self.traces.add(spans, len(record.value or b""))
-        self._kept.append(spans)
 
     def _sane(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
         """The spans whose times are believable; the others are dropped, counted and their message dead-lettered."""
@@ -133,6 +140,30 @@ class IngestStage(Stage):
                           f"{self._future_ns / 1e9:g} s, {absurd} with an absurd duration", out)  # fmt: skip
         return [s for s in spans if s.end_ns <= limit and 0 <= s.end_ns - s.start_ns <= self._longest_ns]
 
+    def _readable(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
+        """The spans whose detail reads (read now: a span kept in an open trace then holds nothing of its decoded
+        message); one that raises is dropped and its message dead-lettered, once, while the others are kept."""
+        try:
+            read_details(spans)
+        except Exception:  # find which: the others keep going
+            return self._readable_ones(record, spans, out)
+        return spans
+
+    def _readable_ones(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
+        kept: list[Span] = []
+        failed: Exception | None = None
+        for span in spans:
+            try:
+                read_details((span,))
+            except Exception as exc:
+                failed = failed or exc
+                continue
+            kept.append(span)
+        if failed is not None:
+            self.metrics.telemetry("decode").drop("span_detail", len(spans) - len(kept))
+            self.record_failed(record, "decode", failed, out)
+        return kept
+
     def _logs(self, record: Record, logs: Sequence[LogRecord], out: StageOutput) -> None:
         self.metrics.decoded.labels("log").inc(len(logs))
         for log_record in logs:
@@ -145,17 +176,18 @@ class IngestStage(Stage):
         if not changes:
             self.metrics.decoded.labels("tombstone").inc()
         topic = self.settings.kafka.accesses_topic
+        self.metrics.decoded.labels("row_change").inc(len(changes))
         limit = self.clock() + self._future_ns
-        if changes:
-            self.cdc_marks.observe((record.topic, record.partition), max(c.commit_ts_ms for c in changes) * MS_NS)
-        for change in changes:
-            self.metrics.decoded.labels("row_change").inc()
+        sane = [c for c in changes if c.commit_ts_ms * MS_NS <= limit]  # before anything sees their times
+        if len(sane) < len(changes):
+            future = len(changes) - len(sane)
+            self._clock_drops.drop("future_time", future)
+            self._dead_letter(record, "clock_skew", f"{future} change(s) committed beyond the wall clock + "
+                              f"{self._future_ns / 1e9:g} s", out)  # fmt: skip
+        if sane:
+            self.cdc_marks.observe((record.topic, record.partition), max(c.commit_ts_ms for c in sane) * MS_NS)
+        for change in sane:
             self.extractor.keys.learn(change)
-            if change.commit_ts_ms * MS_NS > limit:
-                self._clock_drops.drop("future_time")
-                self._dead_letter(record, "clock_skew", f"commit at {change.commit_ts_ms} ms is beyond the wall "
-                                  f"clock + {self._future_ns / 1e9:g} s", out)  # fmt: skip
-                continue
             out.produce.append(Message(topic, self._routing_key(change).encode(), internal.encode_row_change(change)))
 
     def _count_unkeyed(self, table: str) -> None:
@@ -225,19 +257,28 @@ class IngestStage(Stage):
         forced, self._forced = self._forced, []
         for trace in forced + self.traces.close_until(watermark_ns):
             self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
-            self._closed_trace(replace(trace, part=self._home(trace.trace_id)), out)
-        # The spans left in open traces: read their detail now (every closed trace's spans are read), so that the
-        # decoded messages they came in are freed with the batch instead of living as long as the longest trace.
-        kept, self._kept = self._kept, []
-        for spans in kept:
-            read_details(spans)
+            mark = out.mark()
+            try:
+                self._closed_trace(replace(trace, part=self._home(trace.trace_id)), out)
+            except Exception as exc:  # its rows and messages go; its input is released with the closed trace's
+                out.rollback(mark)
+                self.quarantine("traces", f"trace {trace.trace_id}", exc, [("traces", trace.trace_id)])
         self.tracker.feeding(None)
         open_since = self.traces.oldest_start()
         for window in self.calls.close_until(watermark_ns, open_since):
-            window_rows(window, out.graph)
+            mark = out.mark()
+            try:
+                window_rows(window, out.graph)
+            except Exception as exc:
+                out.rollback(mark)
+                self.quarantine("calls", f"window {window.window_id}", exc, ())
         relays = self.emit(watermark_ns, open_since, out).relays  # ahead of the watermark that promises them
         topic = self.settings.kafka.accesses_topic
-        out.produce.extend(Message(topic, r.key.encode(), internal.encode_relay(r)) for r in relays)
+        for relay in relays:
+            try:
+                out.produce.append(Message(topic, relay.key.encode(), internal.encode_relay(relay)))
+            except Exception as exc:
+                self.quarantine(relay.component, f"relay {relay.key}", exc, ())
         out.graph.tables.extend({"name": t, "key": list(k)} for t, k in self.extractor.keys.fresh().items())
         self._publish_watermark(self._low_watermark(watermark_ns, open_since), out)
         self._retention(watermark_ns, out)

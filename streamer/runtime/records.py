@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from processors.model.base import Published
 from processors.model.graph import GraphBatch
@@ -24,15 +24,32 @@ class StageOutput:
     release: list[Source] = field(default_factory=list)
     expire_before_ms: float | None = None  # retention: raw spans older than this (event time) may go
 
+    def mark(self) -> tuple[int, ...]:
+        """How much is in the output now (graph rows, messages, events), for :meth:`rollback`."""
+        graph = self.graph
+        return (*(len(getattr(graph, f.name)) for f in fields(graph)), len(self.produce), len(self.events))
 
-def dead_letter(record: Record, dlq_topic: str, reason: str, message: str) -> Message:
-    """The original bytes, untouched, with the reason and the source position in headers.
+    def rollback(self, mark: tuple[int, ...]) -> None:
+        """Drop what was added since ``mark``: the rows and messages of a unit whose handling failed half-way
+        (everything here is only ever appended to while a batch is processed)."""
+        graph = self.graph
+        *rows, produced, events = mark
+        for f, n in zip(fields(graph), rows, strict=True):
+            del getattr(graph, f.name)[n:]
+        del self.produce[produced:]
+        del self.events[events:]
+
+
+def dead_letter(record: Record, dlq_topic: str, reason: str, message: str, component: str = "") -> Message:
+    """The original bytes, untouched, with the reason, the component that refused it and the source position in
+    headers.
 
     The Kafka sink fits it to the dead-letter topic's ``max.message.bytes`` when it is sent: a copy too large is cut,
     with its original size (``truncated``) and digest (``original.sha256``) in headers (:mod:`sinks.kafka.sizing`).
     """
     headers = (
         ("reason", reason.encode()),
+        ("component", component.encode("utf-8", "replace")),
         ("error", message[:1000].encode("utf-8", "replace")),
         ("source.topic", record.topic.encode("utf-8", "replace")),
         ("source.partition", str(record.partition).encode()),

@@ -15,6 +15,11 @@ outage pauses the loop where it is: a send waits for the broker (the Kafka sink 
 failed poll or commit is tried again after a jittered backoff; nothing is committed past what is durable.
 Partition revocation takes the same lock, so it happens between batches, and commits what is safe first.
 
+An exception that escapes the loop (the stage contains everything about its input, so this is an engine error its
+sink gave up on, or a bug) ends the runner: it is reported at once, with its traceback, to ``on_failure`` (the
+daemon fails its health checks and stops), before the runner settles what is durable, commits it and leaves the
+group. The daemon never keeps running with a dead stage.
+
 Batches are pipelined one deep: while batch N is written (steps 3-4, mostly FalkorDB's own CPU), batch N+1 is
 processed in a worker thread. N is settled (its pins released, offsets committed) before N+1 is written, so the
 commit order above holds for every batch; only the stage's CPU work overlaps the previous batch's I/O.
@@ -26,7 +31,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from typing import Any, Protocol
 
 import structlog
@@ -69,11 +74,21 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, runner: StageRunner) -> None:
         self.runner = runner
 
+    """The runner's part in a rebalance. aiokafka logs and swallows what a listener raises, which would leave the
+    stage running on a half-done hand-over: the exception is given to the runner instead, whose loop ends on it."""
+
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.runner.revoke(revoked)
+        try:
+            await self.runner.revoke(revoked)
+        except Exception as exc:
+            self.runner.broken(exc)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.runner.stage.assign((t.topic, t.partition) for t in assigned)
+        try:
+            self.runner.stage.assign((t.topic, t.partition) for t in assigned)
+        except Exception as exc:
+            self.runner.broken(exc)
+            return
         log.info(
             "partitions.assigned",
             stage=self.runner.name,
@@ -94,8 +109,10 @@ class StageRunner:
         graph: GraphSink,
         producer: KafkaSink,
         metrics: Metrics,
+        on_failure: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.name = name
+        self.on_failure = on_failure  # told at once when an exception ends the loop (before the clean-up)
         self.stage = stage
         self.settings = settings
         self.group_id = group_id
@@ -109,6 +126,7 @@ class StageRunner:
         self._inflight: tuple[asyncio.Task[None], StageOutput, dict[TopicPartition, int]] | None = None
         self._read_since: dict[TopicPartition, float] = {}  # since when its fetches have been answering (ms)
         self._looked_ms = 0.0  # when _caught_up last looked
+        self._broken: Exception | None = None  # what a rebalance callback raised: the loop ends on it
         self.batches = 0
 
     def _consumer(self) -> AIOKafkaConsumer:
@@ -143,17 +161,39 @@ class StageRunner:
                     await self._poll_failed(exc, polls, stop)
                     continue
                 polls.reset()
+                if self._broken is not None:
+                    raise self._broken
                 async with self._lock:
                     await self._handle(batch)
         except (WriteAborted, ProduceAborted) as exc:
             log.warning("stage.aborted", stage=self.name, reason=str(exc))
+        except BaseException as exc:
+            if exc is not self._broken and not (isinstance(exc, asyncio.CancelledError) and stop.is_set()):
+                self._failed(exc)  # (a cancel after stop is the daemon's bounded shutdown)
+            raise
         finally:
-            async with self._lock:
-                with contextlib.suppress(WriteAborted, ProduceAborted):  # not durable: it is replayed later
-                    await self._settle()
-                await self._commit()
-            await stop_consumer(consumer, self.name)
-            log.info("stage.stopped", stage=self.name, batches=self.batches)
+            try:
+                if self._broken is None:  # (after a broken hand-over, nothing more is committed)
+                    async with self._lock:
+                        with contextlib.suppress(WriteAborted, ProduceAborted):  # not durable: replayed later
+                            await self._settle()
+                        await self._commit()
+            finally:
+                await stop_consumer(consumer, self.name)
+                log.info("stage.stopped", stage=self.name, batches=self.batches)
+
+    def broken(self, exc: Exception) -> None:
+        """A rebalance callback raised: reported now; the loop ends on it after the current poll."""
+        if self._broken is None:
+            self._broken = exc
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """The loop ended on ``exc``: report it now, not after the clean-up (which may wait on the engines)."""
+        if self.on_failure is not None:
+            self.on_failure(self.name, exc)
+        else:
+            log.error("stage.failed", stage=self.name, error=type(exc).__name__, exc_info=exc)
 
     async def _poll_failed(self, exc: KafkaError, backoff: Backoff, stop: asyncio.Event) -> None:
         """A failed ``getmany`` consumed nothing: count it, log it, and poll again after a jittered backoff."""

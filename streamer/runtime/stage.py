@@ -6,10 +6,22 @@ looked up in the stage's :class:`~streamer.decode.registry.Inputs` (topic -> sig
 to the handler of its signal. While a record is handled, the stage's :class:`~streamer.runtime.pins.PinTracker`
 knows it is the input being processed, so every keyed store it feeds pins it until the store releases it.
 
-No poison pill: a record that cannot be decoded goes to the dead-letter topic with its reason; so does a record
-whose handling raises anything else (``internal_error:<type>``, with its position in the headers), and the stage
-goes on with the next one. A processor hook that raises is counted (``dropped{component=<processor>,
-reason=error}``) and logged once per batch by type; the other processors and the stage go on.
+Containment, one rule: an exception while handling one record or one unit of state never leaves its component and
+never escapes :meth:`Stage.process`.
+
+- A record that cannot be decoded goes to the dead-letter topic with its reason; so does a record whose handling
+  raises anything else (``internal_error:<type>``, with the component and the record's position in the headers),
+  and the stage goes on with the next one.
+- A unit of state whose handling raises after its input was consumed (a trace closing, a window closing, a row's
+  changes being credited, a row being judged by a detector) is *quarantined*: dropped with its state, so that the
+  input it held is released, counted (``dropped{component, reason=quarantined}``) and logged with the input
+  offsets it came from (what the pins knew it held), the first of each kind with its traceback; the rest of the
+  step completes. A processor reports its own quarantined units in ``Emit.quarantined``.
+- A processor hook that raises is counted (``dropped{component=<processor>, reason=error}``) and logged once per
+  kind (with its traceback); the other processors and the stage go on.
+- Anything else that escapes the end of a batch (a bug in the stage's own bookkeeping) is counted
+  (``dropped{component=<stage>, reason=batch_end_error}``) and logged with its traceback once per kind, and the
+  batch's output so far is carried out: the stage keeps consuming and committing.
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ from streamer.runtime.records import StageOutput, dead_letter
 
 Handler = Callable[[Record, Sequence[Any], StageOutput], None]
 log = structlog.get_logger("trace_repro.runtime")
+QUARANTINE_LOGS = 20  # quarantined units logged one by one per batch; the rest of the batch's in one summary line
+SHOWN_OFFSETS = 20  # input offsets named in a quarantine's log line
 
 
 class Stage:
@@ -67,6 +81,7 @@ class Stage:
                 self._subscribers.setdefault(role, []).append(processor)
         self.handlers: dict[str, Handler] = {}
         self._failures: CountedLRU[tuple[str, str, str], None] = CountedLRU(256)  # failure kinds logged already
+        self._quarantined = 0  # units quarantined in this batch (their log lines are bounded per batch)
 
     @property
     def topics_pattern(self) -> str:
@@ -75,7 +90,9 @@ class Stage:
     # ---- per batch -------------------------------------------------------------------------------------------
 
     def process(self, records: Iterable[Record]) -> StageOutput:
+        """One batch: every record handled (or dead-lettered), then the end of the batch; never raises."""
         out = StageOutput()
+        self._quarantined = 0
         for record in records:
             self.metrics.consumed.labels(record.topic).inc()
             source = self.inputs.lookup(record.topic)
@@ -87,22 +104,55 @@ class Stage:
             except DecodeError as exc:
                 self._dead_letter(record, exc.reason, str(exc), out)
             except Exception as exc:
-                self._dead_letter(record, f"internal_error:{type(exc).__name__}", repr(exc), out)
-                if self._failures.add((record.topic, "record", type(exc).__name__)):  # log each kind once
-                    log.warning("record.failed", stage=self.name, topic=record.topic, partition=record.partition,
-                                offset=record.offset, error=type(exc).__name__)  # fmt: skip
+                self.record_failed(record, self.name, exc, out)
         self.tracker.feeding(None)
         watermark = self.event_time()
-        self.on_batch_end(watermark, out)
+        try:
+            self.on_batch_end(watermark, out)
+        except Exception as exc:  # every unit is guarded where it is handled: this is a bug in the stage itself
+            self.metrics.telemetry(self.name).drop("batch_end_error")
+            if self._failures.add((self.name, "batch_end", type(exc).__name__)):
+                log.error("stage.batch_end_failed", stage=self.name, error=type(exc).__name__,
+                          detail=str(exc)[:200], exc_info=exc)  # fmt: skip
+        self.tracker.feeding(None)
+        if self._quarantined > QUARANTINE_LOGS:
+            log.error("state.quarantined_more", stage=self.name, count=self._quarantined - QUARANTINE_LOGS)
         out.release = self.tracker.take_released()
         self.metrics.watermark.labels(self.name).set(watermark / NS)
         self.metrics.pinned_offsets.labels(self.name).set(self.tracker.total())
         return out
 
-    def _dead_letter(self, record: Record, reason: str, message: str, out: StageOutput) -> None:
+    def record_failed(self, record: Record, component: str, exc: Exception, out: StageOutput) -> None:
+        """Handling ``record`` raised in ``component``: the record goes to the dead-letter topic
+        (``internal_error:<type>``); the first failure of each kind is logged with its traceback."""
+        self._dead_letter(record, f"internal_error:{type(exc).__name__}", repr(exc), out, component)
+        if self._failures.add((record.topic, component, type(exc).__name__)):  # log each kind once
+            log.warning("record.failed", stage=self.name, component=component, topic=record.topic,
+                        partition=record.partition, offset=record.offset, error=type(exc).__name__,
+                        exc_info=exc)  # fmt: skip
+
+    def _dead_letter(self, record: Record, reason: str, message: str, out: StageOutput, component: str = "") -> None:
+        component = component or ("decode" if ":" not in reason else self.name)
         self.metrics.dlq.labels(reason).inc()
-        self.metrics.telemetry("decode" if ":" not in reason else self.name).drop(reason)
-        out.produce.append(dead_letter(record, self.settings.kafka.dlq_topic, reason, message))
+        self.metrics.telemetry(component).drop(reason)
+        out.produce.append(dead_letter(record, self.settings.kafka.dlq_topic, reason, message, component))
+
+    def quarantine(self, component: str, what: str, error: Exception, held: Iterable[tuple[str, Hashable]]) -> None:
+        """A unit of state whose handling raised after its input was consumed (the caller drops it with its state,
+        releasing its pins): counted (``dropped{component, reason=quarantined}``) and logged with the input offsets
+        it held (the first of each kind with its traceback; at most ``QUARANTINE_LOGS`` lines per batch)."""
+        self.metrics.telemetry(component).drop("quarantined")
+        self._quarantined += 1
+        if self._quarantined > QUARANTINE_LOGS:
+            return
+        sources = sorted({(tp, offset) for store, key in held for tp, offset in self.tracker.held(store, key)},
+                         key=repr)  # fmt: skip
+        inputs = [f"{tp[0]}/{tp[1]}@{offset}" if isinstance(tp, tuple) else f"{tp}@{offset}"
+                  for tp, offset in sources[:SHOWN_OFFSETS]]  # fmt: skip
+        first = self._failures.add((component, "quarantine", type(error).__name__))
+        log.error("state.quarantined", stage=self.name, component=component, what=what[:200],
+                  error=type(error).__name__, detail=str(error)[:200], inputs=inputs,
+                  more_inputs=len(sources) - len(inputs), exc_info=error if first else None)  # fmt: skip
 
     def event_time(self) -> int:
         """This stage's watermark (its own inputs' event time; the entities stage follows its upstream)."""
@@ -118,17 +168,23 @@ class Stage:
         emit = Emit(out.events, out.graph)
         for processor in self.processors:
             self.call(processor, processor.on_watermark, watermark_ns, open_since_ns, emit)
+            for unit in emit.quarantined:
+                self.quarantine(processor.name, unit.what, unit.error, unit.held)
+            emit.quarantined.clear()
         return emit
 
-    def call(self, processor: Processor, hook: Callable[..., None], *args: Any) -> None:
-        """One processor hook; an exception is counted against that processor and logged, never propagated."""
+    def call(self, processor: Processor, hook: Callable[..., None], *args: Any) -> bool:
+        """One processor hook; an exception is counted against that processor and logged (the first of each kind
+        with its traceback), never propagated. False when it raised."""
         try:
             hook(*args)
         except Exception as exc:
             self.metrics.telemetry(processor.name).drop("error")
             if self._failures.add((processor.name, hook.__name__, type(exc).__name__)):  # log each kind once
                 log.error("processor.failed", stage=self.name, processor=processor.name, hook=hook.__name__,
-                          error=type(exc).__name__, detail=str(exc)[:200])  # fmt: skip
+                          error=type(exc).__name__, detail=str(exc)[:200], exc_info=exc)  # fmt: skip
+            return False
+        return True
 
     def on_event(self, event: Published, part: str = "") -> None:
         """An event from an output topic (partition ``part``), to the processors subscribed to its role."""
@@ -147,7 +203,8 @@ class Stage:
             except Exception as exc:
                 self.metrics.telemetry(processor.name).drop("sync_error")
                 if self._failures.add((processor.name, "sync", type(exc).__name__)):
-                    log.warning("processor.sync_failed", processor=processor.name, error=type(exc).__name__)
+                    log.warning("processor.sync_failed", processor=processor.name, error=type(exc).__name__,
+                                exc_info=exc)  # fmt: skip
 
     # ---- runtime hooks ----------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.component import Emit
 from processors.detectors.collisions import CollisionDetector
 from processors.invariants import Invariant
 from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange
@@ -372,3 +373,52 @@ def test_a_row_whose_changes_came_is_not_kept_longer_and_the_bound_ends_a_hold()
     d.on_access(acc("a", DbOperation.READ, 0))
     d.on_access(w)
     assert d.close_until(T0 + 3_000 * MS) == [] and len(d) == 0
+
+
+class HeldKeys:
+    """StateEvents that keeps the keys retained and not released yet."""
+
+    def __init__(self) -> None:
+        self.keys: set[tuple[str, object]] = set()
+
+    def retained(self, store: str, key: object) -> None:
+        self.keys.add((store, key))
+
+    def released(self, store: str, key: object) -> None:
+        self.keys.discard((store, key))
+
+
+def test_a_row_whose_judging_raises_is_quarantined_and_every_other_incident_of_the_step_emitted() -> None:
+    """Three rows with a lost update each, due in one step; judging the second one raises after its lost update was
+    found (as a value no invariant can compare would). Every incident of the step is returned, that one included
+    (it is marked reported: returned now or never), the failed row is reported quarantined with the input keys it
+    held and dropped, every pin is released, and its next input starts a fresh history."""
+    events = HeldKeys()
+    d = detector(events=events)
+    real = d.judge.judge
+
+    def judge_raising(key: str, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        yield from real(key, *args, **kw)  # type: ignore[arg-type]
+        if key == "orders:2":
+            raise ArithmeticError("[<class 'decimal.InvalidOperation'>]")
+
+    d.judge.judge = judge_raising  # type: ignore[method-assign]
+    for row in (1, 2, 3):
+        e, t = f"orders:{row}", f"{row}{row}"
+        d.on_access(acc(f"a{t}", DbOperation.READ, row, entity=e))
+        d.on_access(acc(f"b{t}", DbOperation.READ, row + 1, entity=e))
+        d.on_access(acc(f"a{t}", DbOperation.WRITE, row + 3, entity=e))
+        d.on_access(acc(f"b{t}", DbOperation.WRITE, row + 6, entity=e))
+    out = Emit()
+    d.on_watermark(T0 + 10_000 * MS, None, out)
+    assert sorted((e.entity, e.anomaly) for e in out.events) == [(f"orders:{r}", "lost_update") for r in (1, 2, 3)]
+    [failed] = out.quarantined
+    assert failed.what == "row orders:2" and isinstance(failed.error, ArithmeticError)
+    assert sorted(failed.held) == [
+        ("entity_inputs", ("orders:2", "a22" * 32)),
+        ("entity_inputs", ("orders:2", "b22" * 32)),
+    ]
+    assert events.keys == set()  # every input released: the failed row's too
+    assert "orders:2" not in d._entities and len(d._inputs) == 0
+    d.on_access(acc("c" * 2, DbOperation.READ, 20_000, entity="orders:2"))
+    assert len(d._entities.get("orders:2").accesses) == 1  # type: ignore[union-attr]

@@ -29,6 +29,11 @@ State, all bounded and counted: per-entity histories (``max_entities`` rows and 
 trace) and per (row, commit) (``max_entities`` keys): a row's input is released as soon as it has been judged, so
 the pins of a busy row stay within one judging horizon. History stays for later pairs until it falls out of
 ``2 x window`` (a row waiting for a change: see above).
+
+Containment: each due row is judged on its own. A row whose judging raises (a value no invariant can compare, a
+bug) is quarantined: its history goes, the input it held is released, and it is reported in ``Emit.quarantined``
+(the runtime counts it and logs the input offsets it came from); the incidents found before it, in it and after it
+in the same step are emitted all the same, and every other due row is judged and released.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from processors.component import Emit, Processor
+from processors.component import Emit, Processor, Quarantined
 from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
@@ -194,7 +199,11 @@ class CollisionDetector(Processor):
                              and a.operation in WRITES}  # fmt: skip
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
-        out.events.extend(incident_event(c, watermark_ns) for c in self.close_until(watermark_ns))
+        for collision in self.close_until(watermark_ns, out.quarantined):
+            try:
+                out.events.append(incident_event(collision, watermark_ns))
+            except Exception as exc:  # one incident that cannot be rendered: the others go out
+                out.quarantined.append(Quarantined(f"incident on {collision.entity}", exc))
 
     # ---- judging ------------------------------------------------------------------------------------------------
 
@@ -210,9 +219,11 @@ class CollisionDetector(Processor):
         if current is None or due < current:
             self._deadlines.set(key, due)
 
-    def close_until(self, watermark_ns: int) -> list[Collision]:
-        """Judge what the watermark has passed on every due entity; release its input; prune what is too old."""
+    def close_until(self, watermark_ns: int, quarantined: list[Quarantined] | None = None) -> list[Collision]:
+        """Judge what the watermark has passed on every due entity; release its input; prune what is too old.
+        A row whose judging raises is dropped and appended to ``quarantined`` (see the module docstring)."""
         found: list[Collision] = []
+        failed = quarantined if quarantined is not None else []
         until = watermark_ns - self.window_ns - self.settle_ns
         due = self._deadlines.due(watermark_ns)
         # Rows first: a row judged now may pair with a scope's predicate statements that this call prunes after.
@@ -220,47 +231,60 @@ class CollisionDetector(Processor):
             state = self._entities.get(key)
             if state is None:
                 continue
-            scope = key.endswith(":*")
-            cut = watermark_ns - self._lead(key)
-            if not scope:  # a scope is not judged itself: the rows its predicates cover look it up
-                self.telemetry.count("judged")
-                for collision in self.judge.judge(key, state, self.memory, until_ns=until):
-                    if self._reported.add(collision.pair):
-                        found.append(collision)
-                    else:
-                        self.telemetry.count("already_reported")
-            state.judged_until_ns = max(state.judged_until_ns, cut)
-            later = self._release_judged(state, cut)
-            if later is not None:  # events not judged yet: due again one window after the oldest of them
-                self._deadlines.set(key, later + self._lead(key))
-            horizon = until - 2 * self.window_ns
-            held = self._awaiting_change(key, state, until)
-            if held is not None:  # kept from a window before the write whose change may still come
-                horizon = min(horizon, held[0] - 2 * self.window_ns)
-                self.telemetry.count("held_for_changes")
-                for a in state.accesses:  # and the traces on it, for the classes that span rows
-                    self._held_traces.put(a.trace_id, max(self._held_traces.peek(a.trace_id) or -1,
-                                                          held[1] + self.late_ns))  # fmt: skip
-            while state.accesses and state.accesses[0].end_ns < horizon:
-                state.accesses.popleft()
-            state.judged &= {a.trace_id for a in state.accesses}
-            while state.commits and state.commits[0].change.commit_ts_ms * MS_NS < horizon:
-                state.commits.popleft()
-            if not state.accesses and not state.commits and not state.inputs and key not in self._deadlines:
-                self._entities.discard(key)  # nothing left to pair with: the row's history goes
-            elif key not in self._deadlines and held is not None:  # due again when Debezium's lag bound passes
-                self._deadlines.set(key, held[1] + self.late_ns + watermark_ns - until + 1)
-            elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
-                newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
-                self._deadlines.set(key, newest + watermark_ns - horizon + 1)
-        self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
-        self._forget_traces(until - 3 * self.window_ns, until)
+            try:
+                self._close(key, state, watermark_ns, until, found)
+            except Exception as exc:
+                failed.append(Quarantined(f"row {key}", exc, tuple(("entity_inputs", slot) for slot in state.inputs)))
+                self._evicted(key, state)  # its deadline and the input it held go, then its history
+                self._entities.discard(key)
+        try:
+            self._pruned_ns = max(self._pruned_ns, until - 2 * self.window_ns)
+            self._forget_traces(until - 3 * self.window_ns, until)
+        except Exception as exc:
+            failed.append(Quarantined("traces past the pruning horizon", exc))
         t = self.telemetry
         t.gauge("rows", len(self._entities))
         t.gauge("traces", len(self._by_trace))
         t.gauge("held_traces", len(self._held_traces))
         t.gauge("pinned_inputs", len(self._inputs))
         return found
+
+    def _close(self, key: str, state: EntityHistory, watermark_ns: int, until: int, found: list[Collision]) -> None:
+        """Judge one due entity (a row; a scope is only pruned), release the input of what is judged, prune its
+        history and set when it is due again. A collision goes into ``found`` as soon as it is reported."""
+        scope = key.endswith(":*")
+        cut = watermark_ns - self._lead(key)
+        if not scope:  # a scope is not judged itself: the rows its predicates cover look it up
+            self.telemetry.count("judged")
+            for collision in self.judge.judge(key, state, self.memory, until_ns=until):
+                if self._reported.add(collision.pair):
+                    found.append(collision)
+                else:
+                    self.telemetry.count("already_reported")
+        state.judged_until_ns = max(state.judged_until_ns, cut)
+        later = self._release_judged(state, cut)
+        if later is not None:  # events not judged yet: due again one window after the oldest of them
+            self._deadlines.set(key, later + self._lead(key))
+        horizon = until - 2 * self.window_ns
+        held = self._awaiting_change(key, state, until)
+        if held is not None:  # kept from a window before the write whose change may still come
+            horizon = min(horizon, held[0] - 2 * self.window_ns)
+            self.telemetry.count("held_for_changes")
+            for a in state.accesses:  # and the traces on it, for the classes that span rows
+                self._held_traces.put(a.trace_id, max(self._held_traces.peek(a.trace_id) or -1,
+                                                      held[1] + self.late_ns))  # fmt: skip
+        while state.accesses and state.accesses[0].end_ns < horizon:
+            state.accesses.popleft()
+        state.judged &= {a.trace_id for a in state.accesses}
+        while state.commits and state.commits[0].change.commit_ts_ms * MS_NS < horizon:
+            state.commits.popleft()
+        if not state.accesses and not state.commits and not state.inputs and key not in self._deadlines:
+            self._entities.discard(key)  # nothing left to pair with: the row's history goes
+        elif key not in self._deadlines and held is not None:  # due again when Debezium's lag bound passes
+            self._deadlines.set(key, held[1] + self.late_ns + watermark_ns - until + 1)
+        elif key not in self._deadlines:  # judged, still young: due again when its newest event can be pruned
+            newest = max([a.end_ns for a in state.accesses] + [commit_ns(c) for c in state.commits], default=0)
+            self._deadlines.set(key, newest + watermark_ns - horizon + 1)
 
     def _awaiting_change(self, key: str, state: EntityHistory, until_ns: int) -> tuple[int, int] | None:
         """The start and end of the oldest write no change of its row (of its table, for a scope) has followed yet,

@@ -11,8 +11,9 @@ daemon's own ``--config``; ``python -m streamer.runtime.workers.child`` runs the
 - logs with ``role`` and ``worker`` (its index within the role) on every line;
 - stops on SIGTERM/SIGINT like the single-process daemon: the batch in hand is finished, written and committed.
 
-Exit status: 0 stopped, 1 failed (Kafka unreachable, a crash), 2 bad configuration (the supervisor does not
-restart a worker whose configuration is wrong).
+Exit status: 0 stopped, 1 failed (Kafka unreachable, a crash, a stage or a sink runner that failed: the worker
+then exits within the daemon's bounded shutdown, see :mod:`streamer.runtime.app`, and the supervisor restarts it
+with its backoff), 2 bad configuration (the supervisor does not restart a worker whose configuration is wrong).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from processors.model.outputs import register
 from streamer import config, logs
 from streamer.components import Components, default
 from streamer.config import CoreSettings, HttpConfig
-from streamer.runtime.app import Daemon
+from streamer.runtime.app import Daemon, run_daemon
 
 log = structlog.get_logger("trace_repro.worker")
 PR_SET_PDEATHSIG = 1
@@ -118,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     private = HttpConfig(host="127.0.0.1", port=0)  # the supervisor serves the daemon's address
     settings = settings.model_copy(update={"http": private, "workers": 1})
     stages = tuple(args.stages.split(","))
-    return asyncio.run(_serve(settings, stages, components(args.sinks), args.status_fd, args.lifeline_fd))
+    return run_daemon(_serve(settings, stages, components(args.sinks), args.status_fd, args.lifeline_fd))
 
 
 if __name__ == "__main__":
