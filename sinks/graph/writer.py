@@ -218,6 +218,20 @@ class GraphWriter:
         self.ready = True
         log.info("graph.ready", graph=self.graph_name, indexes=len(schema.INDEXES) + len(schema.EDGE_INDEXES),
                  constraints=len(schema.UNIQUE))  # fmt: skip
+        await self._check_effects()
+
+    async def _check_effects(self) -> None:
+        """Warn when the server may write effects to its AOF: FalkorDB before 4.20.4 crashes replaying effects left
+        by a write refused half-way (FalkorDB#2235), and the writer's isolation of refused rows makes such writes.
+        ``EFFECTS_THRESHOLD`` at or above ``TIMEOUT_MAX`` (µs, ms) keeps every write a query in the AOF."""
+        try:
+            config = dict(await self._db.connection.execute_command("GRAPH.CONFIG", "GET", "*"))
+            threshold_us, timeout_ms = int(config["EFFECTS_THRESHOLD"]), int(config["TIMEOUT_MAX"])
+        except Exception:  # an older server, or no right to read its config: nothing to say
+            return
+        if timeout_ms <= 0 or threshold_us < 1000 * timeout_ms:
+            log.warning("graph.effects_replication", effects_threshold_us=threshold_us, timeout_max_ms=timeout_ms,
+                        hint="start FalkorDB with EFFECTS_THRESHOLD >= 1000 x TIMEOUT_MAX (FalkorDB#2235)")  # fmt: skip
 
     async def _index_states(self) -> dict[tuple[str, str], str]:
         result = await self._graph.query(schema.INDEX_STATES)

@@ -260,7 +260,9 @@ class KafkaSink(Sink):
 
     async def _settled(self, futures: Sequence[asyncio.Future[Any] | BaseException]) -> list[BaseException | None]:
         """Every future's error (None for an acknowledgement), once all are settled; :class:`ProduceAborted` if the
-        daemon stops and they are not settled :data:`STOP_GRACE_S` later."""
+        daemon stops and they are not settled :data:`STOP_GRACE_S` later, or, while the send is not stalled yet (the
+        broker answering, the host slow), by the time it would count as stalled: aborting a send the producer still
+        delivers would publish the batch's events again after the restart."""
         waiting = {f for f in futures if isinstance(f, asyncio.Future)}
         stalled = False
         stop = asyncio.ensure_future(self._stopping.wait()) if self._stopping is not None else None
@@ -272,8 +274,9 @@ class KafkaSink(Sink):
                 timeout = max(0.0, stall_at - loop.time()) if not stalled else None
                 _, waiting = await asyncio.wait(watch, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 waiting.discard(stop)
-                if stop is not None and stop.done() and waiting:
-                    _, waiting = await asyncio.wait(waiting, timeout=STOP_GRACE_S)
+                if stop is not None and stop.done() and waiting:  # acknowledgements due from a live broker come:
+                    grace = STOP_GRACE_S if stalled else max(STOP_GRACE_S, stall_at - loop.time())  # (a slow host)
+                    _, waiting = await asyncio.wait(waiting, timeout=grace)
                     if waiting:
                         raise ProduceAborted(f"kafka: {len(waiting)} record batches unacknowledged while stopping")
                 if waiting and not stalled and loop.time() >= stall_at:

