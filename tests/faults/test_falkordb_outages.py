@@ -191,6 +191,8 @@ def persistence(healthy: LocalEngines, *, failing: bool) -> None:
     state = healthy.engines["falkordb"]
     blocker = Path(state.data_dir) / "dump.rdb"
     if failing:
+        if blocker.is_file():  # a snapshot an earlier stop saved
+            blocker.unlink()
         (blocker / "in-the-way").mkdir(parents=True, exist_ok=True)
     else:
         shutil.rmtree(blocker, ignore_errors=True)

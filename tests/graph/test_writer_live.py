@@ -194,6 +194,8 @@ def _persistence(state: EngineState, *, failing: bool) -> None:
     With ``stop-writes-on-bgsave-error yes`` (the default) a failed snapshot makes every write fail with MISCONF."""
     blocker = Path(state.data_dir) / "dump.rdb"
     if failing:
+        if blocker.is_file():  # a snapshot an earlier stop saved
+            blocker.unlink()
         (blocker / "in-the-way").mkdir(parents=True, exist_ok=True)
     else:
         shutil.rmtree(blocker, ignore_errors=True)

@@ -105,8 +105,9 @@ def test_detail_policy(policy: str, error: bool, with_access: bool, want: bool) 
     accesses = [access()] if with_access else []
     assert detailed(t, accesses, policy) is want
     batch = rows(t, accesses, policy)
-    assert batch.services == [{"name": "checkout"}]  # aggregates are fed either way
-    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders"}]
+    seen = trace().end_ns / 1e6  # aggregates are fed either way, stamped with the event time they were last seen
+    assert batch.services == [{"name": "checkout", "seen": seen}]
+    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders", "seen": seen}]
     assert len(batch.traces) == (1 if want else 0)
     assert len(batch.spans) == (3 if want else 0)
     assert len(batch.child_of) == (2 if want else 0)
@@ -304,5 +305,6 @@ def test_services_and_operations_are_one_row_each_per_batch() -> None:
     batch = GraphBatch()
     for policy in ("paths", "none", "all"):
         trace_rows(trace(), [access()], policy, batch)
-    assert batch.services == [{"name": "checkout"}]
-    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders"}]
+    seen = trace().end_ns / 1e6
+    assert batch.services == [{"name": "checkout", "seen": seen}]
+    assert batch.operations == [{"key": "checkout:/orders", "service": "checkout", "name": "/orders", "seen": seen}]

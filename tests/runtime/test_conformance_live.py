@@ -135,10 +135,10 @@ async def test_a_graph_write_that_raises_ends_the_daemon_loudly_and_a_restart_lo
         graph = h.daemon.graph
         write = graph.write_batch
 
-        async def failing(batch: Any) -> int:
+        async def failing(batch: Any, *args: Any) -> int:
             if batch.traces:
                 raise Injected("the graph gave up")
-            return await write(batch)
+            return await write(batch, *args)
 
         graph.write_batch = failing  # type: ignore[method-assign]
         await h.produce(settings.kafka.spans_topic, _traces(10))
