@@ -139,8 +139,8 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             if vals is None:
                 vals = [None] * SPAN_SLOTS
             av = kv.value
-            v = av.string_value
-            vals[slot] = (v if len(v) <= quarter else clip(v)) if v else _value(av)
+            v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
+            vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = ""
@@ -204,7 +204,7 @@ def decode_traces_proto(
     reader = _reader(opts)
     small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = _SizedTraces.FromString(data).items if len(data) > small else None
-    kinds, statuses, unspecified, unset = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET
+    kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace id → hex, once per message
     out: list[Span] = []
     append = out.append
@@ -228,11 +228,14 @@ def decode_traces_proto(
                 trace_hex = hexed.get(trace_id)
                 if trace_hex is None:
                     trace_hex = hexed[trace_id] = trace_id.hex()
+                name = sp.name
+                if len(name) > quarter:
+                    name = ext.clip(name)
                 core = (
                     trace_hex,
                     span_id.hex(),
                     parent_id.hex(),
-                    sp.name,
+                    name,
                     kinds.get(sp.kind, unspecified),
                     sp.start_time_unix_nano,
                     sp.end_time_unix_nano,

@@ -103,7 +103,8 @@ def _message(draw: st.DrawFn) -> bytes:
 
 
 def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -> list[Span]:
-    """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded."""
+    """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded (the
+    span's name is bounded like an attribute)."""
     msg = TracesData()
     _parse(msg, data, opts)
     ext = Extractor(opts, stats)
@@ -121,7 +122,7 @@ def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -
                     if len(link.trace_id) != 16:
                         raise _bad_id("link trace_id", link.trace_id)
                 d = _span_detail(ext, sp)
-                out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), sp.name,
+                out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), ext.clip(sp.name),
                                 KINDS.get(sp.kind, SpanKind.UNSPECIFIED), sp.start_time_unix_nano,
                                 sp.end_time_unix_nano, STATUSES.get(sp.status.code, StatusCode.UNSET), resource,
                                 d.route, d.http_status, d.exception_type, d.exception_message, d.code_function,
