@@ -456,6 +456,26 @@ class OtlpMessage:
     def encode(self) -> bytes:
         return to_json(self) if self.encoding == "otlp_json" else to_proto(self)
 
+    def oversize(self, kept: Callable[[str], bool]) -> bool:
+        """Whether a span name, or a string or bytes (as hex) value the decoder keeps (``kept(key)``), is past the
+        attribute bound (nested values can be too, as JSON text: not looked at)."""
+
+        def big(value: Value) -> bool:
+            if value[0] == "y":
+                return 2 * len(value[1]) > ATTRIBUTE_BYTES
+            return value[0] == "s" and len(value[1].encode("utf-8", "surrogatepass")) > ATTRIBUTE_BYTES
+
+        for attributes, scopes in self.resources:
+            if any(big(v) for k, v in attributes if k in RESOURCE_KEYS[:5]):
+                return True
+            for s in (s for spans in scopes for s in spans):
+                if big(("s", s.name)) or any(big(v) for k, v in s.attributes if kept(k)):
+                    return True
+                exception = next((a for name, a in s.events if name == "exception"), [])  # the first one is read
+                if any(big(v) for _, v in exception):
+                    return True
+        return False
+
 
 UPDATE = "UPDATE orders SET status = %s WHERE id = %s"
 
@@ -628,13 +648,13 @@ def hostile_trace(
 
 
 @st.composite
-def otlp_messages(draw: st.DrawFn, encoding: str, now_ns: int = NOW) -> OtlpMessage:
+def otlp_messages(draw: st.DrawFn, encoding: str, now_ns: int = NOW, ids_from: int = 0) -> OtlpMessage:
     """One OTLP traces message: 0-2 good traces and 0-3 hostile ones (at least one trace), their spans dealt over
     1-2 resources (hostile resource attributes too) and their scopes in any order; JSON may hold lone surrogates
     and nesting protobuf cannot carry."""
     json_ = encoding == "otlp_json"
     surrogates = json_ and draw(st.integers(0, 9)) == 0
-    counter = iter(range(draw(st.integers(1, 2**40)), 2**62))
+    counter = iter(range(ids_from + draw(st.integers(1, 2**32)), 2**62))  # ids are unique past ``ids_from``
 
     def ids(size: int = 8) -> bytes:
         return next(counter).to_bytes(size, "big")
@@ -666,6 +686,13 @@ def otlp_messages(draw: st.DrawFn, encoding: str, now_ns: int = NOW) -> OtlpMess
     message = OtlpMessage(resources, traces, encoding)
     message.surrogates = json_ and not _unicode(json.dumps(_json_doc(message), ensure_ascii=False))
     return message
+
+
+@st.composite
+def otlp_batches(draw: st.DrawFn, encoding: str, now_ns: int = NOW) -> list[OtlpMessage]:
+    """1-3 messages of one encoding, their ids apart (a hostile trace sharing a good one's trace and span ids
+    would pass as that trace's redelivery: the assembler keeps the first copy of a span id)."""
+    return [draw(otlp_messages(encoding, now_ns, ids_from=n << 40)) for n in range(draw(st.integers(1, 3)))]
 
 
 def to_proto(msg: OtlpMessage) -> bytes:
