@@ -41,6 +41,7 @@ class DecodeStats:
     spans: int = 0
     log_records: int = 0
     truncated_attributes: int = 0
+    unreadable_spans: int = 0  # left out of a message upb could not parse whole (protobuf only)
 
 
 DEFAULT_OPTIONS = DecodeOptions()

@@ -69,7 +69,7 @@ def _options(config: DecodeConfig) -> DecodeOptions:
 def _traces(decode: Callable[..., Any]) -> DecoderFactory:
     def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
         options = _options(config)
-        telemetry.declare("truncated_attributes")
+        telemetry.declare("truncated_attributes", "unreadable_spans")
 
         def spans(record: Record) -> Sequence[Any]:
             if not record.value:
@@ -81,6 +81,7 @@ def _traces(decode: Callable[..., Any]) -> DecoderFactory:
                     raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "
                                       f"{options.max_attribute_bytes} bytes")  # fmt: skip
                 telemetry.drop("truncated_attributes", stats.truncated_attributes)
+            telemetry.drop("unreadable_spans", stats.unreadable_spans)
             telemetry.count("spans", len(out))
             return out  # type: ignore[no-any-return]
 

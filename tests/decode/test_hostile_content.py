@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 import pytest
+from google.protobuf.message import DecodeError as ProtoDecodeError
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import Scalar
 from processors.model.span import Span
@@ -124,7 +126,7 @@ def test_an_oversize_attribute_is_cut_and_the_other_traces_are_kept(encoding: st
     [param] = span.db.params
     assert isinstance(param, str) and param == "é" * (65_536 // 2)
     assert span.name == "n" * 65_536
-    assert telemetry.dropped == {"truncated_attributes": 2}
+    assert telemetry.dropped["truncated_attributes"] == 2
 
 
 def test_oversize_dlq_stays_an_option() -> None:
@@ -172,3 +174,50 @@ def test_a_row_integer_past_the_int_string_limit_is_kept_as_text() -> None:
     assert change.after == {"id": 7, "amount": HUGE}
     (change,), _ = _row_changes(b'{"id": %s}' % HUGE.encode(), _change({"id": "__raw__"}, raw=HUGE))
     assert change.key == (("id", HUGE),) and change.entity_key == "orders:" + HUGE
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, encoded by hand (upb will not build what it cannot parse)."""
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def _deep(depth: int) -> bytes:
+    """An AnyValue: ``depth`` arrays, each holding the next, around a string."""
+    value = _field(1, b"deep")
+    for _ in range(depth):
+        value = _field(5, _field(1, value))  # AnyValue.array_value { values: [value] }
+    return value
+
+
+@pytest.mark.parametrize(("depth", "kept"), [(48, True), (300, False)])
+def test_a_span_nested_past_upbs_depth_limit_costs_only_itself(depth: int, kept: bool) -> None:
+    """An attribute nested deeper than upb parses from the message's root (100 levels; the collector's limit is
+    far higher) made upb refuse the whole message (otlp_proto_invalid). The message is read span by span: a span
+    that parses on its own is kept, one that does not is left out and counted (``unreadable_spans``), and every
+    other trace of the message is kept."""
+    message, hostile = _message("otlp_proto")
+    deep = SpanSpec(hostile.trace_id, b"\x09" * 8, b"", "deep", 1, NOW - 10**9, NOW - 10**9 + 10**6)
+    one = TracesData.FromString(OtlpMessage([([("service.name", ("s", "shop"))], [[deep]])], [], "otlp_proto").encode())
+    rs = one.resource_spans[0]
+    # The span's bytes with one more attribute (a repeated field may be appended to an encoded message), in a
+    # ResourceSpans appended to the message's: a message upb cannot parse whole, which it would not build.
+    span = rs.scope_spans[0].spans[0].SerializeToString() + _field(
+        9, _field(1, b"http.route") + _field(2, _deep(depth))
+    )
+    data = message.encode() + _field(1, _field(1, rs.resource.SerializeToString()) + _field(2, _field(2, span)))
+    with pytest.raises(ProtoDecodeError, match="MaxDepth"):
+        TracesData.FromString(data)  # upb refuses it whole
+    spans, telemetry = _decode("otlp_proto", data)
+    [good] = message.good
+    assert len(_by_trace(spans, good)) == 3
+    assert len(_by_trace(spans, hostile)) == 1 + kept  # the hostile DB span, and the deep one if it parsed alone
+    assert telemetry.dropped["unreadable_spans"] == (0 if kept else 1)

@@ -444,6 +444,10 @@ class OtlpMessage:
     traces: list[TraceSpec]
     encoding: str  # otlp_proto | otlp_json
     surrogates: bool = False  # holds a lone surrogate (JSON only): then it is refused at decode, whole
+    # Protobuf only: one more span, of a trace of its own (``DEEP_TRACE``), with an attribute this deeply nested
+    # (0: none). upb refuses such a message whole; its spans are read one by one, and a span nested past upb's
+    # limit even on its own (``DEEP_LOST``) is left out and counted.
+    deep: int = 0
 
     @property
     def good(self) -> list[TraceSpec]:
@@ -685,6 +689,8 @@ def otlp_messages(draw: st.DrawFn, encoding: str, now_ns: int = NOW, ids_from: i
         resources.append((attrs, [mine[:cut], mine[cut:]]))
     message = OtlpMessage(resources, traces, encoding)
     message.surrogates = json_ and not _unicode(json.dumps(_json_doc(message), ensure_ascii=False))
+    if not json_ and ids_from == 0:  # (one per batch: the deep trace's ids are fixed)
+        message.deep = draw(_pick(st.just(0), st.sampled_from([48, DEEP_LOST]), 10))
     return message
 
 
@@ -695,7 +701,44 @@ def otlp_batches(draw: st.DrawFn, encoding: str, now_ns: int = NOW) -> list[Otlp
     return [draw(otlp_messages(encoding, now_ns, ids_from=n << 40)) for n in range(draw(st.integers(1, 3)))]
 
 
+DEEP_TRACE = b"\xde" * 16
+DEEP_LOST = 300  # nesting at which a span is unreadable on its own too (48 is only past the message's limit)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field, by hand (upb builds nothing it could not parse back)."""
+    head = bytearray()
+    for n in (number << 3 | 2, len(payload)):
+        while n > 0x7F:
+            head.append(n & 0x7F | 0x80)
+            n >>= 7
+        head.append(n)
+    return bytes(head) + payload
+
+
+def _deep_resource(depth: int, now_ns: int) -> bytes:
+    """A ``TracesData.resource_spans`` entry: one span of ``DEEP_TRACE`` whose ``http.route`` is ``depth`` arrays."""
+    value = _field(1, b"deep")
+    for _ in range(depth):
+        value = _field(5, _field(1, value))  # AnyValue.array_value.values = [value]
+    span = TracesData()
+    span.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=DEEP_TRACE,
+        span_id=b"\xde" * 8,
+        name="deep",
+        start_time_unix_nano=now_ns - S,
+        end_time_unix_nano=now_ns - S,
+    )
+    raw = span.resource_spans[0].scope_spans[0].spans[0].SerializeToString()
+    raw += _field(9, _field(1, b"http.route") + _field(2, value))
+    return _field(1, _field(2, _field(2, raw)))
+
+
 def to_proto(msg: OtlpMessage) -> bytes:
+    return _to_proto(msg) + (_deep_resource(msg.deep, NOW) if msg.deep else b"")
+
+
+def _to_proto(msg: OtlpMessage) -> bytes:
     data = TracesData()
     for attrs, scopes in msg.resources:
         rs = data.resource_spans.add()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from streamer.decode._attrs import QUERY_PARAM, DecodeOptions, span_keys
 from tests.fuzz.driver import Run
 from tests.fuzz.profiles import fuzz
-from tests.fuzz.strategies import MS, NOW, OtlpMessage, otlp_batches
+from tests.fuzz.strategies import DEEP_LOST, DEEP_TRACE, MS, NOW, OtlpMessage, otlp_batches
 from tests.runtime.chain import CDC, SPANS
 
 _messages = st.sampled_from(["otlp_proto", "otlp_json"]).flatmap(otlp_batches)
@@ -59,6 +59,8 @@ def test_hostile_spans_never_escape_and_good_requests_are_kept(messages: list[Ot
     assert not [
         (d.stage, d.reason, d.error[:200]) for d in run.dead if d.stage == "entities" or d.reason.startswith("internal")
     ]
+    unreadable = run.dropped().get((f"decode.{encoding}.traces", "unreadable_spans"), 0)
+    assert (unreadable > 0) == any(m.deep == DEEP_LOST for m in messages), "an unreadable span went uncounted"
     cut = run.dropped().get((f"decode.{encoding}.traces", "truncated_attributes"), 0)
     if any(m.oversize(_kept) for m in messages if not m.surrogates):
         assert cut > 0, "an oversize value was not counted"
@@ -77,4 +79,6 @@ def test_hostile_spans_never_escape_and_good_requests_are_kept(messages: list[Ot
             for trace in message.traces:
                 if any(s.sane(NOW) for s in trace.spans):
                     assert trace.hex in traced, "a believable trace was lost"
+            if message.deep and message.deep != DEEP_LOST:
+                assert DEEP_TRACE.hex() in traced, "a span upb reads alone was lost"
     assert run.chain.committable_everywhere()
