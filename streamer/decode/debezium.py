@@ -3,7 +3,8 @@
 Row values are production data of any size: a column value longer than ``max_value_bytes`` (as JSON text) is
 replaced by Debezium's own placeholder for a value it did not send (``__debezium_unavailable_value``, which every
 comparison treats as unknown) and counted, so that one megabyte column costs neither the row change nor the internal
-topic's message size; a key, table or transaction id that long refuses the message (a row cannot be named by it).
+topic's message size; so is a value nested deeper than ``MAX_NESTING`` (no serializer downstream need follow it). A
+key, table or transaction id that long refuses the message (a row cannot be named by it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from streamer.decode.jsontext import loads
 
 __all__ = ["ChangeStats", "decode_row_change"]
 
+MAX_NESTING = 32  # objects and arrays in a row value (as for an OTLP attribute value)
 _MISSING = "debezium_missing_field"
 _INVALID = "debezium_invalid_field"
 
@@ -54,11 +56,27 @@ def _over(value: Any, limit: int) -> bool:
     return False
 
 
-def _bounded(row: dict[str, Any] | None, limit: int) -> tuple[dict[str, Any] | None, int]:
-    """``row`` with each value over ``limit`` bytes replaced by ``UNAVAILABLE``; and how many were."""
+def _deep(value: Any) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``MAX_NESTING`` (Debezium's values are scalars, small
+    structs such as a variable-scale decimal, and arrays of at most PostgreSQL's 6 dimensions)."""
+    level: list[Any] = [value]
+    for _ in range(MAX_NESTING):
+        level = [x for v in level for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
+        if not level:
+            return False
+    return True
+
+
+def _unusable(value: Any, limit: int, size: bool) -> bool:
+    return (isinstance(value, dict | list) and _deep(value)) or (size and _over(value, limit))
+
+
+def _bounded(row: dict[str, Any] | None, limit: int, size: bool) -> tuple[dict[str, Any] | None, int]:
+    """``row`` with each value nested too deep, or (``size``) over ``limit`` bytes, replaced by ``UNAVAILABLE``; and
+    how many were."""
     if row is None:
         return None, 0
-    over = {column for column, value in row.items() if _over(value, limit)}
+    over = {column for column, value in row.items() if _unusable(value, limit, size)}
     if not over:
         return row, 0
     return {c: UNAVAILABLE if c in over else v for c, v in row.items()}, len(over)
@@ -145,10 +163,13 @@ def decode_row_change(
     row_key = _row_key(key, cdc_op, before, after)
     if any(_over(c, max_value_bytes) or _over(v, max_value_bytes) for c, v in row_key):
         raise DecodeError("debezium_oversize_key", f"a key column or value is over {max_value_bytes} bytes")
-    if len(value) > max_value_bytes:  # a value's JSON text is no longer than the message: only then can one be over
-        (before, n_before), (after, n_after) = _bounded(before, max_value_bytes), _bounded(after, max_value_bytes)
-        if stats is not None:
-            stats.oversize_values += n_before + n_after
+    size = len(value) > max_value_bytes  # a value's JSON text is no longer than the message: only then can one be over
+    (before, n_before), (after, n_after) = (
+        _bounded(before, max_value_bytes, size),
+        _bounded(after, max_value_bytes, size),
+    )
+    if stats is not None:
+        stats.oversize_values += n_before + n_after
     tx_id = source.get("txId")
     return RowChange(
         table=_text(schema, "source.schema", max_value_bytes) + "." + _text(table, "source.table", max_value_bytes),

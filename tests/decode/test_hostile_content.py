@@ -221,3 +221,18 @@ def test_a_span_nested_past_upbs_depth_limit_costs_only_itself(depth: int, kept:
     assert len(_by_trace(spans, good)) == 3
     assert len(_by_trace(spans, hostile)) == 1 + kept  # the hostile DB span, and the deep one if it parsed alone
     assert telemetry.dropped["unreadable_spans"] == (0 if kept else 1)
+
+
+def test_a_row_value_nested_past_the_bound_is_replaced_and_counted() -> None:
+    """A row value nested deeper than 32 objects and arrays (Debezium sends scalars, small structs and arrays of at
+    most 6 dimensions) is replaced by the placeholder and counted: an incident carrying it as evidence could not be
+    serialized (pydantic: Maximum serialization depth exceeded). A 6-dimensional array is kept."""
+    deep: Any = 1
+    for i in range(400):
+        deep = [deep] if i % 2 else {"k": deep}
+    cube: Any = 1
+    for _ in range(6):
+        cube = [cube, cube]
+    (change,), telemetry = _row_changes(b'{"id": 7}', _change({"id": 7, "doc": deep, "cube": cube}))
+    assert change.after == {"id": 7, "doc": UNAVAILABLE, "cube": cube}
+    assert telemetry.dropped["oversize_values"] == 1

@@ -461,24 +461,43 @@ class OtlpMessage:
         return to_json(self) if self.encoding == "otlp_json" else to_proto(self)
 
     def oversize(self, kept: Callable[[str], bool]) -> bool:
-        """Whether a span name, or a string or bytes (as hex) value the decoder keeps (``kept(key)``), is past the
-        attribute bound (nested values can be too, as JSON text: not looked at)."""
-
-        def big(value: Value) -> bool:
-            if value[0] == "y":
-                return 2 * len(value[1]) > ATTRIBUTE_BYTES
-            return value[0] == "s" and len(value[1].encode("utf-8", "surrogatepass")) > ATTRIBUTE_BYTES
-
+        """Whether the decoder must cut something: a span name; a string or bytes (as hex) value of a span attribute
+        it reads (``kept(key)``; ``db.query.parameter.*`` only on a DB span); the value a resource or the first
+        exception event ends with for a key it reads (the last one given). Nested values can be over the bound
+        too, as JSON text: not looked at (so this may say False when something is cut)."""
         for attributes, scopes in self.resources:
-            if any(big(v) for k, v in attributes if k in RESOURCE_KEYS[:5]):
+            last = dict(attributes)
+            env = "deployment.environment.name" if "deployment.environment.name" in last else "deployment.environment"
+            if any(
+                _big(last[k]) for k in ("service.name", "service.version", env, "vcs.ref.head.revision") if k in last
+            ):
                 return True
             for s in (s for spans in scopes for s in spans):
-                if big(("s", s.name)) or any(big(v) for k, v in s.attributes if kept(k)):
+                if _big(("s", s.name)):
+                    return True
+                values = dict(s.attributes)
+                db = any(_truthy(values[k]) for k in _DB_KEYS if k in values)
+                if any(_big(v) for k, v in s.attributes if kept(k) and (db or not k.startswith("db.query.parameter."))):
                     return True
                 exception = next((a for name, a in s.events if name == "exception"), [])  # the first one is read
-                if any(big(v) for _, v in exception):
+                if any(_big(v) for v in dict(exception).values()):
                     return True
         return False
+
+
+_DB_KEYS = ("db.system.name", "db.system", "db.query.text", "db.statement")  # what makes a span a DB span
+
+
+def _big(value: Value) -> bool:
+    if value[0] == "y":
+        return 2 * len(value[1]) > ATTRIBUTE_BYTES
+    return value[0] == "s" and len(value[1].encode("utf-8", "surrogatepass")) > ATTRIBUTE_BYTES
+
+
+def _truthy(value: Value) -> bool:
+    """Whether the decoder's plain value of ``value`` is true (bytes are hex text; arrays and kvlists containers)."""
+    kind, x = value
+    return bool(x) if kind != "n" else False
 
 
 UPDATE = "UPDATE orders SET status = %s WHERE id = %s"
