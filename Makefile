@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install lint test demo bench soak up down status clean
+.PHONY: install lint test fuzz demo bench soak up down status clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ lint: install  ## ruff, mypy (strict) and the import layers (import-linter)
 
 test: install lint  ## the whole suite; fixtures start the real engines (Kafka, FalkorDB, PostgreSQL, Debezium)
 	$(BIN)/python -m pytest
+
+fuzz: install  ## the structure-aware fuzz at length: >= 10^5 valid messages with hostile content through both stages
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -q -s -p no:cacheprovider -W ignore::hypothesis.errors.HypothesisWarning
 
 demo: install  ## the daemon on real local engines with the sample workload
 	$(BIN)/python -m bench.demo

@@ -27,21 +27,36 @@ class InvariantError(ValueError):
     """An invariant that cannot be parsed or uses an unsupported construct."""
 
 
+class _Unknown:
+    """A value that compares with nothing: not a number although it looks like one (``NaN``, ``Infinity``)."""
+
+    __slots__ = ()
+
+
+UNKNOWN = _Unknown()
+
+
 def _num(value: Any) -> Any:
+    """A row or literal value as the interpreter compares it: NULL as None, numbers (and numeric text) as finite
+    ``Decimal``; ``NaN``, ``Infinity`` and ``sNaN`` (Debezium's string decimals can be any of them; a float may be)
+    are ``UNKNOWN``, as are numbers whose text Python will not read."""
     if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, int | float | Decimal):
-        return Decimal(str(value))
-    if isinstance(value, str):
+    if isinstance(value, float):
+        value = repr(value)  # the float's shortest text, as before (``nan`` and ``inf`` are read as such)
+    if isinstance(value, int | Decimal | str):
         try:
-            return Decimal(value)
-        except InvalidOperation:
-            return value
+            d = Decimal(value)  # an int needs no text: no int-string limit
+        except (InvalidOperation, ValueError):
+            return value  # text: compares with text only
+        return d if d.is_finite() else UNKNOWN
     return value
 
 
 class Invariant:
-    """One predicate over a row image; ``holds(row)`` is None when the row lacks a column it needs."""
+    """One predicate over a row image, in SQL's three-valued logic: ``holds(row)`` is True, False, or None when it
+    cannot be decided (the row lacks a column it needs, a NULL, a value that is not a number, text against a
+    number): only False is a violation, as for a ``CHECK`` constraint."""
 
     __slots__ = ("_tree", "columns", "text")
 
@@ -63,23 +78,31 @@ class Invariant:
 
     def holds(self, row: Mapping[str, Any]) -> bool | None:
         try:
-            return bool(self._eval(self._tree, row))
+            value = self._eval(self._tree, row)
         except KeyError:
             return None
-        except TypeError:  # comparing text with a number: the invariant does not apply to this row
-            return None
+        return value if isinstance(value, bool) else None
+
+    def _truth(self, node: Any, row: Mapping[str, Any]) -> bool | None:
+        value = self._eval(node, row)
+        return value if isinstance(value, bool) else None
 
     def _eval(self, node: Any, row: Mapping[str, Any]) -> Any:  # sqlglot nodes
         if isinstance(node, exp.Paren):
             return self._eval(node.this, row)
         if isinstance(node, exp.And):
-            return self._eval(node.left, row) and self._eval(node.right, row)
+            left, right = self._truth(node.left, row), self._truth(node.right, row)
+            return False if False in (left, right) else None if None in (left, right) else True
         if isinstance(node, exp.Or):
-            return self._eval(node.left, row) or self._eval(node.right, row)
+            left, right = self._truth(node.left, row), self._truth(node.right, row)
+            return True if True in (left, right) else None if None in (left, right) else False
         if isinstance(node, exp.Not):
-            return not self._eval(node.this, row)
-        if isinstance(node, exp.Is):
-            return self._eval(node.this, row) is None
+            truth = self._truth(node.this, row)
+            return None if truth is None else not truth
+        if isinstance(node, exp.Is):  # IS [NOT] NULL, IS [NOT] TRUE / FALSE: never unknown
+            value = self._eval(node.this, row)
+            is_ = value is node.expression.this if isinstance(node.expression, exp.Boolean) else value is None
+            return is_ != bool(node.args.get("negate"))
         if isinstance(node, exp.Column):
             return _num(row[node.name])
         if isinstance(node, exp.Literal):
@@ -89,13 +112,19 @@ class Invariant:
         if isinstance(node, exp.Null):
             return None
         if isinstance(node, exp.Neg):
-            return -self._eval(node.this, row)
+            value = self._eval(node.this, row)
+            return value.copy_negate() if isinstance(value, Decimal) else UNKNOWN if value is not None else None
         compare = _COMPARE.get(type(node))
         if compare is not None:
             left, right = self._eval(node.left, row), self._eval(node.right, row)
-            if left is None or right is None:
+            if left is None or right is None or left is UNKNOWN or right is UNKNOWN:
                 return None
-            return compare(left, right)
+            if isinstance(left, str) != isinstance(right, str):
+                return None  # text against a number (or a boolean): the invariant does not apply to this row
+            try:
+                return compare(left, right)
+            except TypeError:  # other mixed kinds
+                return None
         raise InvariantError(f"invariant {self.text!r}: unsupported {type(node).__name__}")
 
 

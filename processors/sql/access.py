@@ -45,6 +45,9 @@ from processors.sql.syntax import (
 from processors.state.lru import CountedLRU
 from processors.telemetry import Telemetry
 
+# What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
+_SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)
+
 
 @dataclass(frozen=True, slots=True)
 class _Target:
@@ -217,6 +220,8 @@ class SqlAccessExtractor:
             shape = self._analyse(statement)
         except RecursionError:  # pathologically nested SQL: sqlglot's generator recurses too
             shape = "too_deep"
+        except _SQLGLOT_INTERNAL:  # sqlglot's tree or generator failing on odd input: unparseable, never raised
+            shape = "analysis_error"
         self._cache.put(statement, shape)
         return shape
 
@@ -227,7 +232,7 @@ class SqlAccessExtractor:
                 parsed = sqlglot.parse(number_qmarks(sql, dialect), dialect=dialect)
             except (ParseError, TokenError):
                 continue
-            except (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+            except (*_SQLGLOT_INTERNAL, RecursionError):
                 self._count("parser_internal_error")  # sqlglot bug on odd input: skip, never raise
                 continue
             trees = [t for t in parsed if isinstance(t, exp.Expression)]

@@ -7,9 +7,11 @@ parameter or literal a comparison binds, and binding a span's parameters into a 
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from sqlglot import TokenType, exp
@@ -72,7 +74,12 @@ def normalise_key_value(value: Any) -> Scalar:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+    if (
+        isinstance(value, Decimal)
+        and value.is_finite()
+        and value == value.to_integral_value()
+        and value.adjusted() < sys.int_info.default_max_str_digits  # 1E+999999999 is no int to make, nor to print
+    ):
         return int(value)
     return str(value)
 
@@ -139,34 +146,60 @@ def name_of(node: exp.Expression | None) -> str:
     return node.name if node.quoted else node.name.lower()
 
 
+# PostgreSQL numbers its parameters $1 .. $65535; ``$`` and anything else is not a position (a non-ASCII digit such
+# as ``$\u0661``, thousands of digits): a name, bound only by a parameter of that name.
+_MAX_POSITION_DIGITS: Final = 5
+
+
+def position(text: str) -> int | None:
+    """The 0-based parameter index of ``$<text>`` (``text`` ASCII digits, 1 .. 99999), else None."""
+    if 0 < len(text) <= _MAX_POSITION_DIGITS and text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text) - 1
+    return None
+
+
 def placeholder(node: exp.Expression) -> Pos | Named | None:
     if isinstance(node, exp.Parameter):
         inner = node.this
-        if isinstance(inner, exp.Literal) and inner.name.isdigit() and int(inner.name) > 0:
-            return Pos(int(inner.name) - 1)
+        if isinstance(inner, exp.Literal) and (index := position(inner.name)) is not None:
+            return Pos(index)
         return Named(inner.name) if isinstance(inner, exp.Expression) else None
     if isinstance(node, exp.Placeholder) and node.name and node.name != "?":
         return Named(node.name)
-    if isinstance(node, exp.Column) and not node.table and node.name[1:].isdigit() and node.name[0] == "$":
-        return Pos(int(node.name[1:]) - 1)  # `$1` as the default dialect reads it
+    if isinstance(node, exp.Column) and not node.table and node.name[:1] == "$":
+        index = position(node.name[1:])  # `$1` as the default dialect reads it
+        return None if index is None else Pos(index)
     return None
+
+
+def number(text: str) -> Scalar:
+    """A numeric literal's value, exact: an int, a float that is the literal's own value (``1.5``, ``2e3``), else
+    the literal's text (``1e400``, a 0.1 written with 30 digits, an integer past Python's int-string limit), which
+    still compares as a number (``processors.sql.values``) and keeps entity keys apart (a float would make every
+    such key ``inf``)."""
+    digits = text.replace("_", "")
+    if digits.isascii() and digits.isdigit() and len(digits) <= sys.int_info.default_max_str_digits:
+        return int(digits)
+    try:
+        exact = Decimal(text)
+    except (InvalidOperation, ValueError):
+        return text
+    if exact.is_finite() and len(text) <= 32:  # a float's shortest repr is never longer
+        f = float(exact)
+        if math.isfinite(f) and Decimal(repr(f)) == exact:
+            return f
+    return text
 
 
 def literal(node: exp.Expression) -> Const | None:
     if isinstance(node, exp.Literal):
-        if node.is_string:
-            return Const(node.name)
-        text = node.name
-        for convert in (int, float):
-            try:
-                return Const(convert(text))
-            except ValueError:
-                pass
-        return Const(text)
+        return Const(node.name if node.is_string else number(node.name))
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        inner = literal(node.this)
-        if inner is not None and isinstance(inner.value, int | float) and not isinstance(inner.value, bool):
-            return Const(-inner.value)
+        value = number(node.this.name)
+        if isinstance(value, str):
+            return Const("-" + value)
+        if isinstance(value, int | float):
+            return Const(-value)
     if isinstance(node, exp.Boolean):
         return Const(bool(node.this))
     if isinstance(node, exp.Null):

@@ -1,16 +1,26 @@
-"""Debezium JSON change events (Kafka Connect ``JsonConverter``, schemas on or off) → ``RowChange``."""
+"""Debezium JSON change events (Kafka Connect ``JsonConverter``, schemas on or off) → ``RowChange``.
+
+Row values are production data of any size: a column value longer than ``max_value_bytes`` (as JSON text) is
+replaced by Debezium's own placeholder for a value it did not send (``__debezium_unavailable_value``, which every
+comparison treats as unknown) and counted, so that one megabyte column costs neither the row change nor the internal
+topic's message size; so is a value nested deeper than ``MAX_NESTING`` (no serializer downstream need follow it). A
+key, table or transaction id that long refuses the message (a row cannot be named by it).
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from processors.model.events import CdcOp, RowChange, Scalar
+from processors.sql.values import UNAVAILABLE
 from streamer.decode.errors import DecodeError
 from streamer.decode.jsontext import loads
 
-__all__ = ["decode_row_change"]
+__all__ = ["ChangeStats", "decode_row_change"]
 
+MAX_NESTING = 32  # objects and arrays in a row value (as for an OTLP attribute value)
 _MISSING = "debezium_missing_field"
 _INVALID = "debezium_invalid_field"
 
@@ -34,6 +44,49 @@ def _row(envelope: dict[str, Any], field: str) -> dict[str, Any] | None:
     if row is not None and not isinstance(row, dict):
         raise DecodeError(_INVALID, f"{field!r} is not an object")
     return row
+
+
+def _over(value: Any, limit: int) -> bool:
+    """Whether ``value`` as JSON text takes more than ``limit`` UTF-8 bytes (cheap for the short values most columns
+    hold; numbers, booleans and null are a few bytes: an int's digits are bounded by json's int-string limit)."""
+    if isinstance(value, str):
+        return 4 * len(value) > limit and len(value.encode("utf-8", "surrogatepass")) > limit
+    if isinstance(value, dict | list):
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > limit
+    return False
+
+
+def _deep(value: Any) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``MAX_NESTING`` (Debezium's values are scalars, small
+    structs such as a variable-scale decimal, and arrays of at most PostgreSQL's 6 dimensions)."""
+    level: list[Any] = [value]
+    for _ in range(MAX_NESTING):
+        level = [x for v in level for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
+        if not level:
+            return False
+    return True
+
+
+def _unusable(value: Any, limit: int, size: bool) -> bool:
+    return (isinstance(value, dict | list) and _deep(value)) or (size and _over(value, limit))
+
+
+def _bounded(row: dict[str, Any] | None, limit: int, size: bool) -> tuple[dict[str, Any] | None, int]:
+    """``row`` with each value nested too deep, or (``size``) over ``limit`` bytes, replaced by ``UNAVAILABLE``; and
+    how many were."""
+    if row is None:
+        return None, 0
+    over = {column for column, value in row.items() if _unusable(value, limit, size)}
+    if not over:
+        return row, 0
+    return {c: UNAVAILABLE if c in over else v for c, v in row.items()}, len(over)
+
+
+def _text(value: Any, what: str, limit: int) -> str:
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        raise DecodeError(_INVALID, f"{what} is {len(text)} characters long")
+    return text
 
 
 def _int(obj: dict[str, Any], field: str, where: str) -> int:
@@ -62,10 +115,25 @@ def _row_key(
     raise DecodeError("debezium_missing_key", "no message key and no 'id' column in the row")
 
 
+@dataclass(slots=True)
+class ChangeStats:
+    """What decoding row changes left out: row values over ``max_value_bytes``."""
+
+    oversize_values: int = 0
+
+
 def decode_row_change(
-    key: bytes | None, value: bytes | None, *, topic: str, partition: int, offset: int
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_value_bytes: int = 65_536,
+    stats: ChangeStats | None = None,
 ) -> RowChange | None:
-    """Decode one Debezium change event; a tombstone (null or empty value) gives None."""
+    """Decode one Debezium change event; a tombstone (null or empty value) gives None. A row value over
+    ``max_value_bytes`` is replaced by ``UNAVAILABLE`` and counted in ``stats``; a key over it refuses the message."""
     if not value:
         return None
     envelope = _load(value, "value")
@@ -92,17 +160,27 @@ def decode_row_change(
     if not schema:
         raise DecodeError(_MISSING, "missing field 'source.schema'")
     before, after = _row(envelope, "before"), _row(envelope, "after")
+    row_key = _row_key(key, cdc_op, before, after)
+    if any(_over(c, max_value_bytes) or _over(v, max_value_bytes) for c, v in row_key):
+        raise DecodeError("debezium_oversize_key", f"a key column or value is over {max_value_bytes} bytes")
+    size = len(value) > max_value_bytes  # a value's JSON text is no longer than the message: only then can one be over
+    (before, n_before), (after, n_after) = (
+        _bounded(before, max_value_bytes, size),
+        _bounded(after, max_value_bytes, size),
+    )
+    if stats is not None:
+        stats.oversize_values += n_before + n_after
     tx_id = source.get("txId")
     return RowChange(
-        table=f"{schema}.{table}",
+        table=_text(schema, "source.schema", max_value_bytes) + "." + _text(table, "source.table", max_value_bytes),
         op=cdc_op,
-        key=_row_key(key, cdc_op, before, after),
+        key=row_key,
         before=before,
         after=after,
         commit_ts_ms=_int(source, "ts_ms", "source."),
         ts_ms=_int(envelope, "ts_ms", ""),
         lsn=_int(source, "lsn", "source."),
-        tx_id="" if tx_id is None else str(tx_id),
+        tx_id="" if tx_id is None else _text(tx_id, "source.txId", max_value_bytes),
         topic=topic,
         partition=partition,
         offset=offset,

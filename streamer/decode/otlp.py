@@ -109,7 +109,8 @@ def _bad_id(what: str, value: bytes) -> DecodeError:
 
 
 def _lite_pool() -> Any:
-    """``TracesData`` with each span kept as its bytes: a cheap second parse that sizes every span."""
+    """``TracesData`` with each span kept as its bytes: a cheap second parse that sizes every span (and reads a
+    message whose spans upb cannot all parse, one by one: ``_salvage``)."""
     fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
     field = descriptor_pb2.FieldDescriptorProto
     for name, number, kind, type_name in (
@@ -117,16 +118,49 @@ def _lite_pool() -> Any:
         ("ResourceSpans", 2, field.TYPE_MESSAGE, ".trace_repro_lite.ScopeSpans"),
         ("ScopeSpans", 2, field.TYPE_BYTES, ""),
     ):
-        f = fd.message_type.add(name=name).field.add(name="items", number=number, type=kind)
+        message = fd.message_type.add(name=name)
+        f = message.field.add(name="items", number=number, type=kind)
         f.label = field.LABEL_REPEATED
         if type_name:
             f.type_name = type_name
+        if name == "ResourceSpans":  # the Resource, as its bytes too (read again by ``_salvage``)
+            message.field.add(name="resource", number=1, type=field.TYPE_BYTES, label=field.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("trace_repro_lite.TracesData"))
 
 
 _SizedTraces = _lite_pool()
+
+
+def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None:
+    """A ``TracesData`` (and its bytes) of the spans of ``data`` that parse one by one, when upb refused the message
+    whole; None when its framing does not hold either. A span (or a resource) upb cannot parse is left out and
+    counted (``unreadable_spans``): nested deeper than upb's depth limit (the collector's is far higher) or holding a
+    string that is not UTF-8. The other spans of the message are kept, as with any other hostile value."""
+    try:
+        lite = _SizedTraces.FromString(data)
+    except _ProtoDecodeError:
+        return None
+    msg, unreadable = TracesData(), 0
+    for lite_rs in lite.items:
+        rs = msg.resource_spans.add()
+        try:
+            rs.resource.MergeFromString(lite_rs.resource)
+        except _ProtoDecodeError:
+            rs.ClearField("resource")  # its spans are kept, with no service
+            unreadable += 1
+        for lite_ss in lite_rs.items:
+            spans = rs.scope_spans.add().spans
+            for raw in lite_ss.items:
+                try:
+                    spans.add().MergeFromString(raw)  # upb's depth limit counts from the span
+                except _ProtoDecodeError:
+                    del spans[-1]
+                    unreadable += 1
+    if stats is not None:
+        stats.unreadable_spans += unreadable
+    return msg, bytes(msg.SerializeToString())
 
 
 def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
@@ -139,8 +173,8 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             if vals is None:
                 vals = [None] * SPAN_SLOTS
             av = kv.value
-            v = av.string_value
-            vals[slot] = (v if len(v) <= quarter else clip(v)) if v else _value(av)
+            v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
+            vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = ""
@@ -193,18 +227,25 @@ def decode_traces_proto(
 ) -> list[Span]:
     """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans.
 
-    The whole message is parsed (and refused) here; each span's core fields are read here and the rest
+    The whole message is parsed (and refused) here, span by span when upb refuses it whole (``_salvage``); each
+    span's core fields are read here and the rest
     (``SpanDetail``: attributes by key, the exception event, links) on first use, from the kept upb span. A span
     whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
     counted in ``stats`` before this returns, exactly as an eager decoder counts them.
     """
     msg = TracesData()
-    _parse(msg, data, opts)
+    try:
+        _parse(msg, data, opts)
+    except DecodeError as exc:
+        salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
+        if salvaged is None:
+            raise
+        msg, data = salvaged
     ext = Extractor(opts, stats)
     reader = _reader(opts)
     small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = _SizedTraces.FromString(data).items if len(data) > small else None
-    kinds, statuses, unspecified, unset = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET
+    kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace id → hex, once per message
     out: list[Span] = []
     append = out.append
@@ -228,11 +269,14 @@ def decode_traces_proto(
                 trace_hex = hexed.get(trace_id)
                 if trace_hex is None:
                     trace_hex = hexed[trace_id] = trace_id.hex()
+                name = sp.name
+                if len(name) > quarter:
+                    name = ext.clip(name)
                 core = (
                     trace_hex,
                     span_id.hex(),
                     parent_id.hex(),
-                    sp.name,
+                    name,
                     kinds.get(sp.kind, unspecified),
                     sp.start_time_unix_nano,
                     sp.end_time_unix_nano,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ from streamer.decode.jsontext import loads
 __all__ = ["decode_logs_json", "decode_traces_json"]
 
 _INVALID = "otlp_json_invalid"
+_INT_DIGITS = sys.int_info.default_max_str_digits
 _Names = tuple[str, str]  # (camelCase, snake_case)
 _RESOURCE_SPANS: _Names = ("resourceSpans", "resource_spans")
 _SCOPE_SPANS: _Names = ("scopeSpans", "scope_spans")
@@ -161,6 +163,9 @@ def _value(value: Any, where: str, depth: int = 0) -> Any:
     if kind == "s" and isinstance(v, str):
         return _utf8(v)
     if kind == "i":
+        digits = v.removeprefix("-") if isinstance(v, str) else ""
+        if len(digits) > _INT_DIGITS and digits.isascii() and digits.isdigit():
+            return v  # an integer Python will not read (past the int-string limit): its text, as for parameters
         return _int(v, where)
     if kind == "b" and isinstance(v, bool):
         return v
@@ -256,7 +261,7 @@ def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) ->
         trace_id=_id(_get(sp, _TRACE_ID), 16, f"{where}.traceId"),
         span_id=_id(_get(sp, _SPAN_ID), 8, f"{where}.spanId"),
         parent_id=_id(_get(sp, _PARENT_ID), 8, f"{where}.parentSpanId", optional=True),
-        name=_str(sp, ("name", "name"), where),
+        name=ext.clip(_str(sp, ("name", "name"), where)),
         kind=_enum(sp.get("kind"), KINDS, SpanKind.UNSPECIFIED, f"{where}.kind"),
         start_ns=_int(_get(sp, _START), f"{where}.startTimeUnixNano"),
         end_ns=_int(_get(sp, _END), f"{where}.endTimeUnixNano"),

@@ -21,7 +21,7 @@ from processors.model.base import Published
 from processors.model.outputs import parse_event
 from processors.telemetry import Telemetry
 from streamer.decode.config import DecodeConfig
-from streamer.decode.debezium import decode_row_change
+from streamer.decode.debezium import ChangeStats, decode_row_change
 from streamer.decode.errors import DecodeError
 from streamer.decode.internal import decode as decode_internal
 from streamer.decode.jsontext import loads
@@ -69,6 +69,7 @@ def _options(config: DecodeConfig) -> DecodeOptions:
 def _traces(decode: Callable[..., Any]) -> DecoderFactory:
     def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
         options = _options(config)
+        telemetry.declare("truncated_attributes", "unreadable_spans")
 
         def spans(record: Record) -> Sequence[Any]:
             if not record.value:
@@ -80,6 +81,7 @@ def _traces(decode: Callable[..., Any]) -> DecoderFactory:
                     raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "
                                       f"{options.max_attribute_bytes} bytes")  # fmt: skip
                 telemetry.drop("truncated_attributes", stats.truncated_attributes)
+            telemetry.drop("unreadable_spans", stats.unreadable_spans)
             telemetry.count("spans", len(out))
             return out  # type: ignore[no-any-return]
 
@@ -105,9 +107,14 @@ def _logs(decode: Callable[..., Any]) -> DecoderFactory:
 
 
 def _debezium(config: DecodeConfig, telemetry: Telemetry) -> Decode:
+    telemetry.declare("oversize_values")
+    limit = config.max_attribute_bytes
+
     def row_changes(record: Record) -> Sequence[Any]:
+        stats = ChangeStats()
         change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
-                                   offset=record.offset)  # fmt: skip
+                                   offset=record.offset, max_value_bytes=limit, stats=stats)  # fmt: skip
+        telemetry.drop("oversize_values", stats.oversize_values)
         telemetry.count("tombstones" if change is None else "row_changes")
         return () if change is None else (change,)
 

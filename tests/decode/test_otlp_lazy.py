@@ -22,7 +22,7 @@ from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.span import Span
 from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto
 from streamer.decode._attrs import KINDS, RESOURCE_KEYS, STATUSES, Extractor, literal_params, literal_params_ast
-from streamer.decode.otlp import _bad_id, _parse, _pick, _span_detail
+from streamer.decode.otlp import _bad_id, _parse, _pick, _salvage, _span_detail
 
 # Keys the decoder keeps (current, older and configured names) and a few it skips.
 KEYS = [
@@ -103,9 +103,16 @@ def _message(draw: st.DrawFn) -> bytes:
 
 
 def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -> list[Span]:
-    """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded."""
+    """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded (the
+    span's name is bounded like an attribute)."""
     msg = TracesData()
-    _parse(msg, data, opts)
+    try:
+        _parse(msg, data, opts)
+    except DecodeError as exc:  # a message upb refuses whole is read span by span, as the lazy decoder does
+        salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
+        if salvaged is None:
+            raise
+        msg = salvaged[0]
     ext = Extractor(opts, stats)
     out: list[Span] = []
     for rs in msg.resource_spans:
@@ -121,7 +128,7 @@ def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -
                     if len(link.trace_id) != 16:
                         raise _bad_id("link trace_id", link.trace_id)
                 d = _span_detail(ext, sp)
-                out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), sp.name,
+                out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), ext.clip(sp.name),
                                 KINDS.get(sp.kind, SpanKind.UNSPECIFIED), sp.start_time_unix_nano,
                                 sp.end_time_unix_nano, STATUSES.get(sp.status.code, StatusCode.UNSET), resource,
                                 d.route, d.http_status, d.exception_type, d.exception_message, d.code_function,

@@ -60,7 +60,10 @@ async def test_replay_from_zero_leaves_graph_identical(harness: Harness) -> None
 
 
 async def test_malformed_messages_go_to_dlq_and_good_ones_are_processed(harness: Harness) -> None:
-    """Truncated protobuf, empty value, oversize attribute and broken Debezium JSON are dead-lettered, with reasons."""
+    """Truncated protobuf, empty value, oversize attribute (with ``decode.oversize = "dlq"``; the default cuts it)
+    and broken Debezium JSON are dead-lettered, with reasons."""
+    decode = harness.settings.decode.model_copy(update={"oversize": "dlq"})
+    harness.settings = harness.settings.model_copy(update={"decode": decode})
     good, span_ids = _messages(4, per_message=100)
     shop = ShopTelemetry()
     shop.request("/big", function="big", start_ns=time.time_ns())

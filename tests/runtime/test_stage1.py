@@ -279,7 +279,11 @@ def _bad(kind: str, p: Pipe) -> bytes | None:
 def test_malformed_message_goes_to_dlq_with_original_bytes(kind: str, encoding: str, reason: str) -> None:
     """A bad message becomes one dead letter (original key and bytes, reason and position headers); the good
     messages around it are processed."""
-    p = Pipe(TRACE_REPRO_KAFKA__SPAN_ENCODING=encoding, TRACE_REPRO_DECODE__MAX_ATTRIBUTE_BYTES="256")
+    p = Pipe(
+        TRACE_REPRO_KAFKA__SPAN_ENCODING=encoding,
+        TRACE_REPRO_DECODE__MAX_ATTRIBUTE_BYTES="256",
+        TRACE_REPRO_DECODE__OVERSIZE="dlq",
+    )  # oversize attributes are cut by default; dead-lettered on request
     good1, good2 = request(1), request(2)
     bad = _bad(kind, p)
     records = [
