@@ -917,19 +917,10 @@ def row_values(*, surrogates: bool) -> st.SearchStrategy[Any]:
     return _pick(constants(pool), generated, 3)
 
 
-# Commit times beyond the wall clock (+ skew) are left out for now: stage 1 feeds a row change's commit time to its
-# CDC watermark before its clock sanity refuses the change (``streamer/runtime/ingest.py``, ``_row_changes``), so
-# its low watermark jumps years ahead and stage 2 refuses every later watermark of it (``clock_skew``). That is issue
-# 31's "clock sanity runs before any watermark sees a value (row changes too)", the stages' part: set this to True
-# once it is fixed there.
-FUTURE_COMMITS = False
-
-
 def _commit_edges(now_ms: int) -> list[int]:
-    edges = [0, 1, -1, now_ms - 30 * 365 * 24 * 3600 * 1000, now_ms + 1_000]  # a database clock a second ahead
-    if FUTURE_COMMITS:
-        edges += [2**63 - 1, now_ms + 10 * 365 * 24 * 3600 * 1000, now_ms + FUTURE_SKEW // MS + 1]
-    return edges
+    # a database clock a second ahead; commits beyond the wall clock + skew (checked before any watermark sees them)
+    return [0, 1, -1, now_ms - 30 * 365 * 24 * 3600 * 1000, now_ms + 1_000,
+            2**63 - 1, now_ms + 10 * 365 * 24 * 3600 * 1000, now_ms + FUTURE_SKEW // MS + 1]  # fmt: skip
 
 
 @st.composite
