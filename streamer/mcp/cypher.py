@@ -25,6 +25,8 @@ from falkordb.asyncio import FalkorDB
 from redis._parsers.resp2 import _AsyncRESP2Parser
 from redis.exceptions import RedisError, ResponseError
 
+from sinks.graph.endpoint import Endpoint
+
 # Clauses that write, and LOAD CSV (a read of the server's files, not of the graph). A keyword right after ``.``,
 # ``$`` or a word character is a property, parameter or part of a name, not a clause.
 _CLAUSES: Final = re.compile(
@@ -125,8 +127,8 @@ def capped_parser(max_bytes: int) -> type[_AsyncRESP2Parser]:
 class AgentCypher:
     """Runs agents' Cypher on one graph with the bounds of the module docstring; a connection opened on first use."""
 
-    def __init__(self, url: str, graph: str, *, max_result_bytes: int, socket_timeout_s: float) -> None:
-        self.url = url
+    def __init__(self, url: str | Endpoint, graph: str, *, max_result_bytes: int, socket_timeout_s: float) -> None:
+        self.endpoint = url if isinstance(url, Endpoint) else Endpoint.parse(url)  # user, password and TLS honoured
         self.graph_name = graph
         self.max_result_bytes = max_result_bytes
         self.socket_timeout_s = socket_timeout_s
@@ -136,12 +138,13 @@ class AgentCypher:
         if self._graph is None:
             parser = capped_parser(self.max_result_bytes)
             options = {
-                "parser_class": parser,
                 "socket_timeout": self.socket_timeout_s,
                 "socket_connect_timeout": 5,
                 "protocol": 2,
             }  # RESP2: the parser above (and no maintenance notifications, which need RESP3)
-            db = await asyncio.to_thread(FalkorDB.from_url, self.url, **options)
+            # (the constructor asks the server whether it is a cluster, a blocking call)
+            db = await asyncio.to_thread(lambda: FalkorDB(**{**self.endpoint.client_kwargs(), **options}))
+            db.connection.connection_pool.connection_kwargs["parser_class"] = parser  # every connection it opens
             self._graph = db.select_graph(self.graph_name)
         return self._graph
 

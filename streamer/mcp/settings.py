@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from processors.connectors.repro.config import ReproConfig
+from sinks.graph.endpoint import Endpoint
 from streamer import config
 
 _ON = {"1", "true", "yes", "on"}
@@ -33,7 +34,7 @@ _ON = {"1", "true", "yes", "on"}
 class McpSettings:
     """Everything the tools need, resolved once at start."""
 
-    falkordb_url: str
+    falkordb_url: str | Endpoint  # the daemon's [falkordb] endpoint (user, password, TLS), or a bare URL
     graph: str
     kafka_bootstrap: str
     contracts_topic: str = "trace-repro.contracts"
@@ -69,7 +70,7 @@ def resolve(path: Path | None, *, run_repro: bool = False, contracts: bool = Fal
     repro = daemon.section("repro", ReproConfig)
     token = env.get("TRACE_REPRO_MCP_TOKEN") or None
     return McpSettings(
-        falkordb_url=daemon.falkordb.url,
+        falkordb_url=daemon.falkordb.endpoint(),
         graph=daemon.graph_name,
         kafka_bootstrap=daemon.kafka.bootstrap,
         contracts_topic=daemon.kafka.contracts_topic,

@@ -34,6 +34,8 @@ from streamer.engines import falkordb as engine
 from streamer.engines.layout import Layout
 from streamer.engines.process import stop
 from streamer.engines.state import EngineState
+from streamer.mcp import settings as mcp_settings
+from streamer.mcp.cypher import AgentCypher
 from tests.harness import Harness, harness_settings
 
 pytestmark = pytest.mark.engines
@@ -85,6 +87,21 @@ async def test_the_password_setting_wins_over_the_url_and_the_reader_uses_it_too
         assert await reader.rows("MATCH (w:Window) RETURN w.id") == [["w1"]]
     finally:
         await reader.close()
+
+
+async def test_the_mcp_servers_queries_use_the_password_setting(secured: EngineState) -> None:
+    """``trace-repro mcp`` resolves the daemon's ``[falkordb]`` section: its agents' Cypher reaches a server that
+    needs the password given apart from the URL (the secret in ``TRACE_REPRO_FALKORDB__PASSWORD``)."""
+    env = {"TRACE_REPRO_FALKORDB__URL": f"redis://{ACL_USER}@127.0.0.1:{secured.port}",
+           "TRACE_REPRO_FALKORDB__PASSWORD": ACL_PASSWORD, "TRACE_REPRO_FALKORDB__GRAPH": "auth_mcp"}  # fmt: skip
+    settings = mcp_settings.resolve(None, env=env)
+    assert await _write_and_read(
+        FalkorDBConfig(url=env["TRACE_REPRO_FALKORDB__URL"], password=SecretStr(ACL_PASSWORD)).endpoint(), "auth_mcp"
+    ) == [["w1"]]
+    cypher = AgentCypher(settings.falkordb_url, settings.graph, max_result_bytes=1 << 16, socket_timeout_s=10)
+    columns, rows, truncated = await cypher.run("MATCH (w:Window) RETURN w.id AS id", {}, limit=10, timeout_ms=5000)
+    assert (columns, rows, truncated) == (["id"], [["w1"]], False)
+    assert ACL_PASSWORD not in repr(settings)
 
 
 async def test_a_wrong_password_is_retried_and_unhealthy_not_a_crash(secured: EngineState) -> None:
