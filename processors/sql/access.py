@@ -18,6 +18,8 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from processors.model.events import Access, DbOperation, LockMode, Scalar, entity_key, scope_key
 from processors.model.span import Span
+from processors.sql.control import transaction_control
+from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
 from processors.sql.syntax import (
     DIALECT,
@@ -73,6 +75,7 @@ class _Shape:
     keyed: bool = True
     exact: bool = True  # every WHERE term is in ``predicates``
     set_values: tuple[tuple[str, Ref], ...] = ()  # of a predicate access (UPDATE ... SET, INSERT VALUES)
+    rows: int = 1  # rows an unkeyed INSERT makes (set_values are the first's); 0: not known from the text (UNNEST)
 
 
 class SqlAccessExtractor:
@@ -226,6 +229,8 @@ class SqlAccessExtractor:
         return shape
 
     def _parse(self, statement: str) -> exp.Expression | str:
+        if transaction_control(statement) is not None:
+            return "not_dml"  # BEGIN / COMMIT / SAVEPOINT ...: no row (and sqlglot reads SAVEPOINT as a bare command)
         sql = psycopg_to_qmark(statement)
         for dialect in (DIALECT, None):
             try:
@@ -340,9 +345,10 @@ class SqlAccessExtractor:
         if names is None:
             return "no_table"
         table, schema = names
-        if not isinstance(tree.this, exp.Schema) or not isinstance(tree.expression, exp.Values):
-            return "insert_no_values"  # INSERT ... SELECT, DEFAULT VALUES, no column list
-        columns = [name_of(c) for c in tree.this.expressions]
+        found = insert_rows(tree)
+        if isinstance(found, str):
+            return found  # INSERT ... SELECT from a table, DEFAULT VALUES, no column list
+        columns = found.columns
         conflict = tree.args.get("conflict")
         conflict_cols: tuple[str, ...] = ()
         if isinstance(conflict, exp.OnConflict):
@@ -356,12 +362,8 @@ class SqlAccessExtractor:
             (conflict_cols, True),
         )
         lock = LockMode.UPSERT if conflict is not None else LockMode.NONE
-        rows = tree.expression.expressions
         targets: list[_Target] = []
-        for row in rows:
-            refs = [ref_of(v) for v in row.expressions] if isinstance(row, exp.Tuple) else [ref_of(row)]
-            if len(refs) != len(columns):
-                return "insert_arity"
+        for refs in () if found.arrays else found.rows:
             by_col = dict(zip(columns, refs, strict=True))
             for cols, labelled in candidates:
                 key = [r for c in cols if isinstance(r := by_col.get(c), Const | Pos | Named)]
@@ -369,9 +371,11 @@ class SqlAccessExtractor:
                     targets.append(_Target(tuple(key), cols if labelled else (), tuple(by_col.items())))
                     break
             else:
-                if len(rows) != 1:
-                    return "insert_unkeyed_rows"
-                # The database assigns the key (or it is not known yet): a predicate access, its values the rows
-                return _Shape(table, schema, DbOperation.INSERT, lock, (), (), self.keys.version, keyed=False,
-                              set_values=tuple(by_col.items()))  # fmt: skip
-        return _Shape(table, schema, DbOperation.INSERT, lock, tuple(targets), (), self.keys.version)
+                break
+        if targets and len(targets) == len(found.rows):
+            return _Shape(table, schema, DbOperation.INSERT, lock, tuple(targets), (), self.keys.version)
+        # The database assigns the key (or it is not known yet, or arrays feed the rows): a predicate access, its
+        # values the first row's (``rows`` says how many the statement inserts; 0: not known from its text).
+        return _Shape(table, schema, DbOperation.INSERT, lock, (), (), self.keys.version, keyed=False,
+                      set_values=tuple(zip(columns, found.rows[0], strict=True)),
+                      rows=0 if found.arrays else len(found.rows))  # fmt: skip
