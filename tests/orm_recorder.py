@@ -381,6 +381,9 @@ def _psycopg2(recorder: Recorder, dsn: str, *, capture_parameters: bool) -> None
                 "INSERT INTO accounts (id, owner, balance) VALUES (%s, %s, %s)", [(50, "d", 1), (51, "e", 2)]
             )
             take(stack, "executemany")
+            cur.executemany("UPDATE accounts SET balance = %(balance)s WHERE id = %(id)s",
+                            [{"balance": 11, "id": 50}, {"balance": 12, "id": 51}])  # fmt: skip
+            take(stack, "executemany_named")
             psycopg2.extras.execute_values(cur, "INSERT INTO accounts (id, owner, balance) VALUES %s",
                                            [(60, "f", 1), (61, "g", 2)])  # fmt: skip
             take(stack, "execute_values")

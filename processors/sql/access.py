@@ -8,7 +8,7 @@ parameters into a cached shape is cheap.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from processors.model.events import Access, DbOperation, LockMode, Scalar, entity_key, scope_key
 from processors.model.span import Span
+from processors.sql.batches import arity, batch_rows, runs
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
@@ -75,6 +76,7 @@ class _Shape:
     keyed: bool = True
     exact: bool = True  # every WHERE term is in ``predicates``
     set_values: tuple[tuple[str, Ref], ...] = ()  # of a predicate access (UPDATE ... SET, INSERT VALUES)
+    arity: int = 0  # positional parameters the statement takes (its highest $n): an executemany batch's row size
     rows: int = 1  # rows an unkeyed INSERT makes (set_values are the first's); 0: not known from the text (UNNEST)
 
 
@@ -123,6 +125,9 @@ class SqlAccessExtractor:
         if isinstance(shape, str):
             self._count(shape)
             return ()
+        if db.params and not db.named_params and (rows := batch_rows(db.params, shape.arity)) is not None:
+            self._count("executemany_batches")  # one run of the statement per row of the batch
+            return tuple(a for run in runs(span, rows) for a in self.accesses(run, function=function, file=file))
         named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
         params = db.params
         predicates, exact = self._bind_terms(shape.predicates, params, named)
@@ -252,7 +257,8 @@ class SqlAccessExtractor:
         tree = self._parse(statement)
         if isinstance(tree, str):
             return tree
-        return self._analyse_tree(tree)
+        shape = self._analyse_tree(tree)
+        return shape if isinstance(shape, str) else replace(shape, arity=arity(tree))
 
     def _analyse_tree(self, tree: exp.Expression) -> _Shape | str:
         if isinstance(tree, exp.Select | exp.Update | exp.Delete | exp.Insert) and tree.args.get(

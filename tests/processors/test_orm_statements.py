@@ -194,6 +194,7 @@ _PSYCOPG2 = {
     "atomic_update": ["accounts write atomic key=$2 set=balance where=balance>=$3"],
     "insert_returning": ["accounts insert none pred rows=1 set=owner,balance where="],
     "executemany": ["accounts insert none key=$1 set=id,owner,balance where="],
+    "executemany_named": ["accounts write none key=:id set=balance where="],
     "delete": ["accounts delete none key=$1 set= where="],
 }
 _DECODER = {"execute_values"}  # a bytes statement: the decoder's (see the report of issue 32)
@@ -258,3 +259,17 @@ def test_savepoints_are_not_dml_and_log_nothing(caplog: pytest.LogCaptureFixture
         assert all(extractor.accesses(span) == () for span in controls)
     assert extractor.counters["not_dml"] == len(controls)
     assert not caplog.records
+
+
+def test_executemany_batches_bind_row_by_row() -> None:
+    """``executemany`` is one span whose recorded parameters are the list of rows (``[(50, 'd', 1), (51, 'e', 2)]``,
+    or dicts for ``%(name)s``): each row is one run of the statement, never one value (``accounts:(50, 'd', 1)``)."""
+    stack = "psycopg2+params"
+    assert _accesses(stack, "executemany") == [
+        ("accounts:50", "insert", "none", (("id", 50), ("owner", "d"), ("balance", 1)), ()),
+        ("accounts:51", "insert", "none", (("id", 51), ("owner", "e"), ("balance", 2)), ()),
+    ]
+    assert _accesses(stack, "executemany_named") == [
+        ("accounts:50", "write", "none", (("balance", 11),), ()),
+        ("accounts:51", "write", "none", (("balance", 12),), ()),
+    ]
