@@ -1,16 +1,21 @@
 """The row accesses of a closed trace: each DB span analysed into per-row reads and writes, stamped with its request.
 
 The code site of an access is the ``code.function.name`` / ``code.file.path`` of its span or of the nearest
-ancestor that has them (instrumented drivers record no code attributes on the DB span itself). Every access then
+ancestor that has them (instrumented drivers record no code attributes on the DB span itself). Where the spans
+delimit the trace's transactions (``processors.sql.transactions``), a row lock released before the write it seemed to
+guard guards nothing, and the writes of a rolled-back transaction made no change. Every access then
 carries its request (the root span): route, interval, outcome and span links, which is what the collision detector
 judges in stage 2, where the rest of the trace is not at hand.
 """
 
 from __future__ import annotations
 
-from processors.model.events import ACCESS_FIELDS, Access, access_values
+from dataclasses import replace
+
+from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
+from processors.sql.transactions import transactions
 from processors.traces import ClosedTrace
 
 _MAX_DEPTH = 64
@@ -49,12 +54,36 @@ def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
     return stamped
 
 
+def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
+    """What the trace's transactions (``processors.sql.transactions``) change about its accesses: a row lock taken
+    in a transaction that ended before the trace's later write of that row began does not guard that write (the
+    lock is read as none); a write in a transaction a ROLLBACK span ended made no change (it counts as failed)."""
+    txs = transactions(trace.spans)
+    if not txs:
+        return accesses
+    later_writes: dict[str, list[Access]] = {}
+    for a in accesses:
+        if a.operation is not DbOperation.READ:
+            later_writes.setdefault(a.entity, []).append(a)
+    out = []
+    for a in accesses:
+        tx = txs.get(a.span_id)
+        if tx is not None and tx.rolled_back and a.operation is not DbOperation.READ and not a.error:
+            a = replace(a, error=True)
+        elif tx is not None and a.lock in (LockMode.FOR_UPDATE, LockMode.FOR_SHARE) and a.keyed:
+            writes = [txs.get(w.span_id) for w in later_writes.get(a.entity, ()) if w.start_ns >= a.end_ns]
+            if writes and all(w is not None and w.service == tx.service and w.ordinal > tx.ordinal for w in writes):
+                a = replace(a, lock=LockMode.NONE)  # the lock was released (at commit) before the write
+        out.append(a)
+    return out
+
+
 def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor) -> list[Access]:
-    """Every row access the trace's DB spans made, with code sites and the request."""
+    """Every row access the trace's DB spans made, with code sites, transactions and the request."""
     by_id = {s.span_id: s for s in trace.spans}
     accesses: list[Access] = []
     for span in trace.spans:
         if span.db is not None:
             function, file = function_of(span, by_id)
             accesses.extend(extractor.accesses(span, function=function, file=file))
-    return with_request(trace, accesses) if accesses else accesses
+    return with_request(trace, within_transactions(trace, accesses)) if accesses else accesses

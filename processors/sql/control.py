@@ -37,6 +37,7 @@ _FIRST: Final = {
     "SAVEPOINT": SAVEPOINT,
     "RELEASE": RELEASE,
 }
+_COMMENTS: Final = frozenset({"/*", "--"})
 _PREPARED: Final = frozenset({"PREPARED", "PREPARE"})  # two-phase commit: not this session's transaction boundary
 
 
@@ -45,6 +46,10 @@ def transaction_control(statement: str) -> str | None:
     statement (including ``SET TRANSACTION ...`` and two-phase ``COMMIT PREPARED``, which end nothing here)."""
     if not statement or len(statement) > _LONGEST:
         return None
+    head = statement.lstrip()
+    words = head[:10].split(None, 1)  # the longest keyword, SAVEPOINT, has 9 letters
+    if not words or (head[:2] not in _COMMENTS and words[0].rstrip(";").upper() not in _FIRST):
+        return None  # the common case, decided without the tokenizer (the transactions of every trace ask)
     try:
         tokens = Dialect.get_or_raise(DIALECT).tokenize(statement)
     except TokenError:  # text that is not SQL

@@ -31,6 +31,8 @@ from processors.sql.control import BEGIN, COMMIT, RELEASE, ROLLBACK, ROLLBACK_TO
         ("SELECT 1", None),
         ("UPDATE accounts SET balance = 1 WHERE id = 1", None),
         ("", None),
+        ("   ", None),
+        ("SAVEPOINTS", None),
         ("'unterminated", None),
     ],
 )
