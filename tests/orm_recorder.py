@@ -429,10 +429,12 @@ def record(dsn: str) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    """``python -m tests.orm_recorder DSN [OUT]``: records every stack, writes the fixture (or ``OUT``)."""
     records = record(sys.argv[1])
-    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(records)} spans -> {FIXTURE}")
+    out = Path(sys.argv[2]) if len(sys.argv) > 2 else FIXTURE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(records)} spans -> {out}")
 
 
 if __name__ == "__main__":
