@@ -273,3 +273,30 @@ def test_executemany_batches_bind_row_by_row() -> None:
         ("accounts:50", "write", "none", (("balance", 11),), ()),
         ("accounts:51", "write", "none", (("balance", 12),), ()),
     ]
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        # Hibernate's PESSIMISTIC_WRITE with a table alias, and the OF clauses ORMs add (select_for_update(of=...)).
+        ("select a1_0.id from accounts a1_0 where a1_0.id=? for no key update of a1_0",
+         "accounts read for_update key=$1 set= where="),
+        ('SELECT "app_account"."id" FROM "app_account" WHERE "app_account"."id" = %s LIMIT 21 FOR UPDATE OF '
+         '"app_account"', "app_account read for_update key=$1 set= where="),
+        ("SELECT accounts.id FROM accounts WHERE accounts.id = %(pk_1)s::INTEGER FOR UPDATE OF accounts SKIP LOCKED",
+         "accounts read for_update key=:pk_1 set= where="),
+        # with_for_update(read=True, key_share=True) / (read=True, nowait=True)
+        ("SELECT accounts.id FROM accounts WHERE accounts.id = %(id_1)s::INTEGER FOR KEY SHARE",
+         "accounts read for_share key=:id_1 set= where="),
+        ("SELECT accounts.id FROM accounts WHERE accounts.id = %(id_1)s::INTEGER FOR SHARE NOWAIT",
+         "accounts read for_share key=:id_1 set= where="),
+        # The Java agent may collapse an IN list to one `?` (semantic conventions allow it): one placeholder, k rows.
+        ("select a1_0.id,a1_0.balance from accounts a1_0 where a1_0.id in (?)",
+         "accounts read none key=$1 set= where="),
+        ("update accounts a set balance=a.balance-? where a.id=? and a.balance>=?",
+         "accounts write atomic key=$2 set=balance where=balance>=$3"),
+    ],
+)  # fmt: skip
+def test_lock_clauses_and_aliases_as_orms_write_them(statement: str, expected: str) -> None:
+    """Lock strengths and OF / SKIP LOCKED / NOWAIT, table aliases and a collapsed IN list keep their shape."""
+    assert summary(SqlAccessExtractor(key_columns=KEYS)._shape(statement)) == expected
