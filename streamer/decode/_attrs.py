@@ -54,6 +54,8 @@ ROUTE, HTTP_STATUS, CODE_FUNC, CODE_NS, CODE_FILE, CODE_LINE = range(6)
 DB_SYSTEM, DB_TEXT, DB_NS, DB_COLL, DB_OP, DB_PARAMS, TX_ID, ROW_VERSION, IDEM_KEY = range(6, 15)
 N = 15
 SPAN_SLOTS = 2 * N
+# Slots whose value is text even when sent as bytes (psycopg2's ``execute_values`` statement is ``bytes``).
+TEXT_SLOTS = frozenset({DB_TEXT, DB_TEXT + N})
 _CURRENT_KEYS = {
     "http.route": ROUTE,
     "http.response.status_code": HTTP_STATUS,

@@ -32,6 +32,7 @@ from streamer.decode._attrs import (
     RESOURCE_KEYS,
     SPAN_SLOTS,
     STATUSES,
+    TEXT_SLOTS,
     DecodeOptions,
     DecodeStats,
     Extractor,
@@ -174,6 +175,8 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
                 vals = [None] * SPAN_SLOTS
             av = kv.value
             v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
+            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
+                v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
             vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None

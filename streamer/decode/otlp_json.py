@@ -27,6 +27,7 @@ from streamer.decode._attrs import (
     RESOURCE_KEYS,
     SPAN_SLOTS,
     STATUSES,
+    TEXT_SLOTS,
     DecodeOptions,
     DecodeStats,
     Extractor,
@@ -207,6 +208,7 @@ def _pick(
     size: int,
     where: str,
     clip: Callable[[str], str] | None = None,
+    text_slots: frozenset[int] = frozenset(),
 ) -> list[Any] | None:
     """Plain values of the wanted keys by slot (strings bounded by ``clip``), or None when none is present."""
     vals: list[Any] | None = None
@@ -216,6 +218,8 @@ def _pick(
             if vals is None:
                 vals = [None] * size
             v = _value(raw, f"{where} attribute {key!r}")
+            if slot in text_slots and isinstance(raw, dict) and "bytesValue" in raw and isinstance(v, str):
+                v = bytes.fromhex(v).decode("utf-8", "replace")  # as the protobuf decoder: SQL sent as bytes
             vals[slot] = clip(v) if clip is not None and type(v) is str else v
     return vals
 
@@ -238,7 +242,7 @@ def _resource(ext: Extractor, obj: dict[str, Any], where: str) -> Resource:
 
 def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) -> Span:
     pairs = _attributes(sp, where)
-    vals = _pick(pairs, ext.keys, SPAN_SLOTS, where, ext.clip)
+    vals = _pick(pairs, ext.keys, SPAN_SLOTS, where, ext.clip, TEXT_SLOTS)
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = None
     if vals and is_db(vals):

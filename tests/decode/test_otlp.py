@@ -542,3 +542,19 @@ def test_arbitrary_json_never_crashes(doc: Any) -> None:
     except DecodeError:
         return
     assert all(isinstance(s, Span) for s in spans)
+
+
+def test_a_statement_sent_as_bytes_is_read_as_text() -> None:
+    """psycopg2's ``execute_values`` hands its instrumentation the SQL as ``bytes``, which OTLP carries as
+    ``bytes_value``: the statement is its UTF-8 text in both encodings, not hex."""
+    exporter = InMemorySpanExporter()
+    tracer = _provider(exporter, {"service.name": "checkout"})
+    sql = b"INSERT INTO accounts (id, owner, balance) VALUES (60,'f',1),(61,'g',2)"
+    with tracer.start_as_current_span("INSERT", kind=trace.SpanKind.CLIENT) as span:
+        span.set_attribute("db.system", "postgresql")
+        span.set_attribute("db.statement", sql)
+    spans = list(exporter.get_finished_spans())
+    for decoded in (decode_traces_proto(_encode(spans)), decode_traces_json(_collector_json(encode_spans(spans)))):
+        (only,) = decoded
+        assert only.db is not None
+        assert only.db.statement == sql.decode()
