@@ -4,6 +4,11 @@ The Collector is the pinned build of ``bench/collector`` on the shipped ``config
 processor, kafka exporter, ``otlp_proto``, ``partition_traces_by_id``); spans reach it through the stock OTLP/HTTP
 exporter of the OpenTelemetry SDK. The records read back from Kafka are decoded by ``streamer.decode`` and fed, as
 they are, to stage 1 (``IngestStage``) on a fake clock.
+
+The kafka exporter (``partition_traces_by_id``) writes one message per resource, instrumentation scope and trace id
+of each batch, keyed by the trace id: never two traces in one message, and a trace in several messages whenever its
+spans come from several scopes or several export requests (the batch processor appends requests, it does not merge
+their resources), all in the partition of its key.
 """
 
 from __future__ import annotations
@@ -145,3 +150,32 @@ async def test_a_trace_split_over_two_messages_is_reassembled_by_stage_1(
     topic_out = chain.settings.kafka.accesses_topic
     keys = {m.key for out in outputs for m in out.produce if m.topic == topic_out and m.key and m.partition is None}
     assert {b"orders:1", b"orders:2"} <= keys
+
+
+async def test_a_trace_from_two_instrumentation_scopes_is_two_messages_even_in_one_export(
+    otel_collector: StartCollector, kafka_bootstrap: str
+) -> None:
+    """A server span from one tracer (a web framework's instrumentation) and DB spans from another (the database
+    driver's), exported together: the kafka exporter splits per resource, scope and trace id, so the trace is two
+    messages with the same key, one scope each. This is the shape of every request of an auto-instrumented service."""
+    topic = f"collector-scopes-{uuid.uuid4().hex[:8]}"
+    await create_topics(kafka_bootstrap, {topic: 1})
+    collector = otel_collector(topic)
+    shop = ShopTelemetry()
+    web, driver = shop.provider.get_tracer("web-framework"), shop.provider.get_tracer("db-driver")
+    with web.start_as_current_span("POST /r1", kind=SpanKind.SERVER) as server:
+        for _ in range(2):
+            driver.start_span("db", kind=SpanKind.CLIENT).end()
+    trace_id = server.get_span_context().trace_id.to_bytes(16, "big").hex()
+    await asyncio.to_thread(export, collector.traces_url, shop.take())
+    records = await read(kafka_bootstrap, topic, 2)
+    assert [r.key for r in records] == [trace_id.encode()] * 2
+    scopes = [
+        {
+            (ss.scope.name, len(ss.spans))
+            for rs in TracesData.FromString(r.value).resource_spans
+            for ss in rs.scope_spans
+        }
+        for r in records
+    ]
+    assert sorted(scopes, key=str) == [{("db-driver", 2)}, {("web-framework", 1)}]
