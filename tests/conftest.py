@@ -3,7 +3,7 @@
 When ``TRACE_REPRO_TEST_REUSE=1`` and a ``trace-repro local up`` is running, its engines are used and left
 running (fast local iterations); otherwise the session starts its own in a private run directory.
 The OpenTelemetry Collector (``bench.collector``) is compiled once and cached; when a collected test needs it, the
-build starts in the background at collection time, so a cold build overlaps the engines' start.
+build starts in the background at collection time and those tests run last, so a cold build overlaps the others.
 """
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ from bench.collector import process as collector_process
 from streamer.engines import Layout, LocalEngines
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if any("otel_collector" in getattr(item, "fixturenames", ()) for item in items):
-        collector_build.start_background()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on the Collector run last (in their order), its build started now: a cold build overlaps the rest."""
+    needs = [item for item in items if "otel_collector" in getattr(item, "fixturenames", ())]
+    if needs:
+        if not config.option.collectonly:
+            collector_build.start_background()
+        items[:] = [item for item in items if item not in needs] + needs
 
 
 @pytest.fixture(scope="session")

