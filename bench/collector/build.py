@@ -85,7 +85,8 @@ def _build(target: Path, niceness: int) -> None:
     go = toolchain.find()
     log = target.parent / "build.log"
     partial = target.with_name(f".otelcol.{os.getpid()}")
-    env = {**os.environ, **go.env(), "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    flags = f"{os.environ.get('GOFLAGS', '')} -mod=readonly".strip()  # after the user's: the last -mod wins
+    env = {**os.environ, **go.env(), "CGO_ENABLED": "0", "GOFLAGS": flags}
     argv = [str(go.executable), "build", "-trimpath", "-o", str(partial), "."]
     if niceness:
         argv = ["nice", "-n", str(niceness), *argv]
