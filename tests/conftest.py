@@ -20,13 +20,15 @@ from bench.collector import process as collector_process
 from streamer.engines import Layout, LocalEngines
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a selected test starts the build
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests on the Collector run last (in their order), its build started now: a cold build overlaps the rest."""
     needs = [item for item in items if "otel_collector" in getattr(item, "fixturenames", ())]
     if needs:
         if not config.option.collectonly:
             collector_build.start_background()
-        items[:] = [item for item in items if item not in needs] + needs
+        last = set(map(id, needs))
+        items[:] = [item for item in items if id(item) not in last] + needs
 
 
 @pytest.fixture(scope="session")
