@@ -2,6 +2,8 @@
 
 When ``TRACE_REPRO_TEST_REUSE=1`` and a ``trace-repro local up`` is running, its engines are used and left
 running (fast local iterations); otherwise the session starts its own in a private run directory.
+The OpenTelemetry Collector (``bench.collector``) is compiled once and cached; when a collected test needs it, the
+build starts in the background at collection time and those tests run last, so a cold build overlaps the others.
 """
 
 from __future__ import annotations
@@ -13,7 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from bench.collector import build as collector_build
+from bench.collector import process as collector_process
 from streamer.engines import Layout, LocalEngines
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a selected test starts the build
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on the Collector run last (in their order), its build started now: a cold build overlaps the rest."""
+    needs = [item for item in items if "otel_collector" in getattr(item, "fixturenames", ())]
+    if needs:
+        if not config.option.collectonly:
+            collector_build.start_background()
+        last = set(map(id, needs))
+        items[:] = [item for item in items if id(item) not in last] + needs
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +62,34 @@ def falkordb_url(engines: LocalEngines) -> str:
 @pytest.fixture(scope="session")
 def postgres_dsn(engines: LocalEngines) -> str:
     return engines.address("postgres")
+
+
+@pytest.fixture(scope="session")
+def otelcol_binary() -> Path:
+    """The stock Collector (otlp receiver, batch processor, kafka exporter), built once and cached."""
+    return collector_build.start_background().result()
+
+
+@pytest.fixture
+def otel_collector(
+    otelcol_binary: Path, kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[collector_process.StartCollector]:
+    """Starts Collectors on the shipped config writing spans to the topic given (logs to ``<topic>-logs``); each
+    is stopped at the end of the test (SIGTERM: it drains to Kafka first); its log is in the test's tmp_path."""
+    started: list[collector_process.Collector] = []
+
+    def start(spans_topic: str) -> collector_process.Collector:
+        collector = collector_process.start(
+            otelcol_binary,
+            kafka_bootstrap=kafka_bootstrap,
+            spans_topic=spans_topic,
+            logs_topic=f"{spans_topic}-logs",
+            work_dir=tmp_path / f"collector-{len(started)}",
+        )
+        started.append(collector)
+        print(f"Collector {collector.http_endpoint} -> {spans_topic}; log: {collector.log}")
+        return collector
+
+    yield start
+    for collector in started:
+        collector.stop()

@@ -6,10 +6,12 @@
    topics are created (the spans topic ``corpus.otlp_spans`` with two partitions, one Debezium topic per table),
    then Debezium captures the tables with topic prefix ``corpus`` (``corpus.public.corpus_<table>``) and the
    recorder waits until its topics are quiet (a reconfigured connector may deliver its last changes again).
-3. Per scenario: the end offsets of its topics are noted, its rounds run (telemetry flushed to Kafka), the recorder
-   waits until Debezium delivered one change per committed row write, and reads back every message between the
-   noted offsets and the new ends: ``<scenario>.jsonl``, one JSON object per message (``topic``, ``partition``,
-   ``offset``, ``timestamp_ms``, ``key`` and ``value`` as base64 of the exact bytes), ordered by timestamp.
+3. Per scenario: the end offsets of its topics are noted, its rounds run with their telemetry exported over OTLP to a
+   stock OpenTelemetry Collector (``bench.collector``, the shipped ``config/otel-collector.yaml``), which writes it to
+   the spans topic and is stopped after the rounds (it drains to Kafka first), the recorder waits until Debezium
+   delivered one change per committed row write, and reads back every message between the noted offsets and the new
+   ends: ``<scenario>.jsonl``, one JSON object per message (``topic``, ``partition``, ``offset``, ``timestamp_ms``,
+   ``key`` and ``value`` as base64 of the exact bytes), ordered by timestamp.
 4. Each change is attributed to the request that committed it (per row, the k-th change in log order belongs to
    the k-th committed writer of the row, the commit order the round forced) and written with the rounds to
    ``<scenario>.manifest.json``. Anything unexpected (a change no round wrote, a request without spans, a count
@@ -33,6 +35,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.collector import build as collector_build
+from bench.collector import process as collector_process
 from bench.corpus.apps import SCENARIOS
 from bench.corpus.manifest import ChangeRecord, Manifest, RoundRecord
 from bench.corpus.runner import prepare, run_scenario
@@ -43,6 +47,7 @@ from streamer.runtime.topics import create_topics
 PREFIX = "corpus"
 SCHEMA = "public"
 SPANS_TOPIC = "corpus.otlp_spans"
+LOGS_TOPIC = "corpus.otlp_logs"
 SPANS_PARTITIONS = 2
 CDC_PATTERN = r"^corpus\.public\.[a-z_]+$"
 ROUNDS = 3
@@ -224,8 +229,17 @@ def record_scenario(engines: LocalEngines, scenario: Scenario, out: Path, rounds
     spans_tps = [(SPANS_TOPIC, p) for p in range(SPANS_PARTITIONS)]
     cdc_tps = [(t, 0) for t in cdc]
     start = asyncio.run(end_offsets(bootstrap, spans_tps + cdc_tps))
-    records = run_scenario(scenario, scenario.plans(rounds), dsn=dsn, kafka_bootstrap=bootstrap,
-                           spans_topic=SPANS_TOPIC, schema=SCHEMA, log=log)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="corpus-collector-") as work:
+        binary = collector_build.binary()
+        collector = collector_process.start(
+            binary, kafka_bootstrap=bootstrap, spans_topic=SPANS_TOPIC, logs_topic=LOGS_TOPIC, work_dir=Path(work)
+        )
+        try:
+            records = run_scenario(scenario, scenario.plans(rounds), dsn=dsn, kafka_bootstrap=bootstrap,
+                                   spans_topic=SPANS_TOPIC, schema=SCHEMA, log=log,
+                                   otlp_endpoint=collector.http_endpoint)  # fmt: skip
+        finally:
+            collector.stop()  # it drains its batches to Kafka before it exits
     writes = sum(len(r.writes) for rnd in records for r in rnd.requests if r.commit is not None)
     ends = asyncio.run(wait_for_changes(bootstrap, cdc_tps, start, writes))
     ends.update(asyncio.run(end_offsets(bootstrap, spans_tps)))

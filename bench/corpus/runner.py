@@ -63,10 +63,11 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 
 def run_scenario(scenario: Scenario, plans: Sequence[RoundPlan], *, dsn: str, kafka_bootstrap: str, spans_topic: str,
-                 schema: str = "public", between_s: float = BETWEEN_S,
-                 log: Callable[[str], None] | None = None) -> list[RoundRecord]:  # fmt: skip
-    """Play ``plans`` with telemetry to ``spans_topic``; every span is on Kafka when this returns."""
-    telemetry = start_telemetry(kafka_bootstrap, spans_topic, scenario.service)
+                 schema: str = "public", between_s: float = BETWEEN_S, log: Callable[[str], None] | None = None,
+                 otlp_endpoint: str | None = None) -> list[RoundRecord]:  # fmt: skip
+    """Play ``plans`` with telemetry to ``spans_topic``; every span is on Kafka when this returns, or, with
+    ``otlp_endpoint``, accepted by that Collector (which writes it to its topic)."""
+    telemetry = start_telemetry(kafka_bootstrap, spans_topic, scenario.service, otlp_endpoint=otlp_endpoint)
     records: list[RoundRecord] = []
     try:
         service = Service(scenario.name, dsn, telemetry.tracer, schema=schema)

@@ -2,10 +2,11 @@
 
 One round of each bug and of each control per scenario, in a PostgreSQL schema and under a Debezium topic prefix of
 this test run's own (the tables are created afresh there, so nothing clashes with another run or with the recorded
-fixtures; the SQL is the same, unqualified, found through ``search_path``). The daemon runs with its default
-configuration: only the engines' addresses, the topic and group names, the CDC pattern and the HTTP port are set.
-The expectations are the replay tests' (``tests.corpus.expectations``), on the incidents the daemon publishes. The
-schema is dropped at the end.
+fixtures; the SQL is the same, unqualified, found through ``search_path``). The services export OTLP to a stock
+OpenTelemetry Collector (``bench.collector`` on the shipped ``config/otel-collector.yaml``), which writes their spans
+to the daemon's spans topic. The daemon runs with its default configuration: only the engines' addresses, the topic and
+group names, the CDC pattern and the HTTP port are set. The expectations are the replay tests'
+(``tests.corpus.expectations``), on the incidents the daemon publishes. The schema is dropped at the end.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bench.collector.process import StartCollector
 from bench.corpus.apps import SCENARIOS
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare, run_scenario
@@ -32,7 +34,9 @@ JUDGED_AFTER_S = 15  # credit wait (2 s) + causal window (2 s) + settle (1 s), a
 TOPICS = ("spans", "logs", "accesses", "dlq", "incidents", "repros", "verdicts", "contracts")
 
 
-async def test_corpus_scenarios_live(engines: LocalEngines, kafka_bootstrap: str, falkordb_url: str) -> None:
+async def test_corpus_scenarios_live(
+    engines: LocalEngines, kafka_bootstrap: str, falkordb_url: str, otel_collector: StartCollector
+) -> None:
     """Each bug round yields one incident of its class with culprit = first committer and victim = the other
     request; no control round yields any; no incident belongs to no bug round."""
     tag = uuid.uuid4().hex[:8]
@@ -56,10 +60,13 @@ async def test_corpus_scenarios_live(engines: LocalEngines, kafka_bootstrap: str
     await asyncio.to_thread(engines.capture, [f"{schema}.{t}" for t in tables], topic_prefix=prefix)
     try:
         await harness.start()
+        collector = await asyncio.to_thread(otel_collector, settings.kafka.spans_topic)
         rounds: list[RoundRecord] = []
         for scenario, plans in runs:
             rounds += await asyncio.to_thread(run_scenario, scenario, plans, dsn=dsn, kafka_bootstrap=kafka_bootstrap,
-                                              spans_topic=settings.kafka.spans_topic, schema=schema)  # fmt: skip
+                                              spans_topic=settings.kafka.spans_topic, schema=schema,
+                                              otlp_endpoint=collector.http_endpoint)  # fmt: skip
+        await asyncio.to_thread(collector.stop)  # it drains its batches to Kafka before it exits
         ended_ns = time.time_ns()  # every request of every round has ended
         entities = harness.daemon.entities if harness.daemon is not None else None
         assert entities is not None
