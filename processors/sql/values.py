@@ -13,9 +13,12 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from processors.model.events import Predicate
+from processors.sql.pgsemantics import UNAVAILABLE, Undecidable
+from processors.sql.predicate import evaluate
+
 _TRUE: Final = frozenset({"t", "true", "y", "yes", "on", "1"})
 _FALSE: Final = frozenset({"f", "false", "n", "no", "off", "0"})
-UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's placeholder for unchanged TOAST columns
 
 
 def normalised(value: Any) -> tuple[str, Any] | None:
@@ -108,10 +111,15 @@ def term_holds(term: Term, image: Mapping[str, Any]) -> bool | None:
     return None if c is None or holds is None else holds(c)
 
 
-def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None) -> bool | None:
-    """Whether a WHERE (the conjunction of ``terms``; ``exact`` when they are all of it) selects the row image."""
+def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None,
+           where: Predicate | None = None) -> bool | None:  # fmt: skip
+    """Whether a WHERE selects the row image: its whole tree (``where``) when the statement has one, else the
+    conjunction of ``terms`` (``exact`` when they are all of it). None when that cannot be decided."""
     if image is None:
         return False
+    if where is not None:
+        truth = evaluate(where, image)
+        return None if isinstance(truth, Undecidable) else truth is True  # NULL, like FALSE, does not select
     unknown = not exact
     for term in terms:
         holds = term_holds(term, image)

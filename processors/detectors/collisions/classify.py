@@ -104,13 +104,13 @@ class PairJudge:
                 if p.operation is DbOperation.WRITE:
                     # An UPDATE whose WHERE selected the row's version when it started wrote that row, whether or
                     # not a change could be credited to it (two value-less ``stock = stock - 1`` match both).
-                    if covers(p.predicates, p.exact, image_at(commits, p.start_ns)) is True:
+                    if covers(p.predicates, p.exact, image_at(commits, p.start_ns), p.where) is True:
                         add_access(view(p.trace_id), p)
                     continue
                 if p.operation is not DbOperation.READ:
                     continue  # a predicate insert or delete is known here by the change credited to it
                 at = image_at(commits, p.start_ns)
-                if at is not None and covers(p.predicates, p.exact, at) is True:
+                if at is not None and covers(p.predicates, p.exact, at, p.where) is True:
                     add_access(view(p.trace_id), p)  # it read the row's version through its predicate
                 elif any(moves_row(p, c) for c in commits if c.trace_id != p.trace_id):
                     v = view(p.trace_id)
