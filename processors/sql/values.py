@@ -9,7 +9,7 @@ a term cannot be decided or the WHERE had terms the extractor could not read (``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -111,15 +111,20 @@ def term_holds(term: Term, image: Mapping[str, Any]) -> bool | None:
     return None if c is None or holds is None else holds(c)
 
 
-def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None,
-           where: Predicate | None = None) -> bool | None:  # fmt: skip
+def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None, where: Predicate | None = None,
+           undecided: Callable[[str], None] | None = None) -> bool | None:  # fmt: skip
     """Whether a WHERE selects the row image: its whole tree (``where``) when the statement has one, else the
-    conjunction of ``terms`` (``exact`` when they are all of it). None when that cannot be decided."""
+    conjunction of ``terms`` (``exact`` when they are all of it). None when that cannot be decided (the tree's
+    reason then goes to ``undecided``, to be counted)."""
     if image is None:
         return False
     if where is not None:
         truth = evaluate(where, image)
-        return None if isinstance(truth, Undecidable) else truth is True  # NULL, like FALSE, does not select
+        if isinstance(truth, Undecidable):
+            if undecided is not None:
+                undecided(truth.reason)
+            return None
+        return truth is True  # NULL, like FALSE, does not select
     unknown = not exact
     for term in terms:
         holds = term_holds(term, image)

@@ -33,7 +33,7 @@ def _stage_two(extractor: SqlAccessExtractor, span: Span) -> Access:
     return decoded
 
 
-def _double_insert(read: str, values: tuple[int, int]) -> tuple[list[Collision], list[Access]]:
+def _double_insert(read: str, values: tuple[int, int]) -> tuple[list[Collision], list[Access], dict[str, int]]:
     """Two requests each read ``read`` (no parameters), then each insert a row whose key the database assigns."""
     ex = SqlAccessExtractor({"items": ["id"]})
     d = CollisionDetector(window_ns=500 * MS, settle_ns=0)
@@ -47,12 +47,12 @@ def _double_insert(read: str, values: tuple[int, int]) -> tuple[list[Collision],
         change = RowChange(table="public.items", op=CdcOp.CREATE, key=(("id", row["id"]),), before=None, after=row,
                            commit_ts_ms=T0 // MS + 20 + lsn, ts_ms=0, lsn=lsn, tx_id=str(lsn))  # fmt: skip
         d.on_commit(f"items:{row['id']}", Commit(change, insert.trace_id, insert.span_id, "values_time"))
-    return d.close_until(T0 + 10_000 * MS), reads
+    return d.close_until(T0 + 10_000 * MS), reads, d.counters
 
 
 def test_a_double_insert_through_a_modulo_predicate_is_a_phantom() -> None:
     """Both read ``WHERE value % 3 = 0`` and both insert a row it selects (6, 9): the phantom the issue missed."""
-    found, reads = _double_insert("SELECT id, value FROM items WHERE value % 3 = 0", (6, 9))
+    found, reads, _ = _double_insert("SELECT id, value FROM items WHERE value % 3 = 0", (6, 9))
     assert all(not r.keyed and r.where is not None for r in reads)
     [c] = found
     assert (c.anomaly, c.adya) == ("phantom", "G2")
@@ -61,15 +61,17 @@ def test_a_double_insert_through_a_modulo_predicate_is_a_phantom() -> None:
 
 def test_rows_the_modulo_predicate_does_not_select_are_no_phantom() -> None:
     """The control: the inserted rows (7, 10) are outside ``value % 3 = 0``, so neither insert changed a read."""
-    found, _ = _double_insert("SELECT id, value FROM items WHERE value % 3 = 0", (7, 10))
+    found, _, counters = _double_insert("SELECT id, value FROM items WHERE value % 3 = 0", (7, 10))
     assert found == []
+    assert not any(k.startswith("predicate_undecidable") for k in counters)  # decided: FALSE
 
 
 def test_an_undecidable_predicate_is_no_phantom_and_is_counted() -> None:
-    """A function the evaluator does not know leaves the predicate undecidable: no anomaly is claimed from it, and
-    stage 1 counts the predicate access by that reason."""
-    found, _ = _double_insert("SELECT id FROM items WHERE my_bucket(value) = 0", (6, 9))
+    """A function the evaluator does not know leaves the predicate undecidable: no anomaly is claimed from it, the
+    detector counts each evaluation it could not decide and stage 1 each such predicate access, by reason."""
+    found, _, counters = _double_insert("SELECT id FROM items WHERE my_bucket(value) = 0", (6, 9))
     assert found == []
+    assert counters["predicate_undecidable_unknown_function"] > 0
     ex = SqlAccessExtractor({"items": ["id"]})
     ex.accesses(_span("c", 1, 0, "SELECT id FROM items WHERE my_bucket(value) = 0 OR value IN (%s)"))
     assert ex.counters["predicate_undecidable_unknown_function"] == 1
