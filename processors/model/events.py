@@ -182,7 +182,7 @@ class Access:
     # A predicate access: the statement names no row by its key (a range, a non-key column, an INSERT whose key
     # the database assigns); ``entity`` is then the table's scope key (``table:*``) and ``predicates`` the WHERE.
     keyed: bool = True
-    exact: bool = True  # ``predicates`` are the whole WHERE (False: it had terms that could not be read)
+    exact: bool = True  # the WHERE is wholly known: ``predicates`` are all of it, or ``where`` has no unknown part
     where: Predicate | None = None  # of a predicate access, its whole WHERE with the span's parameters
 
 

@@ -136,8 +136,10 @@ class SqlAccessExtractor:
                 self._count(f"predicate_undecidable_{reason}")  # evaluated, it is undecidable where this part decides
             if where is not None and any(not box for box in where[1]):
                 self._count("predicate_undecidable_unbound_parameter")
+            # exact: the WHERE is wholly known, as its terms or as a tree with every part evaluable and bound
+            exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
             return (self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
-                                 keyed=False, exact=exact and shape.exact, where=where),)  # fmt: skip
+                                 keyed=False, exact=exact, where=where),)  # fmt: skip
         result: list[Access] = []
         for target in shape.targets:
             values = [v for r in target.key if not isinstance(v := bind(r, params, named), Unbound)]

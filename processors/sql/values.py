@@ -16,6 +16,7 @@ from typing import Any, Final
 from processors.model.events import Predicate
 from processors.sql.pgsemantics import UNAVAILABLE, Undecidable
 from processors.sql.predicate import evaluate
+from processors.sql.predicate_text import where_text
 
 _TRUE: Final = frozenset({"t", "true", "y", "yes", "on", "1"})
 _FALSE: Final = frozenset({"f", "false", "n", "no", "off", "0"})
@@ -144,8 +145,11 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def predicate_text(terms: Sequence[Term], exact: bool) -> str:
-    """A predicate for people: ``room = 5 AND day = '2026-12-01'`` (``… AND ?`` when terms could not be read)."""
+def predicate_text(terms: Sequence[Term], exact: bool, where: Predicate | None = None) -> str:
+    """A predicate for people: ``room = 5 AND day = '2026-12-01'`` (``… AND ?`` when terms could not be read); the
+    whole WHERE (``value % 3 = 0``) when the statement's tree is known."""
+    if where is not None:
+        return where_text(where)
     parts = []
     for column, op, value in terms:
         if op == "IN":

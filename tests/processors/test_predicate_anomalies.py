@@ -13,6 +13,7 @@ from processors.detectors.collisions.views import Collision
 from processors.model.events import Access, CdcOp, Commit, RowChange
 from processors.model.span import DbCall, Resource, Span, SpanKind, StatusCode
 from processors.sql import SqlAccessExtractor
+from processors.sql.values import predicate_text
 from streamer.decode.internal import decode, encode_access
 
 MS = 1_000_000
@@ -53,7 +54,8 @@ def _double_insert(read: str, values: tuple[int, int]) -> tuple[list[Collision],
 def test_a_double_insert_through_a_modulo_predicate_is_a_phantom() -> None:
     """Both read ``WHERE value % 3 = 0`` and both insert a row it selects (6, 9): the phantom the issue missed."""
     found, reads, _ = _double_insert("SELECT id, value FROM items WHERE value % 3 = 0", (6, 9))
-    assert all(not r.keyed and r.where is not None for r in reads)
+    assert all(not r.keyed and r.exact and r.where is not None for r in reads)
+    assert predicate_text(reads[0].predicates, reads[0].exact, reads[0].where) == "value % 3 = 0"
     [c] = found
     assert (c.anomaly, c.adya) == ("phantom", "G2")
     assert c.entities == ("items:17", "items:18")

@@ -23,6 +23,7 @@ from processors.model.span import DbCall, Resource, Span, SpanKind, StatusCode
 from processors.sql import SqlAccessExtractor
 from processors.sql.pgsemantics import Undecidable
 from processors.sql.predicate import evaluate
+from processors.sql.predicate_text import where_text
 
 TS = datetime(2026, 12, 1, 10, 30, 15)
 TZ = datetime(2026, 12, 1, 10, 30, 15, tzinfo=UTC)
@@ -200,6 +201,22 @@ def test_the_evaluator_answers_as_postgresql(pg: psycopg.Connection[Any], predic
                                              decide: bool) -> None:  # fmt: skip
     """Each predicate of the table: decided as PostgreSQL decides it, or (where allowed) undecidable."""
     check(pg, predicate, params, COLUMNS, decide)
+
+
+@pytest.mark.parametrize(("predicate", "params"), [c[:2] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_predicate_written_back_means_what_the_statement_said(pg: psycopg.Connection[Any], predicate: str,
+                                                                 params: tuple[Any, ...]) -> None:  # fmt: skip
+    """The text incidents show for a predicate (its tree written back, values in it) is, for PostgreSQL, the same
+    predicate: it gives the same answer on the row (or the same error)."""
+    text = predicate if "%s" in predicate else predicate.replace("%%", "%")
+    [access] = SqlAccessExtractor().accesses(_span(f"SELECT * FROM t WHERE {text}", params))
+    assert access.where is not None
+    written = where_text(access.where)
+    if "…" in written:
+        return  # a part the evaluator does not read is not written back
+    original = postgres(pg, predicate, params, COLUMNS)
+    again = postgres(pg, written.replace("%", "%%"), (), COLUMNS)
+    assert again == original, f"{predicate} written back as {written}"
 
 
 def test_what_the_image_cannot_tell_is_undecidable_not_false() -> None:
