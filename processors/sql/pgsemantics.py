@@ -12,6 +12,7 @@ an error (division by zero, an overflow) or depends on the session (time zone, l
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Context, Decimal, Inexact, InvalidOperation
@@ -42,6 +43,7 @@ _SAFE_TEXT: Final = (re.compile(r"[a-z0-9]*"), re.compile(r"[A-Z0-9]*"))
 _INT8: Final = 2**63
 _NUMERIC_DIGITS: Final = 16  # a numeric quotient has at least this many significant digits, then is rounded
 _CTX: Final = Context(prec=400, Emax=10**6, Emin=-(10**6), traps=[InvalidOperation])
+LIKE_MAX_STEPS: Final = 10**7  # a LIKE whose match could take more steps is undecidable, not a stalled stage
 TRUNC_UNITS: Final = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 
 
@@ -51,8 +53,10 @@ def undecidable(*values: Value) -> Undecidable | None:
 
 def of_image(value: Any) -> Value:
     """A row image's JSON value as a value here (arrays, objects and TOAST placeholders are undecidable)."""
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else Undecidable("type")  # NaN and infinities order apart in SQL
     if isinstance(value, str):
         return Undecidable("toast_unavailable") if value == UNAVAILABLE else value
     return Undecidable("type")
@@ -173,7 +177,8 @@ def arith(op: str, a: Value, b: Value) -> Value:
         fx, fy = float(x), float(y)
         if op == "/" and fy == 0:
             return Undecidable("division_by_zero")
-        return fx + fy if op == "+" else fx - fy if op == "-" else fx * fy if op == "*" else fx / fy
+        f = fx + fy if op == "+" else fx - fy if op == "-" else fx * fy if op == "*" else fx / fy
+        return f if math.isfinite(f) else Undecidable("overflow")
     if op in "/%" and y == 0:
         return Undecidable("division_by_zero")
     if isinstance(x, int) and isinstance(y, int):
@@ -241,6 +246,8 @@ def like(value: Value, pattern: Value, escape: Value, fold: bool) -> bool | Unde
             continue
         tokens.append(None if c == "%" else "" if c == "_" else c)
         i += 1
+    if tokens.count(None) > 1 and len(value) * len(tokens) > LIKE_MAX_STEPS:
+        return Undecidable("too_large")  # backtracking over several % could take that many steps
     return _match(value, tokens)
 
 

@@ -165,7 +165,11 @@ def compile_where(where: exp.Expression | None) -> tuple[Node, Refs, frozenset[s
     if not isinstance(where, exp.Expression):
         return None
     c = _Compiler()
-    tree = c.node(where, 0)
+    try:
+        tree = c.node(where, 0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):  # a sqlglot tree of a form not foreseen
+        c.refs.clear()
+        tree = c.undecidable("unsupported")
     return tree, tuple(c.refs), frozenset(c.reasons)
 
 

@@ -16,9 +16,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from processors.invariants import Invariant
-from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode
+from processors.model.events import Access, DbCall, Resource, Scalar, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
+from processors.sql.pgsemantics import Undecidable
+from processors.sql.predicate import evaluate
+from processors.sql.predicate_text import where_text
 from processors.sql.values import compare, covers, same_value
 from streamer.decode import internal
 from streamer.decode._attrs import MAX_INT_DIGITS, literal_params
@@ -32,6 +35,8 @@ _SCALARS = st.one_of(
     texts(big=False),
 )
 _KEYS = {"orders": ["id"], "inventory": ["sku"], "t": ["id", "version"]}
+_HOSTILE_IMAGE = {"id": "9" * 5000, "status": "%_\\", "stock": 1e308, "amount": "1e999999", "version": None,
+                  "sku": "__debezium_unavailable_value", "on_call": "t", "x" * 64: -(2**63)}  # fmt: skip
 _COUNTED = {"cache_hits", "cache_misses", "parse_fallback"}  # events that are no outcome
 
 
@@ -71,6 +76,12 @@ def test_statements_give_accesses_or_a_counted_reason(
     for access in accesses:
         decoded = internal.decode(internal.encode_access(access))
         assert decoded.entity == access.entity and decoded.statement == access.statement  # type: ignore[union-attr]
+        assert isinstance(decoded, Access) and decoded.where == access.where
+        hash(decoded)  # its WHERE tree comes back as tuples: accesses are kept in sets and dict keys
+        if decoded.where is not None:  # evaluated on a hostile image: an answer or undecidable, never an exception
+            assert isinstance(evaluate(decoded.where, _HOSTILE_IMAGE), bool | Undecidable | None)
+            assert covers(decoded.predicates, decoded.exact, _HOSTILE_IMAGE, decoded.where) in (True, False, None)
+            assert isinstance(where_text(decoded.where), str)
 
 
 @fuzz(PARAMETER_TEXTS, examples=200, long_examples=10_000)
