@@ -75,12 +75,23 @@ def _number(value: Value) -> int | Decimal | float | None:
     """A number, or a string that reads as one (Debezium's numerics as strings, an untyped parameter)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | Decimal | float):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int | Decimal):
         return value
     if isinstance(value, str) and _NUM_TEXT.fullmatch(value):
         d = Decimal(value.strip())
         return d if d.is_finite() else None
     return None
+
+
+def _double(x: int | Decimal | float) -> float | None:
+    """``x`` as a double precision, None past its range (PostgreSQL: value out of range)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _timestamp(value: Value) -> datetime | None:
@@ -147,7 +158,8 @@ def compare(a: Value, b: Value, *, equality: bool = False) -> int | Undecidable 
     if x is None or y is None:
         return Undecidable("type")  # e.g. an ISO timestamp against Debezium's epoch number
     if isinstance(x, float) or isinstance(y, float):
-        return _order(float(x), float(y))  # PostgreSQL compares a double with a numeric as doubles
+        fx, fy = _double(x), _double(y)  # PostgreSQL compares a double with a numeric as doubles
+        return Undecidable("overflow") if fx is None or fy is None else _order(fx, fy)
     return _order(x, y)
 
 
@@ -174,7 +186,9 @@ def arith(op: str, a: Value, b: Value) -> Value:
     if isinstance(x, float) or isinstance(y, float):
         if op == "%":
             return Undecidable("type")  # PostgreSQL has no % for double precision
-        fx, fy = float(x), float(y)
+        fx, fy = _double(x), _double(y)
+        if fx is None or fy is None:
+            return Undecidable("overflow")
         if op == "/" and fy == 0:
             return Undecidable("division_by_zero")
         f = fx + fy if op == "+" else fx - fy if op == "-" else fx * fy if op == "*" else fx / fy
@@ -197,7 +211,7 @@ def arith(op: str, a: Value, b: Value) -> Value:
             d = ctx.divide(dx, dy)
             if (
                 ctx.flags[Inexact]
-                or len(d.normalize().as_tuple().digits) > _NUMERIC_DIGITS
+                or len(ctx.normalize(d).as_tuple().digits) > _NUMERIC_DIGITS
                 or (d != d.to_integral_value() and _maybe_integers(a, b))
             ):
                 return Undecidable("inexact_division")
@@ -219,7 +233,9 @@ def negate(a: Value) -> Value:
     if a is None or isinstance(a, Undecidable):
         return a
     x = _number(a)
-    return Undecidable("type") if x is None else -x
+    if x is None:
+        return Undecidable("type")
+    return x.copy_negate() if isinstance(x, Decimal) else -x  # exact: no context to overflow
 
 
 def like(value: Value, pattern: Value, escape: Value, fold: bool) -> bool | Undecidable | None:
@@ -276,7 +292,7 @@ def cast(kind: str, a: Value) -> Value:
             return a
         if isinstance(a, bool):
             return "true" if a else "false"
-        return str(a) if isinstance(a, int) else Undecidable("cast")
+        return str(a) if isinstance(a, int) and -_INT8 <= a < _INT8 else Undecidable("cast")
     if kind == "bool":
         b = truth(a)
         return (a != 0) if isinstance(a, int) and not isinstance(a, bool) else b
@@ -286,17 +302,24 @@ def cast(kind: str, a: Value) -> Value:
     if isinstance(a, bool):
         return Undecidable("cast")
     if isinstance(a, str) and kind == "int":
-        return int(a) if _INT_TEXT.fullmatch(a) else Undecidable("cast")
+        if not _INT_TEXT.fullmatch(a) or len(a.strip()) > 20:
+            return Undecidable("cast")  # not an integer's text, or past int8
+        r = int(a)
+        return r if -_INT8 <= r < _INT8 else Undecidable("overflow")
     x = _number(a)
     if x is None:
         return Undecidable("cast")
     if kind == "float":
-        return float(x)
+        f = _double(x)
+        return Undecidable("overflow") if f is None else f
     if kind == "num":
         return Undecidable("cast") if isinstance(x, float) else Decimal(x)
     if isinstance(x, float):
-        return round(x)  # double → integer rounds half to even, as rint()
-    r = int(Decimal(x).to_integral_value(ROUND_HALF_UP))  # numeric → integer rounds half away from zero
+        r = round(x)  # double → integer rounds half to even, as rint()
+    elif Decimal(x).adjusted() >= 19:
+        return Undecidable("overflow")  # past int8 (and no integer of a billion digits made)
+    else:
+        r = int(Decimal(x).to_integral_value(ROUND_HALF_UP))  # numeric → integer rounds half away from zero
     return r if -_INT8 <= r < _INT8 else Undecidable("overflow")
 
 
@@ -333,7 +356,9 @@ def absolute(a: Value) -> Value:
     if a is None or isinstance(a, Undecidable):
         return a
     x = _number(a)
-    return Undecidable("type") if x is None else abs(x)
+    if x is None:
+        return Undecidable("type")
+    return x.copy_abs() if isinstance(x, Decimal) else abs(x)
 
 
 __all__ = ["TRUNC_UNITS", "UNAVAILABLE", "Undecidable", "Value", "absolute", "arith", "cast", "compare",
