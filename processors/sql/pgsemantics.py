@@ -48,7 +48,10 @@ TRUNC_UNITS: Final = ("year", "quarter", "month", "week", "day", "hour", "minute
 
 
 def undecidable(*values: Value) -> Undecidable | None:
-    return next((v for v in values if isinstance(v, Undecidable)), None)
+    for v in values:
+        if type(v) is Undecidable:
+            return v
+    return None
 
 
 def of_image(value: Any) -> Value:

@@ -24,6 +24,8 @@ from processors.sql import pgsemantics as pg
 from processors.sql.pgsemantics import Undecidable, Value
 from processors.sql.syntax import OPS, Named, Pos, Unbound, bind, name_of, placeholder
 
+NODE_TYPES: Final = (tuple, list)  # a tree as compiled (tuples), or as JSON left it (lists)
+_NODES: Final = NODE_TYPES
 MAX_DEPTH: Final = 48  # deeper trees (never written by hand) are undecidable, not a recursion error
 _ARITH: Final[dict[type[exp.Expression], str]] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}
 _CASTS: Final = {
@@ -193,7 +195,7 @@ class _Evaluator:
         return pg.truth(self.value(node, depth))
 
     def value(self, node: Any, depth: int) -> Value:
-        if depth > MAX_DEPTH or not isinstance(node, Sequence) or isinstance(node, str) or not node:
+        if depth > MAX_DEPTH or type(node) not in _NODES or not node:
             return _MALFORMED
         kind, args, d = node[0], node[1:], depth + 1
         if kind == "col":
@@ -202,7 +204,7 @@ class _Evaluator:
             return pg.of_image(self.image[args[0]]) if args[0] in self.image else Undecidable("column_missing")
         if kind == "$":
             i = args[0] if len(args) == 1 else None
-            if type(i) is not int or not 0 <= i < len(self.boxes) or not isinstance(self.boxes[i], Sequence):
+            if type(i) is not int or not 0 <= i < len(self.boxes) or type(self.boxes[i]) not in _NODES:
                 return _MALFORMED
             box = self.boxes[i]
             return pg.of_image(box[0]) if len(box) == 1 else Undecidable("unbound_parameter")
@@ -304,4 +306,4 @@ def evaluate(predicate: Predicate | Sequence[Any], image: Mapping[str, Any]) -> 
     return _Evaluator(predicate[1], image).truth(predicate[0], 0)
 
 
-__all__ = ["MAX_DEPTH", "Node", "Refs", "bind_where", "compile_where", "evaluate"]
+__all__ = ["MAX_DEPTH", "NODE_TYPES", "Node", "Refs", "bind_where", "compile_where", "evaluate"]

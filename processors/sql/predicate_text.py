@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from processors.model.events import Predicate
 from processors.sql.predicate import MAX_DEPTH
+from processors.sql.predicate import NODE_TYPES as _NODES
 
 _UNKNOWN: Final = "…"
 # PostgreSQL's operator precedence, loosest first: an operand looser than its operator is parenthesised.
@@ -23,7 +24,7 @@ _TYPES: Final = {"int": "integer", "num": "numeric", "float": "double precision"
 
 
 def _precedence(node: Any) -> int:
-    if not isinstance(node, Sequence) or isinstance(node, str) or not node:
+    if type(node) not in _NODES or not node:
         return 10
     if node[0] == "arith" and len(node) == 4:
         return _PRECEDENCE.get(node[1], 10)
@@ -54,14 +55,14 @@ class _Writer:
 
     def sql(self, node: Any, depth: int, negate: bool = False) -> str:
         """``node`` as SQL; with ``negate``, its negation (only for the kinds in ``_NEGATABLE``)."""
-        if depth > MAX_DEPTH or not isinstance(node, Sequence) or isinstance(node, str) or not node:
+        if depth > MAX_DEPTH or type(node) not in _NODES or not node:
             return _UNKNOWN
         kind, args, d = node[0], node[1:], depth + 1
         if kind == "col" and len(args) == 1:
             return str(args[0])
         if kind == "$" and len(args) == 1 and type(args[0]) is int and 0 <= args[0] < len(self.boxes):
             box = self.boxes[args[0]]
-            return _literal(box[0]) if isinstance(box, Sequence) and len(box) == 1 else "?"
+            return _literal(box[0]) if type(box) in _NODES and len(box) == 1 else "?"
         if kind in ("int", "num") and len(args) == 1:
             return str(args[0])
         if kind in ("str", "bool") and len(args) == 1:
@@ -73,7 +74,7 @@ class _Writer:
             return f" {kind.upper()} ".join(self.operand(a, d, p) for a in args)
         if kind == "not" and len(args) == 1:
             inner = args[0]
-            if isinstance(inner, Sequence) and not isinstance(inner, str) and inner and inner[0] in _NEGATABLE:
+            if type(inner) in _NODES and inner and inner[0] in _NEGATABLE:
                 return self.sql(inner, d, negate=True)
             return f"NOT {self.operand(inner, d, 9)}"
         if kind in ("cmp", "arith") and len(args) == 3:

@@ -3,8 +3,10 @@
 A span's parameters are ``str()`` of the driver's tuple (parsed back to scalars); Debezium's images are JSON
 (numbers, strings, booleans; numerics and dates per the connector's converters). Two values compare when they
 are of one kind after normalising (null, bool, number, text); otherwise the answer is *unknown* (None), never a
-guess. A predicate covers an image when every term holds; it does not when one term fails; and it is unknown when
-a term cannot be decided or the WHERE had terms the extractor could not read (``exact`` is False).
+guess. A predicate access carries its whole WHERE as a tree (``processors.sql.predicate``), which decides whether
+it covers an image as PostgreSQL would, or says it cannot; without one, a predicate covers an image when every term
+holds, does not when one term fails, and is unknown when a term cannot be decided or the WHERE had terms the
+extractor could not read (``exact`` is False).
 """
 
 from __future__ import annotations
