@@ -223,7 +223,7 @@ class RowCorrelator:
             and (
                 a.operation is DbOperation.INSERT
                 or before is None
-                or covers(a.predicates, a.exact, before) is not False
+                or covers(a.predicates, a.exact, before, a.where) is not False
             )
         ]
         return keyed + scoped

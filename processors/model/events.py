@@ -16,10 +16,16 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from typing_extensions import TypeAliasType
+
 from processors.model.units import MS_NS
 
 # A scalar value as it appears in span attributes, statement parameters and row images.
 Scalar = str | int | float | bool | None
+# A whole WHERE evaluable on row images (``processors.sql.predicate``): its tree of tuples (an operator's name, then
+# its operands), and per placeholder () or (value,). Tuples all the way down: an ``Access`` stays hashable.
+PredicateNode = TypeAliasType("PredicateNode", "tuple[PredicateNode | Scalar, ...]")
+Predicate = tuple[PredicateNode, tuple[tuple[Scalar, ...], ...]]
 
 
 class SpanKind(IntEnum):
@@ -176,7 +182,8 @@ class Access:
     # A predicate access: the statement names no row by its key (a range, a non-key column, an INSERT whose key
     # the database assigns); ``entity`` is then the table's scope key (``table:*``) and ``predicates`` the WHERE.
     keyed: bool = True
-    exact: bool = True  # ``predicates`` are the whole WHERE (False: it had terms that could not be read)
+    exact: bool = True  # the WHERE is wholly known: ``predicates`` are all of it, or ``where`` has no unknown part
+    where: Predicate | None = None  # of a predicate access, its whole WHERE with the span's parameters
 
 
 ACCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Access))

@@ -17,6 +17,7 @@ from processors.model.span import Span
 SPAN_OVERHEAD_BYTES = 640  # a decoded span's objects besides its text: ids, the detail tuple, its place in a trace
 ACCESS_OVERHEAD_BYTES = 768  # an Access's slots and short strings (entity, ids, service, version, route, ...)
 WORD = 8
+WHERE_BYTES_PER_CHAR = 24  # a predicate access's WHERE tree (tuples of short strings), per character of its statement
 
 
 def values_bytes(values: Iterable[Any]) -> int:
@@ -55,5 +56,6 @@ def span_bytes(span: Span) -> int:
 
 def access_bytes(a: Access) -> int:
     """About the memory an ``Access`` holds: a fixed cost, its statement, and its bound, set and predicate values."""
+    where = 0 if a.where is None else WHERE_BYTES_PER_CHAR * len(a.statement) + values_bytes(a.where[1])
     return (ACCESS_OVERHEAD_BYTES + len(a.statement) + len(a.trace_exception) + values_bytes(a.params)
-            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates))  # fmt: skip
+            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates) + where)  # fmt: skip

@@ -105,4 +105,4 @@ def selects(statement: str, params: Sequence[Any], image: Mapping[str, Any] | No
     found = SqlAccessExtractor().accesses(span)  # no key columns: every WHERE term is kept as a predicate
     if len(found) != 1 or found[0].operation.value != "read":
         return None
-    return covers(found[0].predicates, found[0].exact, image)
+    return covers(found[0].predicates, found[0].exact, image, found[0].where)

@@ -16,12 +16,13 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from processors.model.events import Access, DbOperation, LockMode, Scalar, entity_key, scope_key
+from processors.model.events import Access, DbOperation, LockMode, Predicate, Scalar, entity_key, scope_key
 from processors.model.span import Span
 from processors.sql.batches import arity, batch_rows, runs
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
+from processors.sql.predicate import Node, Refs, bind_where, compile_where
 from processors.sql.syntax import (
     DIALECT,
     Const,
@@ -78,6 +79,9 @@ class _Shape:
     set_values: tuple[tuple[str, Ref], ...] = ()  # of a predicate access (UPDATE ... SET, INSERT VALUES)
     arity: int = 0  # positional parameters the statement takes (its highest $n): an executemany batch's row size
     rows: int = 1  # rows an unkeyed INSERT makes (set_values are the first's); 0: not known from the text (UNNEST)
+    # Of a predicate access: its whole WHERE compiled (``processors.sql.predicate``), and why parts are undecidable
+    where: tuple[Node, Refs] | None = None
+    undecidable: tuple[str, ...] = ()
 
 
 class SqlAccessExtractor:
@@ -135,8 +139,15 @@ class SqlAccessExtractor:
             self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
             self._count("predicate_accesses")
             sets, exprs = self._bind_sets(shape.set_values, params, named)
+            where = None if shape.where is None else bind_where(*shape.where, params, named)
+            for reason in shape.undecidable:
+                self._count(f"predicate_undecidable_{reason}")  # evaluated, it is undecidable where this part decides
+            if where is not None and any(not box for box in where[1]):
+                self._count("predicate_undecidable_unbound_parameter")
+            # exact: the WHERE is wholly known, as its terms or as a tree with every part evaluable and bound
+            exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
             return (self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
-                                 keyed=False, exact=exact and shape.exact),)  # fmt: skip
+                                 keyed=False, exact=exact, where=where),)  # fmt: skip
         result: list[Access] = []
         for target in shape.targets:
             values = [v for r in target.key if not isinstance(v := bind(r, params, named), Unbound)]
@@ -187,7 +198,7 @@ class SqlAccessExtractor:
     @staticmethod
     def _access(span: Span, shape: _Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
                 sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
-                keyed: bool = True, exact: bool = True) -> Access:  # fmt: skip
+                keyed: bool = True, exact: bool = True, where: Predicate | None = None) -> Access:  # fmt: skip
         db = span.db
         assert db is not None
         return Access(
@@ -215,6 +226,7 @@ class SqlAccessExtractor:
             set_exprs=exprs,
             keyed=keyed,
             exact=exact,
+            where=where,
         )
 
     # -- per statement text (cached) -----------------------------------------------------------------
@@ -341,8 +353,10 @@ class SqlAccessExtractor:
             per_column.append(keys)
         version = self.keys.version
         if not per_column:  # no key known, or the WHERE does not name rows by it: a predicate access
+            compiled = compile_where(tree.args.get("where"))
+            where, undecidable = (None, ()) if compiled is None else (compiled[:2], tuple(sorted(compiled[2])))
             return _Shape(table, schema, op, lock, (), tuple(terms), version, keyed=False, exact=exact,
-                          set_values=tuple(sets))  # fmt: skip
+                          set_values=tuple(sets), where=where, undecidable=undecidable)  # fmt: skip
         targets = tuple(_Target(combo, (), tuple(sets)) for combo in product(*per_column))
         return _Shape(table, schema, op, lock, targets, tuple(predicates), version)
 

@@ -3,19 +3,25 @@
 A span's parameters are ``str()`` of the driver's tuple (parsed back to scalars); Debezium's images are JSON
 (numbers, strings, booleans; numerics and dates per the connector's converters). Two values compare when they
 are of one kind after normalising (null, bool, number, text); otherwise the answer is *unknown* (None), never a
-guess. A predicate covers an image when every term holds; it does not when one term fails; and it is unknown when
-a term cannot be decided or the WHERE had terms the extractor could not read (``exact`` is False).
+guess. A predicate access carries its whole WHERE as a tree (``processors.sql.predicate``), which decides whether
+it covers an image as PostgreSQL would, or says it cannot; without one, a predicate covers an image when every term
+holds, does not when one term fails, and is unknown when a term cannot be decided or the WHERE had terms the
+extractor could not read (``exact`` is False).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from processors.model.events import Predicate
+from processors.sql.pgsemantics import UNAVAILABLE, Undecidable
+from processors.sql.predicate import evaluate
+from processors.sql.predicate_text import where_text
+
 _TRUE: Final = frozenset({"t", "true", "y", "yes", "on", "1"})
 _FALSE: Final = frozenset({"f", "false", "n", "no", "off", "0"})
-UNAVAILABLE: Final = "__debezium_unavailable_value"  # Debezium's placeholder for unchanged TOAST columns
 
 
 def normalised(value: Any) -> tuple[str, Any] | None:
@@ -108,10 +114,20 @@ def term_holds(term: Term, image: Mapping[str, Any]) -> bool | None:
     return None if c is None or holds is None else holds(c)
 
 
-def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None) -> bool | None:
-    """Whether a WHERE (the conjunction of ``terms``; ``exact`` when they are all of it) selects the row image."""
+def covers(terms: Sequence[Term], exact: bool, image: Mapping[str, Any] | None, where: Predicate | None = None,
+           undecided: Callable[[str], None] | None = None) -> bool | None:  # fmt: skip
+    """Whether a WHERE selects the row image: its whole tree (``where``) when the statement has one, else the
+    conjunction of ``terms`` (``exact`` when they are all of it). None when that cannot be decided (the tree's
+    reason then goes to ``undecided``, to be counted)."""
     if image is None:
         return False
+    if where is not None:
+        truth = evaluate(where, image)
+        if isinstance(truth, Undecidable):
+            if undecided is not None:
+                undecided(truth.reason)
+            return None
+        return truth is True  # NULL, like FALSE, does not select
     unknown = not exact
     for term in terms:
         holds = term_holds(term, image)
@@ -131,8 +147,11 @@ def _literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def predicate_text(terms: Sequence[Term], exact: bool) -> str:
-    """A predicate for people: ``room = 5 AND day = '2026-12-01'`` (``… AND ?`` when terms could not be read)."""
+def predicate_text(terms: Sequence[Term], exact: bool, where: Predicate | None = None) -> str:
+    """A predicate for people: ``room = 5 AND day = '2026-12-01'`` (``… AND ?`` when terms could not be read); the
+    whole WHERE (``value % 3 = 0``) when the statement's tree is known."""
+    if where is not None:
+        return where_text(where)
     parts = []
     for column, op, value in terms:
         if op == "IN":

@@ -284,6 +284,14 @@ LITERALS = [
     "now()",
     "-(3)",
 ]
+EXPRESSIONS = [
+    "{0} % {1} = {2}", "{0} / {1} > {2}", "-{0} * 2 + {1} <> {2}", "lower({0}) LIKE {1}", "upper({0}) NOT ILIKE {1}",
+    "{0} LIKE {1} ESCAPE {2}", "{0} BETWEEN {1} AND {2}", "{0} NOT BETWEEN {1} AND {2}", "{0} IS DISTINCT FROM {1}",
+    "{0} IS NOT DISTINCT FROM {1}", "{0} NOT IN ({1}, {2})", "{0} = ANY(ARRAY[{1}, {2}])", "{0} = ANY({1})",
+    "coalesce({0}, {1}) = {2}", "nullif({0}, {1}) IS NULL", "abs({0}) >= {1}", "length({0}) < {1}",
+    "date_trunc('day', {0}) = {1}", "CAST({0} AS INTEGER) = {1}", "{1}::NUMERIC < {0}", "md5({0}) = {1}",
+    "({0} = {1} OR NOT ({0} < {2})) IS NOT TRUE", "{0} IN (SELECT {1})", "EXISTS (SELECT {1})",
+]  # fmt: skip
 COMMENTS = ["", " ", " -- c\n", " /* c */ ", " /* /* nested */ */ ", " --\n", "\n", " /* $1 ? %s */ "]
 TABLES = ["orders", "public.orders", "inventory", '"Orders"', '"we""ird"', "t" * 70, "shop.public.orders"]
 COLUMNS = ["id", "status", "stock", "version", "amount", '"Id"', "sku", "x" * 64]
@@ -300,7 +308,9 @@ def statements(draw: st.DrawFn) -> str:
     col = lambda: draw(_COLUMNS)  # noqa: E731
 
     def condition() -> str:
-        op = draw(st.sampled_from(["=", ">=", "<", "<>", "IS", "IS NOT", "IN", "flag", "OR"]))
+        op = draw(st.sampled_from(["=", ">=", "<", "<>", "IS", "IS NOT", "IN", "flag", "OR", "expr"]))
+        if op == "expr":  # what only the evaluator reads: arithmetic, functions, LIKE, BETWEEN, DISTINCT, ANY
+            return draw(st.sampled_from(EXPRESSIONS)).format(col(), draw(value), draw(value))
         if op in ("IS", "IS NOT"):
             return f"{col()} {op} {draw(st.sampled_from(['NULL', 'TRUE', 'FALSE']))}"
         if op == "IN":

@@ -16,9 +16,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from processors.invariants import Invariant
-from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode
+from processors.model.events import Access, DbCall, Resource, Scalar, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
+from processors.sql.pgsemantics import Undecidable, arith, cast, holds, like
+from processors.sql.predicate import evaluate
+from processors.sql.predicate_text import where_text
 from processors.sql.values import compare, covers, same_value
 from streamer.decode import internal
 from streamer.decode._attrs import MAX_INT_DIGITS, literal_params
@@ -32,6 +35,8 @@ _SCALARS = st.one_of(
     texts(big=False),
 )
 _KEYS = {"orders": ["id"], "inventory": ["sku"], "t": ["id", "version"]}
+_HOSTILE_IMAGE = {"id": "9" * 5000, "status": "%_\\", "stock": 1e308, "amount": "1e999999", "version": None,
+                  "sku": "__debezium_unavailable_value", "on_call": "t", "x" * 64: -(2**63)}  # fmt: skip
 _COUNTED = {"cache_hits", "cache_misses", "parse_fallback"}  # events that are no outcome
 
 
@@ -71,6 +76,12 @@ def test_statements_give_accesses_or_a_counted_reason(
     for access in accesses:
         decoded = internal.decode(internal.encode_access(access))
         assert decoded.entity == access.entity and decoded.statement == access.statement  # type: ignore[union-attr]
+        assert isinstance(decoded, Access) and repr(decoded.where) == repr(access.where)  # (NaN is no NaN)
+        hash(decoded)  # its WHERE tree comes back as tuples: accesses are kept in sets and dict keys
+        if decoded.where is not None:  # evaluated on a hostile image: an answer or undecidable, never an exception
+            assert isinstance(evaluate(decoded.where, _HOSTILE_IMAGE), bool | Undecidable | None)
+            assert covers(decoded.predicates, decoded.exact, _HOSTILE_IMAGE, decoded.where) in (True, False, None)
+            assert isinstance(where_text(decoded.where), str)
 
 
 @fuzz(PARAMETER_TEXTS, examples=200, long_examples=10_000)
@@ -158,3 +169,37 @@ def test_comparisons_and_invariants_answer(bound: Scalar, stored: Scalar, row: d
     assert covers(terms, True, row) in (True, False, None)
     for invariant in _INVARIANTS:
         assert invariant.holds(row) in (True, False, None)
+
+
+_WHERES = [
+    "a % %s = 0", "a / %s < 1 OR -a * 2 <> %s", "lower(a) LIKE %s ESCAPE ''", "a BETWEEN %s AND 1e400",
+    "coalesce(a, %s) IS DISTINCT FROM abs(a)", "date_trunc('week', a) = %s", "CAST(a AS INTEGER) IN (%s)",
+    "a::float8 >= %s", "length(a::text) = %s", "nullif(a, %s) IS NOT TRUE",
+]  # fmt: skip
+
+
+def _tree(where: str) -> Any:
+    span = Span("a" * 32, "b" * 16, "", "db", SpanKind.CLIENT, 1, 2, StatusCode.UNSET, Resource("shop"),
+                db=DbCall("postgresql", f"SELECT * FROM t WHERE {where}", params=(0,)))  # fmt: skip
+    [access] = SqlAccessExtractor().accesses(span)
+    assert access.where is not None
+    return access.where[0]
+
+
+_TREES = [_tree(where) for where in _WHERES]
+
+
+@fuzz(_SCALARS, _SCALARS, examples=300, long_examples=10_000)
+def test_predicates_over_hostile_values_answer(stored: Scalar, bound: Scalar) -> None:
+    """PostgreSQL's semantics over hostile values (huge integers, NaN, infinities, odd text): every operator, cast
+    and function gives a value, NULL or undecidable, never an exception; so does every WHERE tree."""
+    for op in ("=", "<>", "<", ">="):
+        assert isinstance(holds(op, stored, bound), bool | Undecidable | None)
+    for op in ("+", "-", "*", "/", "%"):
+        arith(op, stored, bound)
+    for kind in ("int", "num", "float", "text", "bool", "timestamp"):
+        cast(kind, stored)
+    assert isinstance(like(stored, bound, "\\", True), bool | Undecidable | None)
+    for tree in _TREES:
+        truth = evaluate((tree, ((bound,),) * 2), {"a": stored})
+        assert isinstance(truth, bool | Undecidable | None)

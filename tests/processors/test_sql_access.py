@@ -225,10 +225,13 @@ def test_statements_that_name_no_row_by_key_are_predicate_accesses(ex: SqlAccess
     assert (a.entity, a.keyed, a.exact) == ("orders:*", False, True)
     assert a.predicates == (("status", "=", "new"), ("amount", ">=", 5), ("flagged", "=", False))
     ored = one(ex, db_span("SELECT * FROM orders WHERE id = 1 OR id = 2"))
-    assert (ored.entity, ored.keyed, ored.exact, ored.predicates) == ("orders:*", False, False, ())
+    assert (ored.entity, ored.keyed, ored.predicates) == ("orders:*", False, ())  # no conjunct terms, but
+    assert ored.exact and ored.where is not None  # the whole WHERE, as a tree every part of which is evaluable
+    odd = one(ex, db_span("SELECT * FROM orders WHERE id = 1 OR my_fn(id)"))
+    assert (odd.exact, odd.where is not None) == (False, True)  # a function it cannot evaluate: not wholly known
     listed = one(ex, db_span("DELETE FROM orders WHERE status IN (%s, %s)", ("a", "b")))
     assert (listed.operation, listed.predicates) == (DbOperation.DELETE, (("status", "IN", ("a", "b")),))
-    assert ex.unkeyed.peek("orders") == 3
+    assert ex.unkeyed.peek("orders") == 4
 
 
 def test_a_table_with_no_known_key_gives_predicate_accesses_until_debezium_names_it() -> None:

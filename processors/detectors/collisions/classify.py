@@ -72,17 +72,25 @@ from processors.model.anomaly import Anomaly
 from processors.model.events import Access, CdcOp, Commit, DbOperation, scope_key
 from processors.model.units import MS_NS
 from processors.sql.values import covers
+from processors.telemetry import Telemetry
 
 
 class PairJudge:
     """Judges one row's history, pair by pair of independent traces; see the module docstring."""
 
     def __init__(self, window_ns: int, invariants: Mapping[str, list[Invariant]] | None = None,
-                 skew_ns: int = 5 * MS_NS) -> None:  # fmt: skip
+                 skew_ns: int = 5 * MS_NS, telemetry: Telemetry | None = None) -> None:  # fmt: skip
+        self.telemetry = telemetry or Telemetry("collisions")
         self.window_ns = window_ns
         self.skew_ns = skew_ns
         self.invariants = dict(invariants or {})
         self._row_writes: list[Access] = []  # the row being judged: its writes, by key or credited
+
+    def _undecided(self, reason: str) -> None:  # a predicate an image could not decide: not taken to read the row
+        self.telemetry.count(f"predicate_undecidable_{reason}")
+
+    def _moves(self, read: Access, commit: Commit) -> bool:
+        return moves_row(read, commit, self._undecided)
 
     # ---- the row's participants -----------------------------------------------------------------------------
 
@@ -104,15 +112,15 @@ class PairJudge:
                 if p.operation is DbOperation.WRITE:
                     # An UPDATE whose WHERE selected the row's version when it started wrote that row, whether or
                     # not a change could be credited to it (two value-less ``stock = stock - 1`` match both).
-                    if covers(p.predicates, p.exact, image_at(commits, p.start_ns)) is True:
+                    if covers(p.predicates, p.exact, image_at(commits, p.start_ns), p.where, self._undecided) is True:
                         add_access(view(p.trace_id), p)
                     continue
                 if p.operation is not DbOperation.READ:
                     continue  # a predicate insert or delete is known here by the change credited to it
                 at = image_at(commits, p.start_ns)
-                if at is not None and covers(p.predicates, p.exact, at) is True:
+                if at is not None and covers(p.predicates, p.exact, at, p.where, self._undecided) is True:
                     add_access(view(p.trace_id), p)  # it read the row's version through its predicate
-                elif any(moves_row(p, c) for c in commits if c.trace_id != p.trace_id):
+                elif any(self._moves(p, c) for c in commits if c.trace_id != p.trace_id):
                     v = view(p.trace_id)
                     v.moved.append(p)
                     v.all.append(p)
@@ -279,7 +287,7 @@ class PairJudge:
             if r.keyed:
                 if r.entity == row and r.lock is UNGUARDED:
                     return r  # read the row by key before it changed
-            elif r.operation is DbOperation.READ and (inserted or r.lock is UNGUARDED) and moves_row(r, commit):
+            elif r.operation is DbOperation.READ and (inserted or r.lock is UNGUARDED) and self._moves(r, commit):
                 return r  # the change moved the row into or out of what its predicate selects
         return None
 

@@ -82,7 +82,7 @@ class CollisionDetector(Processor):
         self.history = history_per_entity
         self.history_per_table = history_per_table
         self.telemetry = (telemetry or Telemetry("collisions")).declare("history_per_entity", "history_per_table")
-        self.judge = PairJudge(window_ns, invariants, skew_ns)
+        self.judge = PairJudge(window_ns, invariants, skew_ns, self.telemetry)
         self._entities: KeyedState[str, EntityHistory] = KeyedState(
             "entities", bound=max_entities, new=self._new_entity, telemetry=self.telemetry,
             on_evict=self._evicted, reason="max_entities",

@@ -30,7 +30,7 @@ def _access(a: Access, origin_ns: int) -> AccessInfo:
         exception=a.trace_exception,
         http_status=a.trace_status,
         entity=a.entity,
-        predicate="" if a.keyed else predicate_text(a.predicates, a.exact),
+        predicate="" if a.keyed else predicate_text(a.predicates, a.exact, a.where),
         idempotency_key=a.idempotency_key,
     )
 

@@ -146,10 +146,11 @@ def absolute_columns(write: Access) -> list[str]:
     return [column for column, _ in write.set_values if column not in exprs]
 
 
-def moves_row(read: Access, commit: Commit) -> bool:
-    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known)."""
-    was = covers(read.predicates, read.exact, commit.change.before)
-    now = covers(read.predicates, read.exact, commit.change.after)
+def moves_row(read: Access, commit: Commit, undecided: Callable[[str], None] | None = None) -> bool:
+    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known; why one
+    is not goes to ``undecided``)."""
+    was = covers(read.predicates, read.exact, commit.change.before, read.where, undecided)
+    now = covers(read.predicates, read.exact, commit.change.after, read.where, undecided)
     return was is not None and now is not None and was != now
 
 
@@ -157,7 +158,7 @@ def reads_row(read: Access, row: str, image: Mapping[str, Any] | None) -> bool:
     """Whether a read statement read ``row`` (by its key, or by a predicate that selects ``image``)."""
     if read.keyed:
         return read.entity == row
-    return covers(read.predicates, read.exact, image) is True
+    return covers(read.predicates, read.exact, image, read.where) is True
 
 
 def what_read(read: Access, row: str) -> str:
