@@ -45,7 +45,7 @@ def span_bytes(span: Span) -> int:
     if d is None:
         return size
     size += len(d.route) + len(d.exception_type) + len(d.exception_message) + len(d.code_function)
-    size += len(d.code_file) + len(d.idempotency_key) + 32 * len(d.links)
+    size += len(d.code_file) + len(d.idempotency_key) + 32 * len(d.links) + len(d.exception_stacktrace)
     db = d.db
     if db is not None:
         size += len(db.statement) + len(db.namespace) + len(db.collection) + len(db.operation) + len(db.tx_id)

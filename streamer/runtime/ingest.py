@@ -38,6 +38,7 @@ import structlog
 
 from processors.accesses import accesses_of
 from processors.calls import CallWindows
+from processors.codeloc import build_locator
 from processors.component import GraphQueries, Processor
 from processors.graph_rows import trace_rows, window_rows
 from processors.model.events import LogRecord, RowChange
@@ -70,6 +71,13 @@ def ingest_inputs(settings: CoreSettings) -> list[Input]:
     ]
 
 
+def _repro_root(settings: CoreSettings) -> str:
+    """The repro worker's checkout (``[repro] source_root``): the code locator's when ``[codeloc]`` names none."""
+    repro = getattr(settings, "repro", None)
+    root = getattr(repro, "source_root", "")
+    return root if isinstance(root, str) else ""
+
+
 class IngestStage(Stage):
     """Stage 1; see the module docstring."""
 
@@ -98,6 +106,7 @@ class IngestStage(Stage):
                                             insert_identity=sql.insert_identity or None,
                                             cache_size=sql.statement_cache, max_tables=sql.max_tables,
                                             telemetry=telemetry("sql"))  # fmt: skip
+        self.locator = build_locator(settings.codeloc, telemetry("codeloc"), fallback_root=_repro_root(settings))
         self.graph = graph
         # Debezium's progress per CDC partition (commit times; no lateness): the low watermark never passes the
         # commits an active CDC partition has yet to deliver (a backlog, a lagging connector).
@@ -286,7 +295,7 @@ class IngestStage(Stage):
         self.metrics.open_windows.set(len(self.calls))
 
     def _closed_trace(self, trace: ClosedTrace, out: StageOutput) -> None:
-        accesses = accesses_of(trace, self.extractor)
+        accesses = accesses_of(trace, self.extractor, self.locator)
         for a in accesses:
             if not a.keyed:
                 self._count_unkeyed(a.table)
