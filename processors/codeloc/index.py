@@ -148,7 +148,7 @@ class CheckoutIndex:
         mounted: dict[str, set[str]] = {}  # router variable -> prefixes it is mounted with anywhere
         included: dict[str, set[tuple[str, str]]] = {}  # Django urls module -> (including module, prefix)
         for module, package, _, scan in scans:
-            for router, prefix in scan.prefixes.items():
+            for router, prefix in scan.mounts:
                 mounted.setdefault(router, set()).add(prefix)
             for r in scan.routes:
                 if r.include:
@@ -166,7 +166,11 @@ class CheckoutIndex:
                 if r.include:
                     continue
                 handler = self._handler(module, package, scan, r.handler)
-                variants = {r.path} | {join_route(p, r.path) for p in mounted.get(r.router, ())}
+                own = scan.built.get(r.router, "")
+                variants = {join_route(own, r.path)}  # Flask: a mount's prefix replaces the blueprint's
+                variants |= {
+                    join_route(p, q) for p in mounted.get(r.router, ()) for q in (r.path, join_route(own, r.path))
+                }
                 variants |= {join_route(p, r.path) for p in prefixes(module)}
                 for path in variants:
                     route = Route(join_route("", path), r.methods, handler)

@@ -153,7 +153,7 @@ class CodeLocator:
         key = (index.root, normalise(text))
         found = self._issuers.get(key)
         if found is None:
-            found = _issuers(index, text)
+            found = _issuers(index, text, self.config.call_depth)
             self._issuers.put(key, found)
         return found
 
@@ -164,11 +164,7 @@ class CodeLocator:
         for found in issuers:
             if not found:
                 continue
-            reached = set(found)
-            frontier = set(found)
-            for _ in range(self.config.call_depth):
-                frontier = {c for f in frontier for c in index.callers.get(f, ())} - reached
-                reached |= frontier
+            reached = set(found).union(*(_callers(index, f, self.config.call_depth) for f in found))
             reach = reached if reach is None else reach & reached
         if not reach:
             return []
@@ -225,7 +221,7 @@ def _handlers(index: CheckoutIndex, method: str, route: str) -> list[str]:
     return sorted(found)
 
 
-def _issuers(index: CheckoutIndex, text: str) -> Issuers:
+def _issuers(index: CheckoutIndex, text: str, depth: int) -> Issuers:
     """The functions that pass ``text`` (by text, else by shape, else through the ORM; see ``statements``)."""
     norm = normalise(text)
     found = {f.name: s.line for f in index.functions.values() for s in f.statements if s.text == norm}
@@ -238,8 +234,27 @@ def _issuers(index: CheckoutIndex, text: str) -> Issuers:
     if found or not shape.tables:
         return found
     models = set().union(*(index.tables_models(t) for t in shape.tables))
-    return {f.name: f.line for f in index.functions.values()
-            if orm_issues(shape, models, f.names, f.calls, f.assigned)}  # fmt: skip
+    naming = {f.name for f in index.functions.values() if models & f.names}
+    found = {}
+    for f in index.functions.values():
+        via = (
+            shape.kind == "update"
+            and bool(shape.columns & f.assigned)
+            and bool(_callers(index, f.name, depth) & naming)
+        )
+        if orm_issues(shape, models, f.names, f.calls, f.assigned, caller_names_model=via):
+            found[f.name] = f.line
+    return found
+
+
+def _callers(index: CheckoutIndex, name: str, depth: int) -> set[str]:
+    """The functions that call ``name``, ``depth`` calls up."""
+    found: set[str] = set()
+    frontier = {name}
+    for _ in range(depth):
+        frontier = {c for f in frontier for c in index.callers.get(f, ())} - found
+        found |= frontier
+    return found
 
 
 def _frame_site(index: CheckoutIndex, frame: Frame, source_map: dict[str, str]) -> tuple[str, str, int] | None:

@@ -50,7 +50,8 @@ class ModuleScan:
     routes: list[RouteScan] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)  # class name -> table (__tablename__ / Meta.db_table)
     classes: set[str] = field(default_factory=set)
-    prefixes: dict[str, str] = field(default_factory=dict)  # router variable -> prefix it was built or mounted with
+    built: dict[str, str] = field(default_factory=dict)  # router variable -> the prefix it was built with
+    mounts: list[tuple[str, str]] = field(default_factory=list)  # (router variable, prefix it is mounted under)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted target ("." relative kept)
 
 
@@ -132,7 +133,7 @@ class _Scanner(cst.CSTVisitor):
                 if isinstance(node.value, cst.Call):
                     prefix = _kwarg(node.value, "url_prefix") or _kwarg(node.value, "prefix")
                     for p in _text(prefix, self.consts):
-                        self.out.prefixes[name] = p
+                        self.out.built[name] = p
                 if name == "urlpatterns":
                     self._urlpatterns(node.value)
 
@@ -174,7 +175,7 @@ class _Scanner(cst.CSTVisitor):
             router = _name(call.args[0].value).rsplit(".", 1)[-1]
             prefix = _kwarg(call, "url_prefix") or _kwarg(call, "prefix")
             for p in _text(prefix, self.consts):
-                self.out.prefixes[router] = p
+                self.out.mounts.append((router, p))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):

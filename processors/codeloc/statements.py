@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from processors.sql.syntax import DIALECT, psycopg_to_qmark
+from processors.sql.syntax import DIALECT, number_qmarks, psycopg_to_qmark
 
 _NUMBERED: Final = re.compile(r"\$\d+")
 _NAMED: Final = re.compile(r"(?<![:\w]):[A-Za-z_]\w*")
@@ -57,9 +57,8 @@ def _columns(node: exp.Expression | None) -> frozenset[str]:
 
 def shape_of(sql: str) -> Shape | None:
     """The statement's shape, or None when it does not parse as one SELECT / INSERT / UPDATE / DELETE."""
-    text = _NAMED.sub("?", _NUMBERED.sub("?", psycopg_to_qmark(sql)))
     try:
-        tree = sqlglot.parse_one(text, read=DIALECT)
+        tree = sqlglot.parse_one(number_qmarks(_NAMED.sub("?", psycopg_to_qmark(sql)), DIALECT), read=DIALECT)
     except (SqlglotError, ValueError, RecursionError):
         return None
     tables = tuple(sorted({t.name.lower() for t in tree.find_all(exp.Table) if t.name}))
@@ -95,9 +94,12 @@ def singular(table: str) -> set[str]:
 
 
 def orm_issues(shape: Shape, models: set[str], names: frozenset[str], calls: frozenset[str],
-               assigned: frozenset[str]) -> bool:  # fmt: skip
+               assigned: frozenset[str], *, caller_names_model: bool = False) -> bool:  # fmt: skip
     """Whether a function that uses ``names``, calls ``calls`` and assigns ``assigned`` can issue ``shape`` through
-    one of the table's ``models`` (see the module docstring)."""
+    one of the table's ``models`` (see the module docstring); an UPDATE's assignment may be in a helper that is given
+    the object (``_debit(account)``): then a caller names the model (``caller_names_model``)."""
+    if shape.kind == "update" and caller_names_model:
+        return bool(shape.columns & assigned)
     if not models & names:
         return False
     if shape.kind == "update":
