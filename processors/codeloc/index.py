@@ -1,4 +1,5 @@
-"""A service's checkout, read once: every function with the SQL it passes, every route, every ORM model.
+"""A service's checkout, read once: every function with the SQL it passes, every route, every ORM model (Python
+files with libcst, Java files with a tokeniser: ``processors.codeloc.javascan``).
 
 Built when the locator first needs the checkout and kept for the daemon's life (a checkout does not change under a
 running daemon; a new build is a new deploy). Bounded: at most ``max_files`` files (in sorted path order, so the
@@ -15,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import libcst as cst
-
+from processors.codeloc.javascan import scan_java
 from processors.codeloc.routes import join_route
 from processors.codeloc.scan import ModuleScan, scan_module
 from processors.codeloc.statements import Shape, normalise, shape_of, singular
@@ -95,7 +95,7 @@ class CheckoutIndex:
                 continue
             rel = path.relative_to(root)
             index.files[rel.as_posix()] = str(path)
-            if path.suffix != ".py":
+            if path.suffix not in (".py", ".java"):
                 continue
             try:
                 if path.stat().st_size > max_file_bytes:
@@ -108,8 +108,12 @@ class CheckoutIndex:
             module = module_name(rel)
             package = module if path.name == "__init__.py" else module.rpartition(".")[0]
             try:
+                if path.suffix == ".java":
+                    java_package, scan = scan_java(data.decode("utf-8", "replace"))
+                    scans.append((java_package or package, "", str(path), scan))
+                    continue
                 scans.append((module, package, str(path), scan_module(data, package)))
-            except (cst.ParserSyntaxError, RecursionError, ValueError):
+            except Exception:  # a file libcst cannot read is counted and left out, whatever it raised
                 telemetry.drop("unparsable")
         for module, package, file, scan in scans:
             index._add(module, package, file, scan)

@@ -61,13 +61,16 @@ class CodeLocator:
     def __init__(self, config: CodeLocConfig, root: Path, telemetry: Telemetry) -> None:
         self.config = config
         self.root = root
-        self.telemetry = telemetry.declare("max_files", "max_file_bytes", "unparsable", "unreadable")
+        self.telemetry = telemetry.declare("max_files", "max_file_bytes", "unparsable", "unreadable", "locate_error")
         self._indexes: dict[Path, CheckoutIndex | None] = {}
         self._requests: CountedLRU[tuple[object, ...], tuple[Site | None, ...]] = CountedLRU(
             config.max_cached_requests, telemetry, "max_cached_requests"
         )
         self._issuers: CountedLRU[tuple[Path, str], Issuers] = CountedLRU(
             config.max_cached_requests, telemetry, "max_cached_statements"
+        )
+        self._frames: CountedLRU[tuple[Path, Frame], tuple[str, str, int] | None] = CountedLRU(
+            config.max_cached_requests, telemetry, "max_cached_frames"
         )
 
     def prepare(self) -> None:
@@ -101,7 +104,11 @@ class CodeLocator:
             index = self.checkout(request.resource.service)
             if index is None:
                 continue
-            located = self._request_sites(index, request, members, by_id)
+            try:
+                located = self._request_sites(index, request, members, by_id)
+            except Exception:  # a location is an addition: failing costs it, not the access
+                self.telemetry.drop("locate_error", len(members))
+                continue
             for span, site in zip(members, located, strict=True):
                 if site is None:
                     self.telemetry.count("unlocated")
@@ -184,11 +191,19 @@ class CodeLocator:
                 return []
             text = node.detail.exception_stacktrace
             if text:
-                found = [site for f in frames(text) if (site := _frame_site(index, f, self.config.source_map))]
+                found = [site for f in frames(text) if (site := self._frame_site(index, f))]
                 if found:
                     return found
             node = by_id.get(node.parent_id)
         return []
+
+    def _frame_site(self, index: CheckoutIndex, frame: Frame) -> tuple[str, str, int] | None:
+        key = (index.root, frame)
+        if key in self._frames:
+            return self._frames.get(key)
+        site = _frame_site(index, frame, self.config.source_map)
+        self._frames.put(key, site)
+        return site
 
     @staticmethod
     def _from_stack(found: list[tuple[str, str, int]], span: Span) -> Site:

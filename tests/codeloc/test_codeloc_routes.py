@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from processors.accesses import accesses_of
 from processors.codeloc import Site
 from processors.sql import SqlAccessExtractor
+from processors.telemetry import Telemetry
 from tests.codeloc.sample import checkout, client, line_of, locator, server, trace
 
 FLASK = {
@@ -172,3 +175,22 @@ def test_a_route_no_handler_declares_is_not_located(tmp_path: Path) -> None:
     """An unknown route and a statement no code passes: no site (never a guess)."""
     root = checkout(tmp_path, FLASK)
     assert _site(root, "POST", "/nowhere", "DELETE FROM audit_log") is None
+
+
+def test_a_locator_that_fails_costs_the_location_not_the_access(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose locating raises is counted (``locate_error``) and its accesses go on, unlocated."""
+    root = checkout(tmp_path, FLASK)
+    telemetry = Telemetry("codeloc")
+    loc = locator(root, telemetry)
+
+    def broken(*_: object) -> list[Site | None]:
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(loc, "_request_sites", broken)
+    update = "UPDATE accounts SET balance = %s WHERE id = %s"
+    t = trace(server(1, "POST", "/accounts/<int:account_id>/withdraw"), client(2, 1, update, params=(90, 7)))
+    [access] = accesses_of(t, SqlAccessExtractor(key_columns={"accounts": ["id"]}), loc)
+    assert (access.entity, access.function, access.located_by) == ("accounts:7", "", "")
+    assert telemetry.dropped["locate_error"] == 1
