@@ -25,6 +25,10 @@ class CodeLocConfig(Section):
     source_map: dict[str, str] = Field(
         default_factory=dict, description="path prefix recorded in stack traces -> local dir (e.g. /app -> .)"
     )
+    exclude: list[str] = Field(
+        default_factory=lambda: ["tests", "test", "test_*.py", "*_test.py", "conftest.py", "*Test.java"],
+        description="path parts (globs) not read: tests issue the same SQL as the code they test",
+    )
     max_files: int = Field(5_000, ge=1, description="source files read per checkout (the rest counted dropped)")
     max_file_bytes: int = Field(1_000_000, ge=1, description="a source file larger than this is not read")
     max_cached_requests: int = Field(

@@ -5,13 +5,15 @@ Built when the locator first needs the checkout and kept for the daemon's life (
 running daemon; a new build is a new deploy). Bounded: at most ``max_files`` files (in sorted path order, so the
 same files every time), none larger than ``max_file_bytes``; what is left out is counted by reason
 (``max_files``, ``max_file_bytes``, ``unparsable``, ``unreadable``). Directories of installed packages, virtual
-environments, caches and hidden directories are not the service's code and are not read.
+environments, caches and hidden directories are not the service's code and are not read, nor are tests (``exclude``:
+a test passes the same SQL as the code it tests, and would make every statement ambiguous).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -86,10 +88,11 @@ class CheckoutIndex:
         self.callers: dict[str, set[str]] = {}  # function -> functions that call it (by its last name part)
 
     @classmethod
-    def build(cls, root: Path, *, max_files: int, max_file_bytes: int, telemetry: Telemetry) -> CheckoutIndex:
+    def build(cls, root: Path, *, max_files: int, max_file_bytes: int, telemetry: Telemetry,
+              exclude: Sequence[str] = ()) -> CheckoutIndex:  # fmt: skip
         index = cls(root)
         scans: list[tuple[str, str, str, ModuleScan]] = []  # (module, package, file, scan)
-        for n, path in enumerate(_sources(root)):
+        for n, path in enumerate(_sources(root, tuple(exclude))):
             if n >= max_files:
                 telemetry.drop("max_files")
                 continue
@@ -252,9 +255,14 @@ def _relative(path: Path, root: Path) -> str | None:
         return None
 
 
-def _sources(root: Path) -> Iterator[Path]:
+def _sources(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:
+    """The source files under ``root`` in sorted order, but for excluded names (globs) and non-code directories."""
+
+    def kept(name: str) -> bool:
+        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
+
     for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_DIRS and kept(d))
         for name in sorted(files):
-            if name.endswith(_SUFFIXES):
+            if name.endswith(_SUFFIXES) and kept(name):
                 yield Path(directory) / name

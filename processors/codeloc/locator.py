@@ -89,7 +89,8 @@ class CodeLocator:
             else:
                 self._indexes[path] = CheckoutIndex.build(path, max_files=self.config.max_files,
                                                           max_file_bytes=self.config.max_file_bytes,
-                                                          telemetry=self.telemetry)  # fmt: skip
+                                                          telemetry=self.telemetry,
+                                                          exclude=self.config.exclude)  # fmt: skip
         return self._indexes[path]
 
     def sites(self, trace: ClosedTrace, spans: Sequence[Span]) -> dict[str, Site]:

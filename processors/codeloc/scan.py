@@ -283,7 +283,7 @@ class _Scanner(cst.CSTVisitor):
 def scan_module(source: bytes, package: str) -> ModuleScan:
     """The scan of one module's source (``package``: its dotted package, for relative imports); raises
     ``libcst.ParserSyntaxError`` when it is not Python."""
-    wrapper = MetadataWrapper(cst.parse_module(source))
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)  # the tree is not kept: no copy
     scanner = _Scanner(package)
     wrapper.visit(scanner)
     return scanner.out

@@ -165,3 +165,21 @@ def test_the_checkout_index_and_the_request_cache_are_bounded_and_counted(tmp_pa
         loc.sites(trace(server(1, "POST", "/x"), span), [span])
     assert telemetry.dropped["max_cached_requests"] == 1
     assert telemetry.events == {"ambiguous": 2}
+
+
+def test_tests_in_the_checkout_are_not_code_that_issues_statements(tmp_path: Path) -> None:
+    """A test passes the same SQL as the code it tests: ``exclude`` leaves tests out (else: ambiguous)."""
+    test_file = """
+        def test_deposit(conn):
+            conn.execute("SELECT balance FROM accounts WHERE id = %s", (1,))
+            conn.execute("UPDATE accounts SET balance = %s WHERE id = %s", (2, 1))
+    """
+    source = RAW["bank/handlers.py"]
+    root = checkout(tmp_path, {"bank/handlers.py": source[: source.index("def deposit_twin")],
+                               "tests/test_bank.py": test_file, "bank/test_more.py": test_file})  # fmt: skip
+    read, write = "SELECT balance FROM accounts WHERE id = %s", "UPDATE accounts SET balance = %s WHERE id = %s"
+    assert [s.function if s else None for s in _sites(root, read, write)] == ["bank.handlers.deposit"] * 2
+    spans = [client(2, 1, read), client(3, 1, write)]
+    everything = locator(root, exclude=[]).sites(trace(server(1, "POST", "/x"), *spans), spans)
+    assert everything[spans[0].span_id].candidates == ("bank.handlers.deposit", "bank.test_more.test_deposit",
+                                                        "tests.test_bank.test_deposit")  # fmt: skip
