@@ -61,7 +61,9 @@ class CodeLocator:
     def __init__(self, config: CodeLocConfig, root: Path, telemetry: Telemetry) -> None:
         self.config = config
         self.root = root
-        self.telemetry = telemetry.declare("max_files", "max_file_bytes", "unparsable", "unreadable", "locate_error")
+        self.telemetry = telemetry.declare(
+            "max_files", "max_file_bytes", "unparsable", "unreadable", "locate_error", "missing_checkout"
+        )
         self._indexes: dict[Path, CheckoutIndex | None] = {}
         self._requests: CountedLRU[tuple[object, ...], tuple[Site | None, ...]] = CountedLRU(
             config.max_cached_requests, telemetry, "max_cached_requests"

@@ -23,7 +23,7 @@ from processors.model.outputs import IncidentEvent
 from processors.repair import plan_repairs
 from processors.repro.derive import derive_call_specs
 from tests.corpus.expectations import judge_round, stray_incidents
-from tests.corpus.replay import Fixture, Replayed, replay
+from tests.corpus.replay import Fixture, Replayed, recorded_scenarios, replay
 
 APPS = Path(__file__).resolve().parents[2] / "bench" / "corpus" / "apps"
 LOCATED = {"lost_update": "statement", "phantom": "statement", "read_skew": "statement",
@@ -119,3 +119,17 @@ def test_repairs_and_app_level_repros_read_the_located_code() -> None:
            "write_skew.go_off_call_serializable)")  # fmt: skip
     assert plan_repairs(skew, root=APPS).notes == [f"(unknown function): {why}"]
     assert set(derive_call_specs(skew, source_root=APPS).reasons.values()) == {why}
+
+
+@pytest.mark.parametrize("scenario", recorded_scenarios())
+def test_no_access_is_located_to_a_wrong_function(scenario: str) -> None:
+    """Every access of the stripped corpus is located to the function its ``code.*`` named, or is ambiguous with that
+    function among its candidates: a location is never a wrong guess."""
+    truth = {a.span_id: a.function.removeprefix("corpus.") for a in replay(Fixture.load(scenario)).accesses}
+    located = _replayed(scenario, True).accesses
+    assert located and {a.span_id for a in located} == set(truth)
+    for a in located:
+        if a.candidates:
+            assert (a.function, truth[a.span_id] in a.candidates) == ("", True), a
+        else:
+            assert (a.function, a.located_by in ("statement", "stacktrace")) == (truth[a.span_id], True), a
