@@ -16,9 +16,7 @@ class CodeLocConfig(Section):
     shape (its SQL text, or the ORM model and attributes behind it). Without a checkout, only ``code.*`` is used.
     """
 
-    source_root: str = Field(
-        "", description="checkout of the services' source; empty = [repro] source_root (and none: code.* only)"
-    )
+    source_root: str = Field("", description="checkout of the services' source; empty: spans' code.* only")
     services: dict[str, str] = Field(
         default_factory=dict, description="service.name -> its checkout (absolute, or relative to source_root)"
     )

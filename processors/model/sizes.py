@@ -54,6 +54,8 @@ def span_bytes(span: Span) -> int:
 
 
 def access_bytes(a: Access) -> int:
-    """About the memory an ``Access`` holds: a fixed cost, its statement, and its bound, set and predicate values."""
+    """About the memory an ``Access`` holds: a fixed cost, its statement, its bound, set and predicate values, and
+    the candidate functions of a code location that stayed ambiguous."""
     return (ACCESS_OVERHEAD_BYTES + len(a.statement) + len(a.trace_exception) + values_bytes(a.params)
-            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates))  # fmt: skip
+            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates)
+            + values_bytes(a.candidates))  # fmt: skip

@@ -71,13 +71,6 @@ def ingest_inputs(settings: CoreSettings) -> list[Input]:
     ]
 
 
-def _repro_root(settings: CoreSettings) -> str:
-    """The repro worker's checkout (``[repro] source_root``): the code locator's when ``[codeloc]`` names none."""
-    repro = getattr(settings, "repro", None)
-    root = getattr(repro, "source_root", "")
-    return root if isinstance(root, str) else ""
-
-
 class IngestStage(Stage):
     """Stage 1; see the module docstring."""
 
@@ -106,7 +99,7 @@ class IngestStage(Stage):
                                             insert_identity=sql.insert_identity or None,
                                             cache_size=sql.statement_cache, max_tables=sql.max_tables,
                                             telemetry=telemetry("sql"))  # fmt: skip
-        self.locator = build_locator(settings.codeloc, telemetry("codeloc"), fallback_root=_repro_root(settings))
+        self.locator = build_locator(settings.codeloc, telemetry("codeloc"))  # reads the checkout, when one is set
         self.graph = graph
         # Debezium's progress per CDC partition (commit times; no lateness): the low watermark never passes the
         # commits an active CDC partition has yet to deliver (a backlog, a lagging connector).
