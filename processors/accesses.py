@@ -10,7 +10,7 @@ stage 2, where the rest of the trace is not at hand.
 
 from __future__ import annotations
 
-from processors.codeloc import CodeLocator, Site
+from processors.codeloc import CodeLocator
 from processors.model.events import ACCESS_FIELDS, Access, access_values
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
@@ -33,57 +33,58 @@ def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str, int]:
 
 _REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links")
 _AT = tuple(ACCESS_FIELDS.index(name) for name in _REQUEST)
-_SITE = ("function", "file", "line", "located_by", "candidates")
-_SITE_AT = tuple(ACCESS_FIELDS.index(name) for name in _SITE)
+_SITE = ("function", "file", "line", "located_by", "candidates")  # consecutive fields: stamped as one slice
+_SITE_AT = ACCESS_FIELDS.index(_SITE[0])
+assert ACCESS_FIELDS[_SITE_AT : _SITE_AT + len(_SITE)] == _SITE
+SiteValues = tuple[str, str, int, str, tuple[str, ...]]  # an access's _SITE values
 
 
-def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[Site] | None = None) -> list[Access]:
+def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteValues] | None = None) -> list[Access]:
     """Stamp each access with its request: route, interval and outcome (what the collision detector judges), and
-    with its code ``sites`` when given (one per access). (Built positionally: ``dataclasses.replace`` of 33 fields
-    was 2.5 % of stage 1.)"""
+    with its code site's values when given (one per access). (Built positionally: ``dataclasses.replace`` of 33
+    fields was 2.5 % of stage 1.)"""
     root = trace.root
     exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
     request = (root.route or root.name, root.start_ns, max(root.end_ns, trace.end_ns),
                any(s.is_error for s in trace.spans), exception, root.http_status, links)  # fmt: skip
     stamped = []
+    end = _SITE_AT + len(_SITE)
     for i, a in enumerate(accesses):
         values = list(access_values(a))
         for at, value in zip(_AT, request, strict=True):
             values[at] = value
         if sites is not None:
-            site = sites[i]
-            for at, value in zip(_SITE_AT, (site.function, site.file, site.line, site.located_by, site.candidates),
-                                 strict=True):  # fmt: skip
-                values[at] = value
+            values[_SITE_AT:end] = sites[i]
         stamped.append(Access(*values))
     return stamped
 
 
-_UNLOCATED = Site("", "", 0, "")
+_UNLOCATED: SiteValues = ("", "", 0, "", ())
 
 
 def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor, locator: CodeLocator | None = None) -> list[Access]:
     """Every row access the trace's DB spans made, with code sites (from ``code.*``, else from ``locator``) and
     the request."""
     by_id = {s.span_id: s for s in trace.spans}
-    named: dict[str, Site] = {}
+    named: dict[str, SiteValues] = {}
     unnamed: list[Span] = []
     for span in trace.spans:
         if span.db is not None:
             function, file, line = function_of(span, by_id)
             if function:
-                named[span.span_id] = Site(function, file, line, "code_attributes")
+                named[span.span_id] = (function, file, line, "code_attributes", ())
             else:
                 unnamed.append(span)
     if unnamed and locator is not None:
-        named.update(locator.sites(trace, unnamed))
+        for span_id, found in locator.sites(trace, unnamed).items():
+            named[span_id] = (found.function, found.file, found.line, found.located_by, found.candidates)
     accesses: list[Access] = []
-    sites: list[Site] = []
+    sites: list[SiteValues] = []
     for span in trace.spans:
         if span.db is not None:
             site = named.get(span.span_id, _UNLOCATED)
-            found = extractor.accesses(span, function=site.function, file=site.file)
-            accesses.extend(found)
-            sites.extend(site for _ in found)
+            made = extractor.accesses(span, function=site[0], file=site[1])
+            accesses.extend(made)
+            sites += [site] * len(made)
     return with_request(trace, accesses, sites) if accesses else accesses

@@ -65,6 +65,7 @@ class CodeLocator:
             "max_files", "max_file_bytes", "unparsable", "unreadable", "locate_error", "missing_checkout"
         )
         self._indexes: dict[Path, CheckoutIndex | None] = {}
+        self._paths: dict[str, Path] = {}  # configured checkout ("" = the root) -> its resolved path
         self._requests: CountedLRU[tuple[object, ...], tuple[Site | None, ...]] = CountedLRU(
             config.max_cached_requests, telemetry, "max_cached_requests"
         )
@@ -83,7 +84,11 @@ class CodeLocator:
     def checkout(self, service: str) -> CheckoutIndex | None:
         """The index of ``service``'s checkout, built on first use (None when the directory is missing)."""
         configured = self.config.services.get(service)
-        path = (self.root / configured).resolve() if configured else self.root.resolve()
+        path = self._paths.get(configured or "")
+        if path is None:
+            path = self._paths[configured or ""] = (
+                (self.root / configured).resolve() if configured else self.root.resolve()
+            )
         if path not in self._indexes:
             if not path.is_dir():
                 self.telemetry.drop("missing_checkout")
@@ -135,7 +140,7 @@ class CodeLocator:
     def _by_shape(self, index: CheckoutIndex, request: Span, spans: list[Span]) -> tuple[Site | None, ...]:
         method, route = request_of(request.route, request.name) if request.kind == SpanKind.SERVER else ("", "")
         texts = tuple(span.db.statement if span.db is not None else "" for span in spans)
-        key = (index.root, request.resource.service, method, route, tuple(normalise(t) for t in texts))
+        key = (index.root, request.resource.service, method, route, texts)  # texts as sent: no parameters in them
         cached = self._requests.get(key)
         if cached is None:
             cached = self._locate(index, method, route, texts)
@@ -160,7 +165,7 @@ class CodeLocator:
         return tuple(Site(entry.name, entry.file, i.get(entry.name, entry.line), how) for i in issuers)
 
     def _issuers_of(self, index: CheckoutIndex, text: str) -> Issuers:
-        key = (index.root, normalise(text))
+        key = (index.root, text)
         found = self._issuers.get(key)
         if found is None:
             found = _issuers(index, text, self.config.call_depth)
