@@ -12,7 +12,7 @@ Three levels, strongest first, the first that finds anything wins:
     No string of the code is that statement (an ORM wrote it): a function is a candidate when it names the model
     of the statement's table (``__tablename__`` / ``Meta.db_table`` / the class named for the table) and does what
     the statement does with the columns: assigns a column an UPDATE sets, builds the model for an INSERT, deletes
-    for a DELETE, uses it for a SELECT.
+    for a DELETE, uses it for a SELECT; and names every column the statement filters on (but the key).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from processors.sql.syntax import DIALECT, number_qmarks, psycopg_to_qmark
 _NUMBERED: Final = re.compile(r"\$\d+")
 _NAMED: Final = re.compile(r"(?<![:\w]):[A-Za-z_]\w*")
 _SPACE: Final = re.compile(r"\s+")
+_KEYS: Final = frozenset({"id", "pk"})  # filtered on by session.get / objects.get(pk=) without naming the column
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,8 @@ def orm_issues(shape: Shape, models: set[str], names: frozenset[str], calls: fro
     the object (``_debit(account)``): then a caller names the model (``caller_names_model``)."""
     if shape.kind == "update" and caller_names_model:
         return bool(shape.columns & assigned)
-    if not models & names:
+    unnamed = {c for c in shape.filters - _KEYS if c not in names and c.removesuffix("_id") not in names}
+    if not models & names or unnamed:  # filter(name=...), Model.owner == ... (column owner_id)
         return False
     if shape.kind == "update":
         return bool(shape.columns & assigned)

@@ -85,6 +85,15 @@ DJANGO = {
             path("shifts/<int:shift>/", views.ShiftView.as_view()),
         ]
     """,
+    "rota/models.py": """
+        from django.db import models
+
+
+        class Doctor(models.Model):
+            name = models.TextField(unique=True)
+            shift = models.IntegerField()
+            on_call = models.BooleanField()
+    """,
     "rota/views.py": """
         from django.views import View
 
@@ -194,3 +203,19 @@ def test_a_locator_that_fails_costs_the_location_not_the_access(
     [access] = accesses_of(t, SqlAccessExtractor(key_columns={"accounts": ["id"]}), loc)
     assert (access.entity, access.function, access.located_by) == ("accounts:7", "", "")
     assert telemetry.dropped["locate_error"] == 1
+
+
+def test_django_orm_sql_without_a_known_route_names_the_view_by_model_and_columns(tmp_path: Path) -> None:
+    """What Django sends for ``Doctor.objects.get(name=...)`` then ``save()`` (quoted, ``<app>_<model>``): the
+    functions that name ``Doctor``, filter on ``name`` and assign a column it sets: only ``go_off_call``."""
+    root = checkout(tmp_path, DJANGO)
+    select = ('SELECT "rota_doctor"."id", "rota_doctor"."name", "rota_doctor"."shift", "rota_doctor"."on_call" '
+              'FROM "rota_doctor" WHERE "rota_doctor"."name" = %s LIMIT 21')  # fmt: skip
+    update = ('UPDATE "rota_doctor" SET "name" = %s, "shift" = %s, "on_call" = %s '
+              'WHERE "rota_doctor"."id" = %s')  # fmt: skip
+    spans = [client(2, 1, select), client(3, 1, update)]
+    t = trace(server(1, "POST", "somewhere/else/"), *spans)
+    found = locator(root).sites(t, spans)
+    off = line_of(root, "rota/views.py", "def go_off_call")
+    assert [found[s.span_id] for s in spans] == [Site("rota.views.go_off_call", str(root / "rota/views.py"), off,
+                                                      "statement")] * 2  # fmt: skip
