@@ -222,15 +222,13 @@ class CodeLocator:
 def _request(span: Span, by_id: dict[str, Span]) -> Span:
     """The span of the request ``span`` belongs to: its nearest SERVER ancestor in the same service, else the
     outermost ancestor of that service."""
-    node, top = span, span
+    node = span
     for _ in range(_MAX_DEPTH):
         parent = by_id.get(node.parent_id)
-        if node.kind == SpanKind.SERVER:
+        if node.kind == SpanKind.SERVER or parent is None or parent.resource.service != span.resource.service:
             return node
-        if parent is None or parent.resource.service != span.resource.service:
-            return top if top.kind == SpanKind.SERVER else node
-        node = top = parent
-    return top
+        node = parent
+    return node
 
 
 def _handlers(index: CheckoutIndex, method: str, route: str) -> list[str]:

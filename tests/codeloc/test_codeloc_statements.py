@@ -183,3 +183,16 @@ def test_tests_in_the_checkout_are_not_code_that_issues_statements(tmp_path: Pat
     everything = locator(root, exclude=[]).sites(trace(server(1, "POST", "/x"), *spans), spans)
     assert everything[spans[0].span_id].candidates == ("bank.handlers.deposit", "bank.test_more.test_deposit",
                                                         "tests.test_bank.test_deposit")  # fmt: skip
+
+
+def test_each_service_is_located_in_its_own_checkout(tmp_path: Path) -> None:
+    """``services``: service.name -> its checkout under the root; two services with the same SQL stay apart."""
+    code = 'def capture(conn):\n    conn.execute("UPDATE payments SET state = %s WHERE id = %s")\n'
+    root = checkout(tmp_path, {"payments/app.py": code, "refunds/app.py": code.replace("capture", "refund")})
+    update = "UPDATE payments SET state = %s WHERE id = %s"
+    for service, function in (("payments", "app.capture"), ("refunds", "app.refund")):
+        span = client(2, 1, update, service=service)
+        t = trace(server(1, "POST", "/x", service=service), span)
+        split = locator(root, services={"payments": "payments", "refunds": "refunds"}).sites(t, [span])
+        assert (split[span.span_id].function, split[span.span_id].located_by) == (function, "statement")
+        assert locator(root).sites(t, [span])[span.span_id].candidates == ("payments.app.capture", "refunds.app.refund")
