@@ -62,6 +62,8 @@ def shape_of(sql: str) -> Shape | None:
         tree = sqlglot.parse_one(number_qmarks(_NAMED.sub("?", psycopg_to_qmark(sql)), DIALECT), read=DIALECT)
     except (SqlglotError, ValueError, RecursionError):
         return None
+    except Exception:  # sqlglot on text it was not written for (a checkout's string, a hostile span): no shape
+        return None
     tables = tuple(sorted({t.name.lower() for t in tree.find_all(exp.Table) if t.name}))
     where = tree.args.get("where")
     if isinstance(tree, exp.Update):
