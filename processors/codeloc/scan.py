@@ -176,6 +176,26 @@ class _Scanner(cst.CSTVisitor):
             prefix = _kwarg(call, "url_prefix") or _kwarg(call, "prefix")
             for p in _text(prefix, self.consts):
                 self.out.mounts.append((router, p))
+        elif call.func.attr.value in ("add_url_rule", "add_api_route") and call.args:
+            self._url_rule(call)
+
+    def _url_rule(self, call: cst.Call) -> None:
+        """``app.add_url_rule(path, view_func=View.as_view(...), methods=[...])`` (Flask) and
+        ``router.add_api_route(path, endpoint, methods=[...])`` (FastAPI)."""
+        assert isinstance(call.func, cst.Attribute)
+        paths = _text(call.args[0].value, self.consts)
+        positional = [a.value for a in call.args if a.keyword is None]
+        view = _kwarg(call, "view_func") or _kwarg(call, "endpoint")
+        if view is None and call.func.attr.value == "add_api_route" and len(positional) > 1:
+            view = positional[1]
+        if view is None and len(positional) > 2:
+            view = positional[2]  # add_url_rule(rule, endpoint, view_func)
+        if isinstance(view, cst.Call) and isinstance(view.func, cst.Attribute) and view.func.attr.value == "as_view":
+            view = view.func.value
+        ref = _name(view) if view is not None else ""
+        if paths and ref:
+            methods = _methods(_kwarg(call, "methods"))
+            self.out.routes.append(RouteScan(_name(call.func.value), paths[0], methods, ref))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):

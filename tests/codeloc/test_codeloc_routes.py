@@ -219,3 +219,39 @@ def test_django_orm_sql_without_a_known_route_names_the_view_by_model_and_column
     off = line_of(root, "rota/views.py", "def go_off_call")
     assert [found[s.span_id] for s in spans] == [Site("rota.views.go_off_call", str(root / "rota/views.py"), off,
                                                       "statement")] * 2  # fmt: skip
+
+
+def test_flask_method_views_and_fastapi_routes_added_by_call(tmp_path: Path) -> None:
+    """``app.add_url_rule(path, view_func=View.as_view(...))``: the view's method for the request's verb;
+    ``router.add_api_route(path, endpoint, methods=[...])``."""
+    root = checkout(tmp_path, {
+        "svc/views.py": """
+            from flask import Flask
+            from flask.views import MethodView
+
+            app = Flask(__name__)
+
+
+            class AccountView(MethodView):
+                def get(self, account_id):
+                    return db.execute("SELECT balance FROM accounts WHERE id = %s", (account_id,))
+
+                def put(self, account_id):
+                    db.execute("UPDATE accounts SET balance = %s WHERE id = %s", (0, account_id))
+
+
+            async def close(account_id: int):
+                await conn.execute("DELETE FROM accounts WHERE id = $1", account_id)
+
+
+            app.add_url_rule("/accounts/<int:account_id>", view_func=AccountView.as_view("account"))
+            router.add_api_route("/accounts/{account_id}", close, methods=["DELETE"])
+        """,
+    })  # fmt: skip
+    file = str(root / "svc/views.py")
+    put = _site(root, "PUT", "/accounts/<int:account_id>")
+    assert put == Site("svc.views.AccountView.put", file, line_of(root, "svc/views.py", "def put"), "route")
+    get = _site(root, "GET", "/accounts/<int:account_id>")
+    assert get == Site("svc.views.AccountView.get", file, line_of(root, "svc/views.py", "def get"), "route")
+    close = _site(root, "DELETE", "/accounts/{account_id}")
+    assert close == Site("svc.views.close", file, line_of(root, "svc/views.py", "def close"), "route")
