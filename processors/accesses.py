@@ -1,17 +1,20 @@
 """The row accesses of a closed trace: each DB span analysed into per-row reads and writes, stamped with its request.
 
-The code site of an access is the ``code.function.name`` / ``code.file.path`` of its span or of the nearest
-ancestor that has them (instrumented drivers record no code attributes on the DB span itself). Where the spans
-delimit the trace's transactions (``processors.sql.transactions``), a row lock released before the write it seemed to
-guard guards nothing, and the writes of a rolled-back transaction made no change. Every access then
-carries its request (the root span): route, interval, outcome and span links, which is what the collision detector
-judges in stage 2, where the rest of the trace is not at hand.
+The code site of an access is the ``code.function.name`` / ``code.file.path`` / ``code.line.number`` of its span
+or of the nearest ancestor that has them (instrumented drivers record no code attributes on the DB span itself);
+where no span names it (auto-instrumentation records no ``code.*``), the code locator (``processors.codeloc``)
+finds it in the service's checkout, and the access says how (``located_by``). Where the spans delimit the trace's
+transactions (``processors.sql.transactions``), a row lock released before the write it seemed to guard guards
+nothing, and the writes of a rolled-back transaction made no change. Every access then carries its request (the
+root span): route, interval, outcome and span links, which is what the collision detector judges in stage 2, where
+the rest of the trace is not at hand.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from processors.codeloc import CodeLocator
 from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
@@ -21,35 +24,43 @@ from processors.traces import ClosedTrace
 _MAX_DEPTH = 64
 
 
-def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str]:
-    """code.function.name / code.file.path of the span or its nearest ancestor that has them."""
+def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str, int]:
+    """code.function.name / code.file.path / code.line.number of the span or its nearest ancestor that has them."""
     seen = 0
     node: Span | None = span
     while node is not None and seen < _MAX_DEPTH:
         if node.code_function:
-            return node.code_function, node.code_file
+            return node.code_function, node.code_file, node.code_line
         node = by_id.get(node.parent_id)
         seen += 1
-    return "", ""
+    return "", "", 0
 
 
 _REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links")
 _AT = tuple(ACCESS_FIELDS.index(name) for name in _REQUEST)
+_SITE = ("function", "file", "line", "located_by", "candidates")  # consecutive fields: stamped as one slice
+_SITE_AT = ACCESS_FIELDS.index(_SITE[0])
+assert ACCESS_FIELDS[_SITE_AT : _SITE_AT + len(_SITE)] == _SITE
+SiteValues = tuple[str, str, int, str, tuple[str, ...]]  # an access's _SITE values
 
 
-def with_request(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
-    """Stamp each access with its request: route, interval and outcome (what the collision detector judges).
-    (Built positionally: ``dataclasses.replace`` of 33 fields was 2.5 % of stage 1.)"""
+def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteValues] | None = None) -> list[Access]:
+    """Stamp each access with its request: route, interval and outcome (what the collision detector judges), and
+    with its code site's values when given (one per access). (Built positionally: ``dataclasses.replace`` of 33
+    fields was 2.5 % of stage 1.)"""
     root = trace.root
     exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
     request = (root.route or root.name, root.start_ns, max(root.end_ns, trace.end_ns),
                any(s.is_error for s in trace.spans), exception, root.http_status, links)  # fmt: skip
     stamped = []
-    for a in accesses:
+    end = _SITE_AT + len(_SITE)
+    for i, a in enumerate(accesses):
         values = list(access_values(a))
         for at, value in zip(_AT, request, strict=True):
             values[at] = value
+        if sites is not None:
+            values[_SITE_AT:end] = sites[i]
         stamped.append(Access(*values))
     return stamped
 
@@ -78,12 +89,31 @@ def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Acce
     return out
 
 
-def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor) -> list[Access]:
-    """Every row access the trace's DB spans made, with code sites, transactions and the request."""
+_UNLOCATED: SiteValues = ("", "", 0, "", ())
+
+
+def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor, locator: CodeLocator | None = None) -> list[Access]:
+    """Every row access the trace's DB spans made, with code sites (from ``code.*``, else from ``locator``) and
+    the request; transactions as ``within_transactions`` reads them."""
     by_id = {s.span_id: s for s in trace.spans}
-    accesses: list[Access] = []
+    named: dict[str, SiteValues] = {}
+    unnamed: list[Span] = []
     for span in trace.spans:
         if span.db is not None:
-            function, file = function_of(span, by_id)
-            accesses.extend(extractor.accesses(span, function=function, file=file))
-    return with_request(trace, within_transactions(trace, accesses)) if accesses else accesses
+            function, file, line = function_of(span, by_id)
+            if function:
+                named[span.span_id] = (function, file, line, "code_attributes", ())
+            else:
+                unnamed.append(span)
+    if unnamed and locator is not None:
+        for span_id, found in locator.sites(trace, unnamed).items():
+            named[span_id] = (found.function, found.file, found.line, found.located_by, found.candidates)
+    accesses: list[Access] = []
+    sites: list[SiteValues] = []
+    for span in trace.spans:
+        if span.db is not None:
+            site = named.get(span.span_id, _UNLOCATED)
+            made = extractor.accesses(span, function=site[0], file=site[1])
+            accesses.extend(made)
+            sites += [site] * len(made)
+    return with_request(trace, within_transactions(trace, accesses), sites) if accesses else accesses

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from processors.codeloc import CodeLocConfig
 from processors.component import Factory, Section
 from processors.correlation_config import CorrelationConfig
 from processors.graph_rows import GraphPolicyConfig
@@ -58,6 +59,7 @@ class CoreSettings(BaseSettings):
     decode: DecodeConfig = DecodeConfig()
     sql: SqlConfig = SqlConfig()
     correlation: CorrelationConfig = CorrelationConfig()
+    codeloc: CodeLocConfig = CodeLocConfig()
     http: HttpConfig = HttpConfig()
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None

@@ -166,8 +166,13 @@ class Access:
     read_version: str = ""
     tx_id: str = ""
     error: bool = False
-    function: str = ""  # code.function.name of the nearest ancestor that has one
+    function: str = ""  # code.function.name of the nearest ancestor that has one (else: located, see below)
     file: str = ""
+    # Where the code is when no span names it (processors.codeloc): the line, how it was located (code_attributes
+    # | stacktrace | route | statement) and, when ambiguous, the candidate functions (function and file then "").
+    line: int = 0
+    located_by: str = ""
+    candidates: tuple[str, ...] = ()
     idempotency_key: str = ""
     links: tuple[str, ...] = field(default=())
     # Columns of set_values whose value is SQL expression text (e.g. "stock - 1"), not a bound value.

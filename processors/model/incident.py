@@ -30,6 +30,9 @@ class AccessInfo(Frozen):
     entity: str = ""  # the row it touched (``table:*`` for a predicate statement)
     predicate: str = ""  # a predicate statement's WHERE as read (empty for a statement naming its row by key)
     idempotency_key: str = ""  # the request's idempotency key, when the span carried one
+    line: int = 0  # code.line.number, or the located line
+    located_by: str = ""  # code_attributes | stacktrace | route | statement ("" = not located)
+    candidates: list[str] = []  # the functions it may be, when the code could not be located to one
 
 
 class CommitInfo(Frozen):

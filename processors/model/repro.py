@@ -19,6 +19,7 @@ class RepairInfo(Frozen):
     statement_after: str
     lock_before: str
     lock_after: str
+    located_by: str = ""  # how the writer's code was found: code_attributes | stacktrace | route | statement
 
 
 class RunInfo(Frozen):

@@ -46,7 +46,7 @@ def span_bytes(span: Span) -> int:
     if d is None:
         return size
     size += len(d.route) + len(d.exception_type) + len(d.exception_message) + len(d.code_function)
-    size += len(d.code_file) + len(d.idempotency_key) + 32 * len(d.links)
+    size += len(d.code_file) + len(d.idempotency_key) + 32 * len(d.links) + len(d.exception_stacktrace)
     db = d.db
     if db is not None:
         size += len(db.statement) + len(db.namespace) + len(db.collection) + len(db.operation) + len(db.tx_id)
@@ -55,7 +55,9 @@ def span_bytes(span: Span) -> int:
 
 
 def access_bytes(a: Access) -> int:
-    """About the memory an ``Access`` holds: a fixed cost, its statement, and its bound, set and predicate values."""
+    """About the memory an ``Access`` holds: a fixed cost, its statement, its bound, set and predicate values, and
+    the candidate functions of a code location that stayed ambiguous."""
     where = 0 if a.where is None else WHERE_BYTES_PER_CHAR * len(a.statement) + values_bytes(a.where[1])
     return (ACCESS_OVERHEAD_BYTES + len(a.statement) + len(a.trace_exception) + values_bytes(a.params)
-            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates) + where)  # fmt: skip
+            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates) + where
+            + values_bytes(a.candidates))  # fmt: skip

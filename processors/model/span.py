@@ -30,6 +30,7 @@ class SpanDetail(NamedTuple):
     db: DbCall | None = None
     links: tuple[str, ...] = ()  # trace ids this span links to
     idempotency_key: str = ""  # configured attribute, e.g. app.idempotency_key
+    exception_stacktrace: str = ""  # first exception event's exception.stacktrace (where no code.* is sent)
 
 
 NO_DETAIL = SpanDetail()
@@ -92,7 +93,7 @@ class Span(_SpanSlots):
     __match_args__ = (
         "trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "resource", "route",
         "http_status", "exception_type", "exception_message", "code_function", "code_file", "code_line", "db",
-        "links", "idempotency_key",
+        "links", "idempotency_key", "exception_stacktrace",
     )  # fmt: skip
 
     def __init__(
@@ -116,10 +117,11 @@ class Span(_SpanSlots):
         db: DbCall | None = None,
         links: tuple[str, ...] = (),
         idempotency_key: str = "",
+        exception_stacktrace: str = "",
     ) -> None:
         detail = SpanDetail(
             route, http_status, exception_type, exception_message, code_function, code_file, code_line, db, links,
-            idempotency_key,
+            idempotency_key, exception_stacktrace,
         )  # fmt: skip
         values = (trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail, None, None)
         for slot, value in zip(_SpanSlots.__slots__, values, strict=True):
@@ -175,6 +177,10 @@ class Span(_SpanSlots):
     @property
     def idempotency_key(self) -> str:
         return _detail(self).idempotency_key
+
+    @property
+    def exception_stacktrace(self) -> str:
+        return _detail(self).exception_stacktrace
 
     @property
     def duration_ms(self) -> float:

@@ -158,6 +158,15 @@ def local_path(recorded: str, root: Path, source_map: Mapping[str, Path]) -> Pat
     return path if path.is_absolute() else root / path
 
 
+def unlocated(accesses: Sequence[AccessInfo]) -> str:
+    """Why a code path has no location: none recorded, or the code locator's candidates (never one of them)."""
+    candidates = sorted({c for a in accesses for c in a.candidates})
+    if candidates:
+        how = next((a.located_by for a in accesses if a.candidates), "")
+        return f"code not located to one function ({how}: {len(candidates)} candidates: {', '.join(candidates)})"
+    return "no code location recorded"
+
+
 def _writers(
     incident: IncidentEvent,
     sites: Sequence[AccessInfo],
@@ -203,7 +212,7 @@ def _writers(
                 notes.append(f"{name}: writes {table} without reading it first (blind write): not a party to {anomaly}")
             continue
         if not function or not file:
-            notes.append(f"{name}: no code location recorded")
+            notes.append(f"{name}: {unlocated(accesses)}")
             continue
         path = local_path(file, root, source_map)
         try:
@@ -237,7 +246,7 @@ def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]
         return [], [f"{victim.function}: reads once: nothing to protect"]
     function, file = victim.function, victim.file
     if not function or not file:
-        return [], [f"{function or '(unknown function)'}: no code location recorded"]
+        return [], [f"{function or '(unknown function)'}: {unlocated([victim])}"]
     path = local_path(file, root, source_map)
     try:
         rel = path.resolve().relative_to(root.resolve()).as_posix()

@@ -86,8 +86,11 @@ def derive_call_specs(incident: IncidentEvent, *, source_root: Path, source_map:
 
 
 def _derive(schedule: Schedule, s: SessionInfo, root: Path, source_map: Mapping[str, Path], keyed: bool) -> CallSpec:
+    if (not s.function or not s.file) and s.candidates:
+        raise _Underivable(f"code not located to one function ({s.located_by}: {len(s.candidates)} candidates: "
+                           f"{', '.join(s.candidates)})")  # fmt: skip
     if not s.function or not s.file:
-        raise _Underivable("no code.function.name / code.file.path recorded")
+        raise _Underivable("no code.function.name / code.file.path recorded, nor located in the source checkout")
     module, path = _module(s.file, root, source_map)
     name = s.function.rsplit(".", 1)[-1]
     if not name.isidentifier() or keyword.iskeyword(name):

@@ -52,6 +52,8 @@ class SessionInfo:
     route: str
     error: str  # the exception the trace ended with, "" if none
     http_status: int
+    located_by: str = ""  # how its function was found: code_attributes | stacktrace | route | statement
+    candidates: tuple[str, ...] = ()  # the functions it may be, when the code locator could not tell
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,4 +379,4 @@ def _session(number: int, accesses: Sequence[AccessInfo]) -> SessionInfo:
     first = accesses[0]
     error = next((a.exception for a in accesses if a.exception), "")
     return SessionInfo(number, first.trace_id, first.service, first.function, first.file, first.route, error,
-                       max(a.http_status for a in accesses))  # fmt: skip
+                       max(a.http_status for a in accesses), first.located_by, tuple(first.candidates))  # fmt: skip

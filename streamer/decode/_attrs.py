@@ -88,7 +88,7 @@ RESOURCE_KEYS = {
     "vcs.ref.head.revision": 3,
     "deployment.environment": 4,  # older name of slot 2
 }
-EXCEPTION_KEYS = {"exception.type": 0, "exception.message": 1}
+EXCEPTION_KEYS = {"exception.type": 0, "exception.message": 1, "exception.stacktrace": 2}
 LOG_KEYS = {"event.name": 0, "exception.type": 1}
 
 KINDS: dict[int | str, SpanKind] = {k.value: k for k in SpanKind}

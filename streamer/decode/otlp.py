@@ -180,21 +180,21 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
-    exc_type = exc_message = ""
+    exc_type = exc_message = exc_stack = ""
     events = sp.events
     if events:
         for ev in events:
             if ev.name == EXCEPTION_EVENT:
                 exc = _pick(ev.attributes, EXCEPTION_KEYS)
                 if exc is not None:
-                    exc_type, exc_message = ext.text(exc[0]), ext.text(exc[1])
+                    exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
                 break
     pb_links = sp.links
     links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
-    if vals is None and not exc_type and not links:
+    if vals is None and not exc_type and not exc_stack and not links:
         return NO_DETAIL
     return SpanDetail(
-        fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links, fields[5]
+        fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links, fields[5], exc_stack
     )
 
 

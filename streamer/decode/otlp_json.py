@@ -248,13 +248,13 @@ def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) ->
     if vals and is_db(vals):
         qparams = [(_utf8(k[len(QUERY_PARAM) :]), _value(v, k)) for k, v in pairs if k.startswith(QUERY_PARAM)]
         db = ext.db_call(vals, qparams)
-    exc_type = exc_message = ""
+    exc_type = exc_message = exc_stack = ""
     for ev in _list(sp, _EVENTS, where):
         ev = _obj(ev, f"{where} event")
         if ev.get("name") == EXCEPTION_EVENT:
-            exc = _pick(_attributes(ev, where), EXCEPTION_KEYS, 2, f"{where} exception event")
+            exc = _pick(_attributes(ev, where), EXCEPTION_KEYS, len(EXCEPTION_KEYS), f"{where} exception event")
             if exc is not None:
-                exc_type, exc_message = ext.text(exc[0]), ext.text(exc[1])
+                exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
             break
     links = tuple(
         _id(_get(_obj(link, f"{where} link"), _TRACE_ID), 16, f"{where} link traceId")
@@ -281,6 +281,7 @@ def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) ->
         db=db,
         links=links,
         idempotency_key=fields[5],
+        exception_stacktrace=exc_stack,
     )
 
 

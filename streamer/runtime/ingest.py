@@ -38,6 +38,7 @@ import structlog
 
 from processors.accesses import accesses_of
 from processors.calls import CallWindows
+from processors.codeloc import build_locator
 from processors.component import GraphQueries, Processor
 from processors.graph_rows import trace_rows, window_rows
 from processors.model.events import LogRecord, RowChange
@@ -98,6 +99,7 @@ class IngestStage(Stage):
                                             insert_identity=sql.insert_identity or None,
                                             cache_size=sql.statement_cache, max_tables=sql.max_tables,
                                             telemetry=telemetry("sql"))  # fmt: skip
+        self.locator = build_locator(settings.codeloc, telemetry("codeloc"))  # reads the checkout, when one is set
         self.graph = graph
         # Debezium's progress per CDC partition (commit times; no lateness): the low watermark never passes the
         # commits an active CDC partition has yet to deliver (a backlog, a lagging connector).
@@ -286,7 +288,7 @@ class IngestStage(Stage):
         self.metrics.open_windows.set(len(self.calls))
 
     def _closed_trace(self, trace: ClosedTrace, out: StageOutput) -> None:
-        accesses = accesses_of(trace, self.extractor)
+        accesses = accesses_of(trace, self.extractor, self.locator)
         for a in accesses:
             if not a.keyed:
                 self._count_unkeyed(a.table)

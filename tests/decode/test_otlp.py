@@ -196,6 +196,7 @@ def _expected(spans: list[ReadableSpan]) -> dict[str, Span]:
             exception_message="card declined",
             links=(format(reserve_ctx.trace_id, "032x"),),
             idempotency_key="idem-8812-1",
+            exception_stacktrace=str(by_name["POST /orders/{id}/pay"].events[0].attributes["exception.stacktrace"]),
         ),
         "UPDATE orders": Span(
             **_ids(by_name["UPDATE orders"]),

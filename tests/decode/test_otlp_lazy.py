@@ -132,7 +132,8 @@ def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -
                                 KINDS.get(sp.kind, SpanKind.UNSPECIFIED), sp.start_time_unix_nano,
                                 sp.end_time_unix_nano, STATUSES.get(sp.status.code, StatusCode.UNSET), resource,
                                 d.route, d.http_status, d.exception_type, d.exception_message, d.code_function,
-                                d.code_file, d.code_line, d.db, d.links, d.idempotency_key))  # fmt: skip
+                                d.code_file, d.code_line, d.db, d.links, d.idempotency_key,
+                                d.exception_stacktrace))  # fmt: skip
     if stats is not None:
         stats.spans += len(out)
     return out

@@ -32,6 +32,9 @@ def _access(a: Access, origin_ns: int) -> AccessInfo:
         entity=a.entity,
         predicate="" if a.keyed else predicate_text(a.predicates, a.exact, a.where),
         idempotency_key=a.idempotency_key,
+        line=a.line,
+        located_by=a.located_by,
+        candidates=list(a.candidates),
     )
 
 

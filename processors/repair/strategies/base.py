@@ -52,6 +52,11 @@ class Writer:
     writes: tuple[AccessInfo, ...]
     reads: tuple[AccessInfo, ...]
 
+    @property
+    def located_by(self) -> str:
+        """How its code was found (``code_attributes`` ... ``statement``; "" when its accesses do not say)."""
+        return next((a.located_by for a in (*self.writes, *self.reads) if a.located_by), "")
+
 
 @dataclass(frozen=True, slots=True)
 class Context:
@@ -84,6 +89,7 @@ class Context:
             statement_after=after,
             lock_before=self.lock(before),
             lock_after=self.lock(after),
+            located_by=w.located_by,
         )
 
 
