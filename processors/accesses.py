@@ -13,13 +13,16 @@ the rest of the trace is not at hand.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from processors.codeloc import CodeLocator
 from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import transactions
 from processors.traces import ClosedTrace
+
+if TYPE_CHECKING:
+    from processors.codeloc import CodeLocator
 
 _MAX_DEPTH = 64
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from processors.codeloc.config import CodeLocConfig
-from processors.codeloc.locator import CodeLocator
 from processors.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from processors.codeloc.locator import CodeLocator
 
 log = structlog.get_logger("trace_repro")
 
@@ -20,6 +23,8 @@ def build_locator(config: CodeLocConfig, telemetry: Telemetry) -> CodeLocator | 
     source_root``: reading a large checkout with libcst takes a while at every start."""
     if not config.source_root:
         return None
+    from processors.codeloc.locator import CodeLocator
+
     locator = CodeLocator(config, Path(config.source_root), telemetry)
     locator.prepare()
     log.info("codeloc.indexed", source_root=config.source_root, **{k: int(v) for k, v in telemetry.state.items()},

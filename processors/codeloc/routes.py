@@ -18,9 +18,14 @@ HTTP_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"
 
 def normalise_route(path: str) -> str:
     """The route's comparable form (see the module docstring)."""
-    text = path.strip().removeprefix("^").removesuffix("$")
-    text = _BRACE.sub("{}", _ANGLE.sub("{}", _GROUP.sub("{}", text)))
-    return "/".join(part for part in text.split("/") if part)
+    for _ in range(len(path) + 2):  # to a fixed point, so the form of a form is itself (``^ ^x`` as ``x``)
+        text = path.strip().removeprefix("^").removesuffix("$")
+        text = _BRACE.sub("{}", _ANGLE.sub("{}", _GROUP.sub("{}", text)))
+        text = "/".join(part.strip() for part in text.split("/") if part.strip())
+        if text == path:
+            break
+        path = text
+    return path
 
 
 def join_route(prefix: str, path: str) -> str:
