@@ -30,6 +30,11 @@ class AccessInfo(Frozen):
     entity: str = ""  # the row it touched (``table:*`` for a predicate statement)
     predicate: str = ""  # a predicate statement's WHERE as read (empty for a statement naming its row by key)
     idempotency_key: str = ""  # the request's idempotency key, when the span carried one
+    # How its row was found: ``bound`` (the span's parameters), ``by_change`` (the row change credited to it),
+    # ``by_trace`` (what a later write of its trace proved), ``predicate`` (not found: ``may match`` rows).
+    keying: str = "bound"
+    key_candidates: int = 1  # rows it may be (> 1: ambiguous, none of them shown as fact)
+    key_confidence: float = 1.0
 
 
 class CommitInfo(Frozen):

@@ -16,8 +16,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from processors.model.events import Access, DbOperation, LockMode, Scalar, entity_key, scope_key
+from processors.model.events import Access, DbOperation, Keying, LockMode, Scalar, entity_key, scope_key
 from processors.model.span import Span
+from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbound_terms
 from processors.sql.keys import TableKeys
 from processors.sql.syntax import (
     DIALECT,
@@ -56,9 +57,6 @@ class _Target:
     key: tuple[Key, ...]
     labels: tuple[str, ...]  # () → plain key; else identity columns (entity "t:col=v|...")
     set_values: tuple[tuple[str, Ref], ...]
-
-
-Term = tuple[str, str, Ref | tuple[Ref, ...]]  # (column, operator, reference); IN's is a tuple of references
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,75 +109,99 @@ class SqlAccessExtractor:
 
     # -- per span ------------------------------------------------------------------------------------
     def accesses(self, span: Span, *, function: str = "", file: str = "") -> tuple[Access, ...]:
-        """One ``Access`` per row the span's statement touches; () (counted by reason) when there is none."""
+        """One ``Access`` per row the span's statement touches, or one predicate access on the table's scope when
+        it names no row by its key (or by placeholders whose values the span does not carry); () only for a
+        statement that is no row access (not DML, unparseable, ...), counted by reason as a drop."""
         db = span.db
         if db is None or not db.statement.strip():
-            self._count("not_db")
-            return ()
+            return self._skip("not_db")
         shape = self._shape(db.statement)
         if isinstance(shape, str):
-            self._count(shape)
-            return ()
+            return self._skip(shape)
         named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
         params = db.params
-        predicates, exact = self._bind_terms(shape.predicates, params, named)
         if not shape.keyed:
-            self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
-            self._count("predicate_accesses")
+            predicates, exact = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(shape.set_values, params, named)
-            return (self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
-                                 keyed=False, exact=exact and shape.exact),)  # fmt: skip
+            unbound = unbound_terms(shape.predicates, params, named) if shape.exact else ()
+            return (self._predicate(span, shape, predicates, exact and shape.exact, sets, exprs, function, file,
+                                    unbound=unbound),)  # fmt: skip
         result: list[Access] = []
         for target in shape.targets:
             values = [v for r in target.key if not isinstance(v := bind(r, params, named), Unbound)]
             if len(values) != len(target.key):
-                self._count("unbound_key")
-                continue
+                return self._unbound(span, shape, params, named, function, file)
             if target.labels:
                 entity = identity_entity_key(shape.table, target.labels, values)
             else:
                 entity = entity_key(shape.table, tuple(normalise_key_value(v) for v in values))
+            predicates, _ = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(target.set_values, params, named)
-            result.append(self._access(span, shape, entity, predicates, sets, exprs, function, file))
+            filters, columns = self._filters(shape), columns_of(target.set_values)
+            result.append(self._access(span, shape, entity, predicates, sets, exprs, function, file,
+                                       filters=filters, set_columns=columns))  # fmt: skip
         return tuple(result)
 
-    @staticmethod
-    def _bind_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
-                    named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, str, Any], ...], bool]:  # fmt: skip
-        """The WHERE terms with the span's parameters bound; False when one could not be bound (dropped)."""
-        out: list[tuple[str, str, Any]] = []
-        exact = True
-        for column, op, ref in terms:
-            if isinstance(ref, tuple):
-                values = [bind(r, params, named) for r in ref]
-                if any(isinstance(v, Unbound) for v in values):
-                    exact = False
-                    continue
-                out.append((column, op, tuple(values)))
-            elif isinstance(v := bind(ref, params, named), Unbound) or isinstance(ref, Expr):
-                exact = False  # an expression is SQL text, not a value a row image can be compared with
-                if not isinstance(v, Unbound):
-                    out.append((column, op, v))  # kept for the record (keyed accesses' guards)
-            else:
-                out.append((column, op, v))
-        return tuple(out), exact
+    def _skip(self, reason: str) -> tuple[Access, ...]:
+        """A statement that yields no access: counted by reason, as an event and as a drop."""
+        self._count(reason)
+        self.telemetry.drop(reason)
+        return ()
 
-    @staticmethod
-    def _bind_sets(sets: Sequence[tuple[str, Ref]], params: tuple[Scalar, ...],
-                   named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, Scalar], ...], tuple[str, ...]]:  # fmt: skip
-        values, exprs = [], []
-        for column, ref in sets:
-            v = bind(ref, params, named)
-            if not isinstance(v, Unbound):
-                values.append((column, v))
-                if isinstance(ref, Expr):
-                    exprs.append(column)
-        return tuple(values), tuple(exprs)
+    def _predicate(self, span: Span, shape: _Shape, predicates: tuple[tuple[str, str, Any], ...], exact: bool,
+                   sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
+                   unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False) -> Access:  # fmt: skip
+        """The statement as a predicate access on its table's scope (counted per table)."""
+        self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
+        self._count("predicate_accesses")
+        columns = shape.set_values or (shape.targets[0].set_values if shape.targets else ())
+        return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
+                            keyed=False, exact=exact, filters=self._filters(shape), set_columns=columns_of(columns),
+                            unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE)  # fmt: skip
+
+    def _key_terms(self, shape: _Shape) -> tuple[Term, ...]:
+        """The WHERE terms that name a keyed shape's rows: ``column = ref``, or ``column IN (refs)``."""
+        target = shape.targets[0]
+        columns = target.labels or self.keys.columns(shape.table, shape.schema)
+        if len(columns) != len(target.key):
+            return ()
+        terms: list[Term] = []
+        for i, column in enumerate(columns):
+            refs = tuple(dict.fromkeys(t.key[i] for t in shape.targets))
+            terms.append((column, "=", refs[0]) if len(refs) == 1 else (column, "IN", refs))
+        return tuple(terms)
+
+    def _filters(self, shape: _Shape) -> tuple[str, ...]:
+        """The columns a statement's WHERE compares, whether or not the span carries their values."""
+        key = () if not shape.keyed or shape.operation is DbOperation.INSERT else self._key_terms(shape)
+        return tuple(dict.fromkeys(c for c, _, _ in (*key, *shape.predicates)))
+
+    def _unbound(self, span: Span, shape: _Shape, params: tuple[Scalar, ...], named: Mapping[str, Scalar],
+                 function: str, file: str) -> tuple[Access, ...]:  # fmt: skip
+        """A keyed statement whose key values are not on the span (stock instrumentation records no parameters):
+        still an access, of the table's scope, carrying its shape (operation, lock mode, the columns it filters on
+        and sets, the key columns it names a row by); stage 2 keys it by the row change it made (a write) or by
+        what the same trace's later statements prove (a read). One access per statement (a multi-row INSERT's
+        rows are one access: counted)."""
+        self._count("unbound_key")
+        if len(shape.targets) > 1:
+            self._count("unbound_key_rows_merged")
+        target = shape.targets[0]
+        terms = () if shape.operation is DbOperation.INSERT else (*self._key_terms(shape), *shape.predicates)
+        predicates, _ = self._bind_terms(terms, params, named)
+        sets, exprs = self._bind_sets(target.set_values, params, named)
+        return (self._predicate(span, shape, predicates, False, sets, exprs, function, file,
+                                unbound=unbound_terms(terms, params, named), unbound_key=True),)  # fmt: skip
+
+    _bind_terms = staticmethod(bind_terms)
+    _bind_sets = staticmethod(bind_sets)
 
     @staticmethod
     def _access(span: Span, shape: _Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
                 sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
-                keyed: bool = True, exact: bool = True) -> Access:  # fmt: skip
+                keyed: bool = True, exact: bool = True, filters: tuple[str, ...] = (),
+                set_columns: tuple[str, ...] = (), unbound: tuple[tuple[str, str], ...] = (),
+                unbound_key: bool = False, keying: Keying = Keying.BOUND) -> Access:  # fmt: skip
         db = span.db
         assert db is not None
         return Access(
@@ -207,6 +229,11 @@ class SqlAccessExtractor:
             set_exprs=exprs,
             keyed=keyed,
             exact=exact,
+            keying=keying.value,
+            filters=filters,
+            set_columns=set_columns,
+            unbound=unbound,
+            unbound_key=unbound_key,
         )
 
     # -- per statement text (cached) -----------------------------------------------------------------

@@ -34,7 +34,8 @@ from collections.abc import Callable, Hashable, Sequence
 from processors.component import Processor
 from processors.correlation import Correlation, RowCorrelator
 from processors.graph_rows import change_row
-from processors.model.events import Access, CdcOp, Commit, Relay, RowChange
+from processors.keying import KeyInference
+from processors.model.events import Access, Commit, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState
 from processors.state.watermarks import UpstreamWatermarks
@@ -48,6 +49,24 @@ from streamer.runtime.stage import Stage, log
 
 PRUNE_MARGIN_NS = 10_000_000_000  # writes are kept at least this long after no change on time can be theirs
 PendingKey = tuple[str, str, int, int]  # (entity, topic, partition, offset of the internal record): one change
+
+
+def same_transaction(
+    groups: dict[str, list[tuple[PendingKey, RowChange]]],
+) -> dict[str, list[tuple[PendingKey, RowChange]]]:
+    """The crediting groups, those holding changes of one transaction merged (in the first one's place)."""
+    merged: dict[str, list[tuple[PendingKey, RowChange]]] = {}
+    home: dict[str, str] = {}  # group -> the group it was merged into
+    by_tx: dict[str, str] = {}  # transaction id -> its group
+    for group, members in groups.items():
+        into = next((by_tx[c.tx_id] for _, c in members if c.tx_id in by_tx), group)
+        into = home.get(into, into)
+        merged.setdefault(into, []).extend(members)
+        home[group] = into
+        for _, c in members:
+            if c.tx_id:
+                by_tx.setdefault(c.tx_id, into)
+    return merged
 
 
 def _no_default(key: PendingKey) -> RowChange:
@@ -76,6 +95,7 @@ class EntityStage(Stage):
         self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
         self._lag_ns = s_to_ns(settings.windows.max_cdc_lag_s)  # a write whose change has not come is kept this long
         self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
+        self.keying = KeyInference(max_traces=c.max_entities, telemetry=metrics.telemetry("keying"))
         self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
                                         max_commit_delay_ms=c.max_commit_delay_ms,
                                         history_per_entity=c.history_per_entity, max_entities=c.max_entities,
@@ -132,6 +152,7 @@ class EntityStage(Stage):
             elif isinstance(event, Access):
                 try:
                     self.correlator.add_access(event)
+                    self.keying.add(event)
                 except Exception as exc:  # the processors still get it
                     self.record_failed(record, "correlation", exc, out)
                 for processor in self.processors:
@@ -166,20 +187,20 @@ class EntityStage(Stage):
             if key in self._pending:
                 due.setdefault(key[0], []).append(key)
         groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
-        for entity, keys in due.items():
+        for keys in due.values():
             for key in keys:
                 change = self._pending.get(key)
-                if change is not None:  # a row's changes together; inserts of one table together (see below)
-                    group = f"{change.table}\0insert" if change.op is CdcOp.CREATE else entity
-                    groups.setdefault(group, []).append((key, change))
-        # Inserts whose key the database assigned are matched against the table's predicate inserts: k new rows
-        # that tie over the same k writers are credited together (each writer made one of them).
-        for group, members in groups.items():
+                if change is not None:  # a table's changes together (see below)
+                    groups.setdefault(change.table, []).append((key, change))
+        # A table's changes are credited together: k changes that tie over the same k writers (inserts whose key the
+        # database assigned, statements whose keys were not on their spans) are credited together (each writer made
+        # one of them); so are the rows one transaction changed (its statements made them in its order).
+        for group, members in same_transaction(groups).items():
             by_id = {id(change): key for key, change in members}
             try:
                 credited = self.correlator.correlate_many([c for _, c in members])
             except Exception as exc:  # written uncorrelated, never guessed
-                what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
+                what = f"credit of {len(members)} change(s) of {group}"
                 self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
                 credited = [(change, None) for _, change in members]
             for change, correlation in credited:
@@ -211,6 +232,9 @@ class EntityStage(Stage):
         """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
         self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
         out.graph.changes.append(change_row(change, entity, correlation))
+        for inferred in self.keying.credited(change, correlation):  # what the credit proves of keys not on spans
+            for processor in self.processors:
+                self.call(processor, processor.on_access, inferred)
         a = correlation.access if correlation else None
         commit = (Commit(change, a.trace_id, a.span_id, correlation.strength, correlation.skew_ms)
                   if a is not None and correlation is not None else Commit(change))  # fmt: skip

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.keying import undecided
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, Commit, DbOperation, LockMode
 from processors.model.units import MS_NS
@@ -141,23 +142,38 @@ def image_at(commits: Sequence[Commit], at_ns: int) -> Mapping[str, Any] | None:
 
 
 def absolute_columns(write: Access) -> list[str]:
-    """The columns a write sets to a value it brought (not ``col = col ± x`` or another SQL expression)."""
+    """The columns a write sets to a value it brought (not ``col = col ± x`` or another SQL expression), whether or
+    not the span carried the value."""
     exprs = set(write.set_exprs)
-    return [column for column, _ in write.set_values if column not in exprs]
+    columns = write.set_columns or tuple(column for column, _ in write.set_values)
+    return [column for column in columns if column not in exprs]
 
 
-def moves_row(read: Access, commit: Commit) -> bool:
-    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known)."""
+def moves_row(read: Access, commit: Commit) -> bool | None:
+    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known); None when
+    it *may* have: the read's WHERE has terms whose values the span did not carry, and on the side they leave open
+    the row may match while on the other it does not (undecidable is never taken for "no match")."""
     was = covers(read.predicates, read.exact, commit.change.before)
     now = covers(read.predicates, read.exact, commit.change.after)
-    return was is not None and now is not None and was != now
+    if was is not None and now is not None:
+        return was != now
+    return None if undecided(read) and False in (was, now) else False
 
 
-def reads_row(read: Access, row: str, image: Mapping[str, Any] | None) -> bool:
-    """Whether a read statement read ``row`` (by its key, or by a predicate that selects ``image``)."""
+def reads_row(read: Access, row: str, image: Mapping[str, Any] | None) -> bool | None:
+    """Whether a read statement read ``row`` (by its key, or by a predicate that selects ``image``); None when it
+    may have (its WHERE has terms whose values the span did not carry and none of the others excludes the row)."""
     if read.keyed:
         return read.entity == row
-    return covers(read.predicates, read.exact, image) is True
+    selects = covers(read.predicates, read.exact, image)
+    if selects is None and image is not None and undecided(read):
+        return None
+    return selects is True
+
+
+def read_verb(seen: bool | None) -> str:
+    """How sure a read of a row is: "read", or "may have read" (its WHERE's values were not on the span)."""
+    return "read" if seen else "may have read (the values of its WHERE are not on its span)"
 
 
 def what_read(read: Access, row: str) -> str:
