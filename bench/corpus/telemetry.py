@@ -3,7 +3,8 @@
 Resource ``service.name = corpus-<scenario>``, ``service.version``, ``deployment.environment.name``; spans go
 through a ``BatchSpanProcessor`` to ``bench.shop.kafka_exporter.KafkaSpanExporter`` (OTLP protobuf ``TracesData``,
 one message per trace id per batch, keyed by the trace id, as the Collector's ``kafka`` exporter writes them);
-psycopg is instrumented with ``capture_parameters=True`` and the stable database conventions
+psycopg is instrumented with ``capture_parameters=True`` (off with ``TRACE_REPRO_BENCH_CAPTURE_PARAMETERS=0``, as
+stock instrumentation sends spans) and the stable database conventions
 (``OTEL_SEMCONV_STABILITY_OPT_IN=database``: ``db.query.text``, ``db.statement.parameters``).
 
 The psycopg instrumentation is process-wide: one scenario's telemetry at a time; ``shutdown`` flushes every span
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
 from bench.shop.kafka_exporter import KafkaSpanExporter
+from bench.shop.telemetry import capture_parameters
 
 OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
 
@@ -55,5 +57,5 @@ def start_telemetry(kafka_bootstrap: str, topic: str, service: str, *, version: 
     exporter = KafkaSpanExporter(kafka_bootstrap, topic)
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
-    instrumentor.instrument(tracer_provider=provider, capture_parameters=True)
+    instrumentor.instrument(tracer_provider=provider, capture_parameters=capture_parameters())
     return Telemetry(provider, provider.get_tracer(service, version), exporter)
