@@ -33,9 +33,9 @@ from collections.abc import Callable, Hashable, Sequence
 
 from processors.component import Processor
 from processors.correlation import Correlation, RowCorrelator
-from processors.graph_rows import change_row
+from processors.graph_rows import access_rows, change_row
 from processors.keying import KeyInference
-from processors.model.events import Access, Commit, Relay, RowChange
+from processors.model.events import Access, Commit, Keying, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState
 from processors.state.watermarks import UpstreamWatermarks
@@ -232,9 +232,11 @@ class EntityStage(Stage):
         """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
         self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
         out.graph.changes.append(change_row(change, entity, correlation))
-        for inferred in self.keying.credited(change, correlation):  # what the credit proves of keys not on spans
+        inferred = self.keying.credited(change, correlation)  # what the credit proves of keys not on their spans
+        access_rows([a for a in inferred if a.keying == Keying.BY_TRACE], out.graph)  # (a write's edge: its change)
+        for access in inferred:
             for processor in self.processors:
-                self.call(processor, processor.on_access, inferred)
+                self.call(processor, processor.on_access, access)
         a = correlation.access if correlation else None
         commit = (Commit(change, a.trace_id, a.span_id, correlation.strength, correlation.skew_ms)
                   if a is not None and correlation is not None else Commit(change))  # fmt: skip

@@ -79,6 +79,8 @@ async def test_corpus_scenarios_live_without_parameters(
             parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
             assert not any(p["params"] for p in parties), describe(incident)  # parameters really were off
             assert all(p["keying"] != "bound" for p in parties), describe(incident)
+        inferred = harness.graph_rows("MATCH (:Span)-[x:READ]->(e:Entity) WHERE x.keying = 'by_trace' RETURN e.key")
+        assert {"corpus_accounts:acc-1-bug", "corpus_stock:item-1"} <= {row[0] for row in inferred}
     finally:
         await harness.stop()
         await asyncio.to_thread(drop_schema, dsn, schema)

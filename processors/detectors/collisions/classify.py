@@ -52,6 +52,7 @@ from processors.detectors.collisions.views import (
     View,
     absolute_columns,
     add_access,
+    broken_invariant,
     commit_line,
     commit_ns,
     credited_statement,
@@ -180,7 +181,8 @@ class PairJudge:
         culprit, victim = fw, sw
         relative = bool(sw.set_exprs) and not absolute_columns(sw)  # (nothing known of what it set: not relative)
         correlated = bool(fv.commits and sv.commits)
-        broken = self._broken(culprit.table, state, culprit, victim)
+        lo_ms = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
+        broken = broken_invariant(self.invariants.get(culprit.table, []), state.commits, lo_ms)
         failed = victim if victim.trace_error else culprit if culprit.trace_error else None
         if failed is culprit:
             culprit, victim = victim, culprit  # the request that failed is the victim, never the culprit
@@ -217,20 +219,6 @@ class PairJudge:
         involved = [x for x in (*a.all, *b.all)]
         return self._collision(anomaly, key, state, culprit, victim, involved, conflicting, commits, damage,
                                confidence, evidence, (key,), correlated)  # fmt: skip
-
-    def _broken(self, table: str, state: EntityHistory, culprit: Access, victim: Access) -> str:
-        rules = self.invariants.get(table, [])
-        if not rules:
-            return ""
-        lo = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
-        for c in state.commits:
-            if c.change.after is None or c.change.commit_ts_ms < lo:
-                continue
-            for rule in rules:
-                if rule.holds(c.change.after) is False:
-                    shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
-                    return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
-        return ""
 
     def _duplicate(self, key: str, state: EntityHistory, a: View, b: View) -> Collision | None:
         ia = [x for x in a.writes if x.operation is DbOperation.INSERT and x.lock is UNGUARDED and x.keyed]

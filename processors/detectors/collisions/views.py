@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.invariants import Invariant
 from processors.keying import undecided
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, Commit, DbOperation, LockMode
@@ -178,6 +179,18 @@ def read_verb(seen: bool | None) -> str:
 
 def what_read(read: Access, row: str) -> str:
     return row if read.keyed else f"the rows of {read.table} its predicate selects"
+
+
+def broken_invariant(rules: Sequence[Invariant], commits: Iterable[Commit], since_ms: int) -> str:
+    """The first committed image since ``since_ms`` that breaks one of ``rules`` (configured invariants), as damage."""
+    for c in commits:
+        if c.change.after is None or c.change.commit_ts_ms < since_ms:
+            continue
+        for rule in rules:
+            if rule.holds(c.change.after) is False:
+                shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
+                return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
+    return ""
 
 
 def failure_text(victim: Access) -> str:
