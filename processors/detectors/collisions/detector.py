@@ -46,7 +46,7 @@ from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
 from processors.invariants import Invariant
-from processors.keying import inferred
+from processors.keying import inferred, undecided
 from processors.model.events import Access, Commit, change_followed, scope_key
 from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
@@ -274,6 +274,10 @@ class CollisionDetector(Processor):
             for collision in self.judge.judge(key, state, self.memory, until_ns=until):
                 if self._reported.add(collision.pair):
                     found.append(collision)
+                    inexact = {"undecided": undecided, "inferred": inferred}
+                    for what, test in inexact.items():  # keys not on spans: how often an incident rests on them
+                        if any(test(a) for a in collision.accesses):
+                            self.telemetry.count(f"incidents_{what}")
                 else:
                     self.telemetry.count("already_reported")
         state.judged_until_ns = max(state.judged_until_ns, cut)
