@@ -152,6 +152,7 @@ class RowCorrelator:
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
+        self.unresolved: list[RowChange] = []  # the last correlate_many()'s changes left tied among their writers
         # Accesses that made a change already (an access makes one change per row) and which change, bounded like the
         # histories: a change credited again (a replay after a restart or a rebalance) gets the same writer.
         self._credited: CountedLRU[tuple[str, str], ChangeId] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
@@ -268,6 +269,7 @@ class RowCorrelator:
             results.append(found)
         for component in _components(tied):
             self._by_commit_order(component, ordered, results)
+        self.unresolved = [ordered[i] for i, _ in tied if results[i] is None]  # tied with writers none settled
         return list(zip(ordered, results, strict=True))
 
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],

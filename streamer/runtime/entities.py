@@ -35,7 +35,7 @@ from processors.component import Processor
 from processors.correlation import Correlation, RowCorrelator
 from processors.graph_rows import access_rows, change_row
 from processors.keying import KeyInference
-from processors.model.events import Access, Commit, Keying, Relay, RowChange
+from processors.model.events import Access, CdcOp, Commit, Keying, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState
 from processors.state.watermarks import UpstreamWatermarks
@@ -187,30 +187,49 @@ class EntityStage(Stage):
             if key in self._pending:
                 due.setdefault(key[0], []).append(key)
         groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
-        for keys in due.values():
+        for entity, keys in due.items():
             for key in keys:
                 change = self._pending.get(key)
-                if change is not None:  # a table's changes together (see below)
-                    groups.setdefault(change.table, []).append((key, change))
-        # A table's changes are credited together: k changes that tie over the same k writers (inserts whose key the
-        # database assigned, statements whose keys were not on their spans) are credited together (each writer made
-        # one of them); so are the rows one transaction changed (its statements made them in its order).
-        for group, members in same_transaction(groups).items():
-            by_id = {id(change): key for key, change in members}
-            try:
-                credited = self.correlator.correlate_many([c for _, c in members])
-            except Exception as exc:  # written uncorrelated, never guessed
-                what = f"credit of {len(members)} change(s) of {group}"
-                self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
-                credited = [(change, None) for _, change in members]
-            for change, correlation in credited:
-                self._settle(by_id[id(change)], change, correlation, out)
+                if change is not None:  # a row's changes together; inserts of one table together (see below)
+                    group = f"{change.table}\0insert" if change.op is CdcOp.CREATE else entity
+                    groups.setdefault(group, []).append((key, change))
+        # Inserts whose key the database assigned are matched against the table's predicate inserts: k new rows
+        # that tie over the same k writers are credited together (each writer made one of them). Changes of other
+        # rows that tied over writers no change of their own row could settle (statements whose keys were not on
+        # their spans) are credited again together, per table: k rows over k writers, a transaction's rows in its
+        # order. A group whose crediting raises is written uncorrelated (never guessed); the others are credited.
+        tied: dict[str, list[tuple[PendingKey, RowChange]]] = {}
+        for group, members in groups.items():
+            credited = self._credit_group(group, members)
+            unresolved = {id(change) for change in self.correlator.unresolved}
+            for key, change, correlation in credited:
+                if correlation is None and id(change) in unresolved:
+                    tied.setdefault(change.table, []).append((key, change))
+                else:
+                    self._settle(key, change, correlation, out)
+        for group, members in same_transaction(tied).items():
+            pooled = self._credit_group(group, members) if len(members) > 1 else [(k, c, None) for k, c in members]
+            for key, change, correlation in pooled:
+                self._settle(key, change, correlation, out)
         for entity in due:
             waiting = [k for k in self._waiting.get(entity, []) if k in self._pending]
             if waiting:
                 self._waiting[entity] = waiting
             else:
                 self._waiting.pop(entity, None)
+
+    def _credit_group(self, group: str, members: list[tuple[PendingKey, RowChange]]) -> list[
+            tuple[PendingKey, RowChange, Correlation | None]]:  # fmt: skip
+        """``correlate_many`` over one group of waiting changes; all uncorrelated (quarantined) when it raises."""
+        by_id = {id(change): key for key, change in members}
+        try:
+            credited = self.correlator.correlate_many([c for _, c in members])
+        except Exception as exc:  # written uncorrelated, never guessed
+            what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
+            self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
+            self.correlator.unresolved = []
+            credited = [(change, None) for _, change in members]
+        return [(by_id[id(change)], change, correlation) for change, correlation in credited]
 
     def _settle(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
         """A credited change: what it feeds holds the input it held; then it stops waiting."""
