@@ -149,6 +149,8 @@ class PairJudge:
             for second in ready[i + 1 :]:
                 if first.trace in state.judged and second.trace in state.judged:
                     continue  # this pair was judged before
+                if not (first.writes or first.commits or second.writes or second.commits):
+                    continue  # every class needs a writer of the row (readers alone: the may-match reads of a table)
                 if not independent(first.trace, second.trace, memory):
                     continue
                 found = (
