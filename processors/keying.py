@@ -76,6 +76,19 @@ class KeyInference:
                 return
             mine.append(a)
 
+    def __len__(self) -> int:
+        """Traces with statements waiting for a key."""
+        return len(self._traces)
+
+    def prune(self, before_ns: int) -> int:
+        """Forget the traces whose statements all ended before ``before_ns`` (no change still to be credited can be
+        their writes'), oldest first; returns how many went."""
+        gone = 0
+        while (oldest := self._traces.oldest()) is not None and max(a.end_ns for a in oldest[1]) < before_ns:
+            self._traces.pop(oldest[0])
+            gone += 1
+        return gone
+
     def credited(self, change: RowChange, credit: Correlation | None) -> list[Access]:
         """The accesses ``change`` keys now that it is credited: its writer (``by_change``) and the reads of the same
         trace before it that the writer proves (``by_trace``); [] when none is unkeyed."""

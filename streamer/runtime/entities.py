@@ -287,7 +287,9 @@ class EntityStage(Stage):
         if held > 0:  # writes no waiting (or later) change can be credited to any more
             cut = held - 2 * self.credit_after_ns
             self.correlator.prune(cut - PRUNE_MARGIN_NS, cut - max(PRUNE_MARGIN_NS, self._lag_ns))
+            self.keying.prune(cut - max(PRUNE_MARGIN_NS, self._lag_ns))  # (a write may wait for its change that long)
         self.correlator.telemetry.gauge("rows", len(self.correlator))
+        self.keying.telemetry.gauge("traces", len(self.keying))
         self.correlator.telemetry.gauge("pending_changes", len(self._pending))
         self.correlator.telemetry.gauge("history_bytes", self.correlator.bytes)
         self.correlator.telemetry.gauge("pending_bytes", self._pending.bytes)

@@ -154,3 +154,12 @@ def test_bound_parameters_still_win() -> None:
         keying.add(a)
     [(c, found)] = credit(correlator, change(7, {"id": 7, "balance": 100}, {"id": 7, "balance": 110}))
     assert found is not None and found.access == write and keying.credited(c, found) == []
+
+
+def test_state_is_bounded_counted_and_pruned_by_event_time() -> None:
+    keying = KeyInference(max_traces=2, per_trace=1)
+    for trace, at in ((A, 1000), (B, 2000), ("c" * 32, 3000)):
+        keying.add(access(READ, trace=trace, span="r", at_ms=at))
+    keying.add(access(READ, trace="c" * 32, span="r2", at_ms=3001))
+    assert len(keying) == 2 and keying.telemetry.dropped == {"max_traces": 1, "per_trace": 1}
+    assert keying.prune(2500 * MS) == 1 and len(keying) == 1
