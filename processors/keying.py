@@ -8,15 +8,16 @@ balance = %s WHERE id = %s`` reaches stage 2 as a *predicate access* of ``accoun
 * a **write** credited with a row change (``processors.correlation``: transaction id, else values and time, else
   commit order) takes that row as its key: ``by_change``, with the credit's confidence;
 * a **read** of the same trace that came before it, on the same table, is keyed by what that write proves
-  (``by_trace``): a read naming its row by the key the write filtered on (the check that guarded the write) reads that
-  row; a predicate read whose missing values are all equalities on columns the write filtered on or inserted (``SELECT
-  ... WHERE room = %s AND day = %s`` before ``INSERT ... (room, day, ...)``) gets those values from the row image;
+  (``by_trace``), when the trace made no other write of that shape (else which one it guarded is not known): a read
+  naming its row by the key the write filtered on (the check that guarded the write) reads that row; a predicate read
+  whose missing values are all equalities on columns the write filtered on or inserted (``SELECT ... WHERE room = %s
+  AND day = %s`` before ``INSERT ... (room, day, ...)``) gets those values from the row image;
 * anything else stays a predicate access of the table, whose undecidable terms make it *may match* (the collision
   judge says so), never "no match".
 
-Ambiguity is explicit: a change credited to one of k writers (``tied``) keys nothing (counted ``ambiguous``), since
-that would show one guessed row as fact. State: the recent traces' unkeyed statements, bounded (``max_traces``,
-``per_trace``) and counted.
+Ambiguity is explicit: a change credited to one of k writers (``tied``) keys no write (counted ``ambiguous``), since
+that would show one guessed row as fact; a read is then bound only by the values all k rows agree on, and records k.
+State: the recent traces' unkeyed statements, bounded (``max_traces``, ``per_trace``), counted, pruned by event time.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class KeyInference:
     def add(self, a: Access) -> None:
         """Remember a statement whose key or predicate values were not on its span (failed statements touch
         nothing)."""
-        if not undecided(a) or a.error:
+        if not (undecided(a) or keyable(a)) or a.error:
             return
         mine = self._traces.get(a.trace_id)
         if mine is None:
@@ -112,7 +113,13 @@ class KeyInference:
             out.append(replace(write, entity=row, keyed=True, keying=Keying.BY_CHANGE.value,
                                key_confidence=confidence))  # fmt: skip
         images = [(c.after if change.op is CdcOp.CREATE else c.before) or {} for c in among]
-        for read in self._traces.peek(write.trace_id) or ():
+        mine = self._traces.peek(write.trace_id) or []
+        alike = [w for w in mine if w.operation is write.operation and w.table == write.table and w.filters ==
+                 write.filters and w.span_id != write.span_id]  # fmt: skip
+        if alike:  # several writes of this shape in the trace: which one a read guarded is not known
+            self.telemetry.count("ambiguous_reads")
+            return out
+        for read in mine:
             if read.operation is not DbOperation.READ or read.table != write.table or read.start_ns > write.start_ns:
                 continue
             if (read.trace_id, read.span_id) in self._keyed:

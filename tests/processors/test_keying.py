@@ -163,3 +163,16 @@ def test_state_is_bounded_counted_and_pruned_by_event_time() -> None:
     keying.add(access(READ, trace="c" * 32, span="r2", at_ms=3001))
     assert len(keying) == 2 and keying.telemetry.dropped == {"max_traces": 1, "per_trace": 1}
     assert keying.prune(2500 * MS) == 1 and len(keying) == 1
+
+
+def test_reads_before_two_writes_of_one_shape_are_not_guessed() -> None:
+    """Read source, read target, write source, write target (keys not on the spans): which read guarded which write
+    is not known, so neither read is keyed by its trace (the writes still are, by their changes)."""
+    keying = KeyInference()
+    mine = [access(READ, span="r1", at_ms=1000), access(READ, span="r2", at_ms=1001),
+            access(WRITE, span="w1", at_ms=1002), access(WRITE, span="w2", at_ms=1003)]  # fmt: skip
+    for a in mine:
+        keying.add(a)
+    c = change(7, {"id": 7, "balance": 1}, {"id": 7, "balance": 2})
+    assert [a.span_id for a in keying.credited(c, Correlation(mine[2], "tx_id", 0.0, ""))] == ["w1"]
+    assert keying.telemetry.events["ambiguous_reads"] == 1
