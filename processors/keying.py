@@ -116,14 +116,12 @@ class KeyInference:
         mine = self._traces.peek(write.trace_id) or []
         alike = [w for w in mine if w.operation is write.operation and w.table == write.table and w.filters ==
                  write.filters and w.span_id != write.span_id]  # fmt: skip
-        if alike:  # several writes of this shape in the trace: which one a read guarded is not known
-            self.telemetry.count("ambiguous_reads")
+        reads = [r for r in mine if r.operation is DbOperation.READ and r.table == write.table
+                 and r.start_ns <= write.start_ns and (r.trace_id, r.span_id) not in self._keyed]  # fmt: skip
+        if alike and reads:  # several writes of this shape in the trace: which one a read guarded is not known
+            self.telemetry.count("ambiguous_reads", len(reads))
             return out
-        for read in mine:
-            if read.operation is not DbOperation.READ or read.table != write.table or read.start_ns > write.start_ns:
-                continue
-            if (read.trace_id, read.span_id) in self._keyed:
-                continue  # keyed by an earlier write of the trace: the nearest write guards it
+        for read in reads:  # (one keyed by an earlier write of the trace is left: the nearest write guards it)
             keyed = self._by_trace(read, write, change, row, images, round(confidence * BY_TRACE, 2))
             if keyed is not None:
                 self._keyed.put((read.trace_id, read.span_id), keyed.entity)
