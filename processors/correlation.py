@@ -43,9 +43,10 @@ class Correlation:
     """Which Access made a row change, and how sure we are."""
 
     access: Access
-    strength: str  # "trace_column" | "tx_id" | "values_time" | "commit_order" | "tied"
+    strength: str  # "trace_column" | "tx_id" | "values_time" | "commit_order" | "tx_order" | "tied"
     skew_ms: float  # distance of the commit outside [statement end, request end]; 0 for id matches
     detail: str
+    among: tuple[RowChange, ...] = ()  # "tied": the access made one of these changes, which one is not known
 
 
 def _values_match(access: Access, image: Mapping[str, Any]) -> int | None:
@@ -73,8 +74,9 @@ def _op_fits(op: CdcOp, access: Access) -> bool:
 
 
 def _one_row(a: Access) -> bool:
-    """Whether the access can make one change only (a predicate UPDATE or DELETE may change many rows)."""
-    return a.keyed or a.operation is DbOperation.INSERT
+    """Whether the access can make one change only (a predicate UPDATE or DELETE may change many rows; one naming
+    its row by a key whose values were not on the span changes one)."""
+    return a.keyed or a.unbound_key or a.operation is DbOperation.INSERT
 
 
 def _identity_columns(entity: str) -> tuple[str, ...]:
@@ -89,6 +91,17 @@ ChangeId = tuple[str, int, int]  # (row, lsn, commit time): one committed change
 
 def _change_id(change: RowChange) -> ChangeId:
     return (change.entity_key, change.lsn, change.commit_ts_ms)
+
+
+def _components(tied: list[tuple[int, list[Access]]]) -> list[list[tuple[int, list[Access]]]]:
+    """Tied changes in the groups that share no candidate writer, each in commit order: resolved on their own."""
+    groups: list[tuple[set[tuple[str, str]], list[tuple[int, list[Access]]]]] = []
+    for entry in tied:
+        ids = {(a.trace_id, a.span_id) for a in entry[1]}
+        joined = [g for g in groups if g[0] & ids]
+        groups = [g for g in groups if not g[0] & ids]
+        groups.append((ids.union(*(g[0] for g in joined)), [e for g in joined for e in g[1]] + [entry]))
+    return [sorted(members, key=lambda e: e[0]) for _, members in groups]
 
 
 class _MadeAnother:
@@ -139,6 +152,7 @@ class RowCorrelator:
         self._identity: dict[str, list[tuple[str, ...]]] = {}  # table → identity column sets seen
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
+        self.unresolved: list[RowChange] = []  # the last correlate_many()'s changes left tied among their writers
         # Accesses that made a change already (an access makes one change per row) and which change, bounded like the
         # histories: a change credited again (a replay after a restart or a rebalance) gets the same writer.
         self._credited: CountedLRU[tuple[str, str], ChangeId] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
@@ -253,8 +267,9 @@ class RowCorrelator:
             elif self.last_reason == "ambiguous_values_time":
                 tied.append((len(results), [a for a, _, _ in self._timed]))
             results.append(found)
-        if tied:
-            self._by_commit_order(tied, ordered, results)
+        for component in _components(tied):
+            self._by_commit_order(component, ordered, results)
+        self.unresolved = [ordered[i] for i, _ in tied if results[i] is None]  # tied with writers none settled
         return list(zip(ordered, results, strict=True))
 
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
@@ -268,15 +283,20 @@ class RowCorrelator:
         if not all(ordered[k] in cands for k, (_, cands) in enumerate(tied)):
             return
         rows = {changes[i].entity_key for i, _ in tied}
+        one_tx = len({changes[i].tx_id for i, _ in tied}) == 1 and bool(changes[tied[0][0]].tx_id)
         for k, (i, _) in enumerate(tied):
             a = ordered[k]
             skew = self._skew(a, changes[i].commit_ts_ms) or 0.0
             if len(rows) == 1:  # one row: the second writer waited for the first one's lock
                 found = Correlation(a, "commit_order", skew, f"{len(tied)} changes and writers tied on values and "
                                     f"time: matched in commit order")  # fmt: skip
+            elif one_tx and len({w.trace_id for w in ordered}) == 1:  # one transaction's statements, in its order
+                found = Correlation(a, "tx_order", skew, f"{len(tied)} changes of transaction {changes[i].tx_id} "
+                                    f"and its {len(tied)} statements: matched in execution order")  # fmt: skip
             else:  # new rows: each of the k writers made one of them, which one is not known
-                found = Correlation(a, "tied", skew, f"one of {len(tied)} rows these {len(tied)} writers inserted, "
-                                    f"tied on values and time (listed in commit order)")  # fmt: skip
+                found = Correlation(a, "tied", skew, f"one of {len(tied)} rows these {len(tied)} writers wrote, "
+                                    f"tied on values and time (listed in commit order)",
+                                    tuple(changes[j] for j, cands in tied if a in cands))  # fmt: skip
             results[i] = self._found(found)
             if _one_row(a):
                 self._credited.put((a.trace_id, a.span_id), _change_id(changes[i]))

@@ -256,6 +256,7 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
             "function": a.function,  # the code site, so that repairs can find every writer of a table
             "file": a.file,
             "predicate": "" if a.keyed else predicate_text(a.predicates, a.exact, a.where),  # of a predicate access
+            "keying": a.keying,  # how its row was found (``Access.keying``): bound, by_change, by_trace, predicate
         }
         if not a.keyed:  # the row(s) it wrote get their WROTE edge when Debezium's change is credited to it
             batch.predicates.append(row)

@@ -5,7 +5,8 @@ through a ``BatchSpanProcessor`` to the stock OTLP/HTTP exporter when an ``otlp_
 Collector, ``bench.collector``, writes them to Kafka), else to ``bench.shop.kafka_exporter.KafkaSpanExporter``
 (OTLP protobuf ``TracesData``, one message per trace id per batch, keyed by the trace id, as the Collector's
 ``kafka`` exporter writes them);
-psycopg is instrumented with ``capture_parameters=True`` and the stable database conventions
+psycopg is instrumented with ``capture_parameters=True`` (off with ``TRACE_REPRO_BENCH_CAPTURE_PARAMETERS=0``, as
+stock instrumentation sends spans) and the stable database conventions
 (``OTEL_SEMCONV_STABILITY_OPT_IN=database``: ``db.query.text``, ``db.statement.parameters``).
 
 The psycopg instrumentation is process-wide: one scenario's telemetry at a time; ``shutdown`` flushes every span
@@ -25,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Tracer
 
 from bench.shop.kafka_exporter import KafkaSpanExporter
+from bench.shop.telemetry import capture_parameters
 
 OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
 
@@ -63,5 +65,5 @@ def start_telemetry(kafka_bootstrap: str, topic: str, service: str, *, version: 
         exporter = OTLPSpanExporter(endpoint=f"{otlp_endpoint.rstrip('/')}/v1/traces")
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
-    instrumentor.instrument(tracer_provider=provider, capture_parameters=True)
+    instrumentor.instrument(tracer_provider=provider, capture_parameters=capture_parameters())
     return Telemetry(provider, provider.get_tracer(service, version), exporter)

@@ -1,5 +1,6 @@
 """OpenTelemetry set-up for the shop: resource, ``KafkaSpanExporter`` behind a ``BatchSpanProcessor`` and the
-psycopg instrumentation with ``capture_parameters=True`` and the stable database conventions.
+psycopg instrumentation with ``capture_parameters=True`` (``TRACE_REPRO_BENCH_CAPTURE_PARAMETERS=0``: ``False``,
+the instrumentation's default, as a service nobody tuned sends its spans) and the stable database conventions.
 
 With ``OTEL_SEMCONV_STABILITY_OPT_IN=database`` the psycopg client spans carry ``db.system.name``,
 ``db.namespace`` and ``db.query.text`` (the statement with its ``%s`` placeholders) and, with
@@ -41,6 +42,15 @@ class Telemetry:
         self.provider.shutdown()
 
 
+CAPTURE_PARAMETERS = "TRACE_REPRO_BENCH_CAPTURE_PARAMETERS"
+
+
+def capture_parameters() -> bool:
+    """Whether psycopg spans carry their statements' parameters (``TRACE_REPRO_BENCH_CAPTURE_PARAMETERS``, on unless
+    ``0``): the shop and the corpus record them; stock instrumentation does not."""
+    return os.environ.get(CAPTURE_PARAMETERS, "1").strip() != "0"
+
+
 def _opt_in_database() -> None:
     wanted = {v.strip() for v in os.environ.get(OPT_IN, "").split(",") if v.strip()}
     if not wanted & {"database", "database/dup"}:
@@ -72,5 +82,5 @@ def start_telemetry(
     exporter = KafkaSpanExporter(kafka_bootstrap, topic)
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=schedule_delay_ms))
-    instrumentor.instrument(tracer_provider=provider, capture_parameters=True)
+    instrumentor.instrument(tracer_provider=provider, capture_parameters=capture_parameters())
     return Telemetry(provider, provider.get_tracer("shop", version), exporter)

@@ -189,6 +189,28 @@ class Access:
     keyed: bool = True
     exact: bool = True  # the WHERE is wholly known: ``predicates`` are all of it, or ``where`` has no unknown part
     where: Predicate | None = None  # of a predicate access, its whole WHERE with the span's parameters
+    # How ``entity`` was found (``Keying``): the span's parameters (``bound``), the row change the statement made
+    # (``by_change``), what a later statement of the same trace proved (``by_trace``), or not at all (``predicate``:
+    # the table's scope). An inferred key names ``key_candidates`` rows it may be (1: that row) with a confidence.
+    keying: str = "bound"
+    key_candidates: int = 1
+    key_confidence: float = 1.0
+    # The statement's shape, parameters or not: the columns its WHERE compares and the columns it sets; the WHERE
+    # terms (column, operator) whose values the span does not carry (only of a WHERE read whole: ``exact`` then
+    # holds once they are bound); and whether it names one row by its key through such placeholders.
+    filters: tuple[str, ...] = ()
+    set_columns: tuple[str, ...] = ()
+    unbound: tuple[tuple[str, str], ...] = ()
+    unbound_key: bool = False
+
+
+class Keying(StrEnum):
+    """How an access's row was found (``Access.keying``)."""
+
+    BOUND = "bound"  # the key's values are the span's parameters (or literals)
+    BY_CHANGE = "by_change"  # a write without them: the row of the committed change credited to it
+    BY_TRACE = "by_trace"  # a read without them: the row a later write of the same trace on the table got
+    PREDICATE = "predicate"  # no row known: an access of the table's scope, its WHERE evaluated on row images
 
 
 ACCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Access))

@@ -33,6 +33,11 @@ class AccessInfo(Frozen):
     line: int = 0  # code.line.number, or the located line
     located_by: str = ""  # code_attributes | stacktrace | route | statement ("" = not located)
     candidates: list[str] = []  # the functions it may be, when the code could not be located to one
+    # How its row was found: ``bound`` (the span's parameters), ``by_change`` (the row change credited to it),
+    # ``by_trace`` (what a later write of its trace proved), ``predicate`` (not found: ``may match`` rows).
+    keying: str = "bound"
+    key_candidates: int = 1  # rows it may be (> 1: ambiguous, none of them shown as fact)
+    key_confidence: float = 1.0
 
 
 class CommitInfo(Frozen):

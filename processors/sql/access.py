@@ -8,7 +8,7 @@ parameters into a cached shape is cheap.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import product
 from typing import Any
 
@@ -16,13 +16,24 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from processors.model.events import Access, DbOperation, LockMode, Predicate, Scalar, entity_key, scope_key
+from processors.model.events import (
+    Access,
+    DbOperation,
+    Keying,
+    LockMode,
+    Predicate,
+    Scalar,
+    entity_key,
+    scope_key,
+)
 from processors.model.span import Span
 from processors.sql.batches import arity, batch_rows, runs
+from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbound_terms
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
-from processors.sql.predicate import Node, Refs, bind_where, compile_where
+from processors.sql.predicate import bind_where, compile_where
+from processors.sql.shape import Shape, Target
 from processors.sql.syntax import (
     DIALECT,
     Const,
@@ -53,37 +64,6 @@ from processors.telemetry import Telemetry
 _SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """One row a statement touches."""
-
-    key: tuple[Key, ...]
-    labels: tuple[str, ...]  # () → plain key; else identity columns (entity "t:col=v|...")
-    set_values: tuple[tuple[str, Ref], ...]
-
-
-Term = tuple[str, str, Ref | tuple[Ref, ...]]  # (column, operator, reference); IN's is a tuple of references
-
-
-@dataclass(frozen=True, slots=True)
-class _Shape:
-    table: str
-    schema: str
-    operation: DbOperation
-    lock: LockMode
-    targets: tuple[_Target, ...]  # () for a predicate access
-    predicates: tuple[Term, ...]
-    keys_version: int = 0  # the table keys this shape was computed with
-    keyed: bool = True
-    exact: bool = True  # every WHERE term is in ``predicates``
-    set_values: tuple[tuple[str, Ref], ...] = ()  # of a predicate access (UPDATE ... SET, INSERT VALUES)
-    arity: int = 0  # positional parameters the statement takes (its highest $n): an executemany batch's row size
-    rows: int = 1  # rows an unkeyed INSERT makes (set_values are the first's); 0: not known from the text (UNNEST)
-    # Of a predicate access: its whole WHERE compiled (``processors.sql.predicate``), and why parts are undecidable
-    where: tuple[Node, Refs] | None = None
-    undecidable: tuple[str, ...] = ()
-
-
 class SqlAccessExtractor:
     """Turns DB client spans into per-row ``Access`` events; counts what it skips and why."""
 
@@ -102,7 +82,7 @@ class SqlAccessExtractor:
         self.keys = keys or TableKeys(key_columns, max_tables=max_tables, telemetry=self.telemetry)
         self._version_columns = frozenset(version_columns)
         self._insert_identity = {k: tuple(v) for k, v in (insert_identity or {}).items()}
-        self._cache: CountedLRU[str, _Shape | str] = CountedLRU(max(1, cache_size), self.telemetry, "statement_cache")
+        self._cache: CountedLRU[str, Shape | str] = CountedLRU(max(1, cache_size), self.telemetry, "statement_cache")
         # Predicate accesses per table (a table with no known key, or a statement that names no row by its key).
         self.unkeyed: CountedLRU[str, int] = CountedLRU(max(1, max_tables), self.telemetry, "max_tables")
 
@@ -120,24 +100,22 @@ class SqlAccessExtractor:
 
     # -- per span ------------------------------------------------------------------------------------
     def accesses(self, span: Span, *, function: str = "", file: str = "") -> tuple[Access, ...]:
-        """One ``Access`` per row the span's statement touches; () (counted by reason) when there is none."""
+        """One ``Access`` per row the span's statement touches, or one predicate access on the table's scope when
+        it names no row by its key (or by placeholders whose values the span does not carry); () only for a
+        statement that is no row access (not DML, unparseable, ...), counted by reason as a drop."""
         db = span.db
         if db is None or not db.statement.strip():
-            self._count("not_db")
-            return ()
+            return self._skip("not_db")
         shape = self._shape(db.statement)
         if isinstance(shape, str):
-            self._count(shape)
-            return ()
+            return self._skip(shape)
         if db.params and not db.named_params and (rows := batch_rows(db.params, shape.arity)) is not None:
             self._count("executemany_batches")  # one run of the statement per row of the batch
             return tuple(a for run in runs(span, rows) for a in self.accesses(run, function=function, file=file))
         named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
         params = db.params
-        predicates, exact = self._bind_terms(shape.predicates, params, named)
         if not shape.keyed:
-            self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
-            self._count("predicate_accesses")
+            predicates, exact = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(shape.set_values, params, named)
             where = None if shape.where is None else bind_where(*shape.where, params, named)
             for reason in shape.undecidable:
@@ -146,59 +124,88 @@ class SqlAccessExtractor:
                 self._count("predicate_undecidable_unbound_parameter")
             # exact: the WHERE is wholly known, as its terms or as a tree with every part evaluable and bound
             exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
-            return (self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
-                                 keyed=False, exact=exact, where=where),)  # fmt: skip
+            unbound = unbound_terms(shape.predicates, params, named) if shape.exact else ()
+            return (self._predicate(span, shape, predicates, exact, sets, exprs, function, file,
+                                    unbound=unbound, where=where),)  # fmt: skip
         result: list[Access] = []
         for target in shape.targets:
             values = [v for r in target.key if not isinstance(v := bind(r, params, named), Unbound)]
             if len(values) != len(target.key):
-                self._count("unbound_key")
-                continue
+                return self._unbound(span, shape, params, named, function, file)
             if target.labels:
                 entity = identity_entity_key(shape.table, target.labels, values)
             else:
                 entity = entity_key(shape.table, tuple(normalise_key_value(v) for v in values))
+            predicates, _ = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(target.set_values, params, named)
-            result.append(self._access(span, shape, entity, predicates, sets, exprs, function, file))
+            filters, columns = self._filters(shape), columns_of(target.set_values)
+            result.append(self._access(span, shape, entity, predicates, sets, exprs, function, file,
+                                       filters=filters, set_columns=columns))  # fmt: skip
         return tuple(result)
 
-    @staticmethod
-    def _bind_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
-                    named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, str, Any], ...], bool]:  # fmt: skip
-        """The WHERE terms with the span's parameters bound; False when one could not be bound (dropped)."""
-        out: list[tuple[str, str, Any]] = []
-        exact = True
-        for column, op, ref in terms:
-            if isinstance(ref, tuple):
-                values = [bind(r, params, named) for r in ref]
-                if any(isinstance(v, Unbound) for v in values):
-                    exact = False
-                    continue
-                out.append((column, op, tuple(values)))
-            elif isinstance(v := bind(ref, params, named), Unbound) or isinstance(ref, Expr):
-                exact = False  # an expression is SQL text, not a value a row image can be compared with
-                if not isinstance(v, Unbound):
-                    out.append((column, op, v))  # kept for the record (keyed accesses' guards)
-            else:
-                out.append((column, op, v))
-        return tuple(out), exact
+    def _skip(self, reason: str) -> tuple[Access, ...]:
+        """A statement that yields no access: counted by reason, as an event and as a drop."""
+        self._count(reason)
+        self.telemetry.drop(reason)
+        return ()
+
+    def _predicate(self, span: Span, shape: Shape, predicates: tuple[tuple[str, str, Any], ...], exact: bool,
+                   sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
+                   unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
+                   where: Predicate | None = None) -> Access:  # fmt: skip
+        """The statement as a predicate access on its table's scope (counted per table)."""
+        self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
+        self._count("predicate_accesses")
+        columns = shape.set_values or (shape.targets[0].set_values if shape.targets else ())
+        return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
+                            keyed=False, exact=exact, filters=self._filters(shape), set_columns=columns_of(columns),
+                            unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE,
+                            where=where)  # fmt: skip
+
+    def _key_terms(self, shape: Shape) -> tuple[Term, ...]:
+        """The WHERE terms that name a keyed shape's rows: ``column = ref``, or ``column IN (refs)``."""
+        target = shape.targets[0]
+        columns = target.labels or self.keys.columns(shape.table, shape.schema)
+        if len(columns) != len(target.key):
+            return ()
+        terms: list[Term] = []
+        for i, column in enumerate(columns):
+            refs = tuple(dict.fromkeys(t.key[i] for t in shape.targets))
+            terms.append((column, "=", refs[0]) if len(refs) == 1 else (column, "IN", refs))
+        return tuple(terms)
+
+    def _filters(self, shape: Shape) -> tuple[str, ...]:
+        """The columns a statement's WHERE compares, whether or not the span carries their values."""
+        key = () if not shape.keyed or shape.operation is DbOperation.INSERT else self._key_terms(shape)
+        return tuple(dict.fromkeys(c for c, _, _ in (*key, *shape.predicates)))
+
+    def _unbound(self, span: Span, shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Scalar],
+                 function: str, file: str) -> tuple[Access, ...]:  # fmt: skip
+        """A keyed statement whose key values are not on the span (stock instrumentation records no parameters):
+        still an access, of the table's scope, carrying its shape (operation, lock mode, the columns it filters on
+        and sets, the key columns it names a row by); stage 2 keys it by the row change it made (a write) or by
+        what the same trace's later statements prove (a read). One access per statement (a multi-row INSERT's
+        rows are one access: counted)."""
+        self._count("unbound_key")
+        if len(shape.targets) > 1:
+            self._count("unbound_key_rows_merged")
+        target = shape.targets[0]
+        terms = () if shape.operation is DbOperation.INSERT else (*self._key_terms(shape), *shape.predicates)
+        predicates, _ = self._bind_terms(terms, params, named)
+        sets, exprs = self._bind_sets(target.set_values, params, named)
+        return (self._predicate(span, shape, predicates, False, sets, exprs, function, file,
+                                unbound=unbound_terms(terms, params, named), unbound_key=True),)  # fmt: skip
+
+    _bind_terms = staticmethod(bind_terms)
+    _bind_sets = staticmethod(bind_sets)
 
     @staticmethod
-    def _bind_sets(sets: Sequence[tuple[str, Ref]], params: tuple[Scalar, ...],
-                   named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, Scalar], ...], tuple[str, ...]]:  # fmt: skip
-        values, exprs = [], []
-        for column, ref in sets:
-            v = bind(ref, params, named)
-            if not isinstance(v, Unbound):
-                values.append((column, v))
-                if isinstance(ref, Expr):
-                    exprs.append(column)
-        return tuple(values), tuple(exprs)
-
-    @staticmethod
-    def _access(span: Span, shape: _Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
+    def _access(span: Span, shape: Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
                 sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
-                keyed: bool = True, exact: bool = True, where: Predicate | None = None) -> Access:  # fmt: skip
+                keyed: bool = True, exact: bool = True, where: Predicate | None = None,
+                filters: tuple[str, ...] = (), set_columns: tuple[str, ...] = (),
+                unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
+                keying: Keying = Keying.BOUND) -> Access:  # fmt: skip
         db = span.db
         assert db is not None
         return Access(
@@ -227,10 +234,15 @@ class SqlAccessExtractor:
             keyed=keyed,
             exact=exact,
             where=where,
+            keying=keying.value,
+            filters=filters,
+            set_columns=set_columns,
+            unbound=unbound,
+            unbound_key=unbound_key,
         )
 
     # -- per statement text (cached) -----------------------------------------------------------------
-    def _shape(self, statement: str) -> _Shape | str:
+    def _shape(self, statement: str) -> Shape | str:
         cached = self._cache.get(statement)
         if cached is not None and (isinstance(cached, str) or cached.keys_version == self.keys.version):
             self._count("cache_hits")
@@ -265,14 +277,14 @@ class SqlAccessExtractor:
             return trees[0] if len(trees) == 1 else "multi_statement"
         return "unparseable"
 
-    def _analyse(self, statement: str) -> _Shape | str:
+    def _analyse(self, statement: str) -> Shape | str:
         tree = self._parse(statement)
         if isinstance(tree, str):
             return tree
         shape = self._analyse_tree(tree)
         return shape if isinstance(shape, str) else replace(shape, arity=arity(tree))
 
-    def _analyse_tree(self, tree: exp.Expression) -> _Shape | str:
+    def _analyse_tree(self, tree: exp.Expression) -> Shape | str:
         if isinstance(tree, exp.Select | exp.Update | exp.Delete | exp.Insert) and tree.args.get(
             "with_", tree.args.get("with")
         ):
@@ -306,7 +318,7 @@ class SqlAccessExtractor:
             return "no_table"
         return self._where_shape(tree, names[0], names[1], op)
 
-    def _where_shape(self, tree: exp.Expression, table: str, schema: str, op: DbOperation) -> _Shape | str:
+    def _where_shape(self, tree: exp.Expression, table: str, schema: str, op: DbOperation) -> Shape | str:
         key_cols = self.keys.columns(table, schema)
         key_values: dict[str, list[Ref]] = {}
         terms: list[Term] = []  # every WHERE term, for a predicate access
@@ -355,12 +367,12 @@ class SqlAccessExtractor:
         if not per_column:  # no key known, or the WHERE does not name rows by it: a predicate access
             compiled = compile_where(tree.args.get("where"))
             where, undecidable = (None, ()) if compiled is None else (compiled[:2], tuple(sorted(compiled[2])))
-            return _Shape(table, schema, op, lock, (), tuple(terms), version, keyed=False, exact=exact,
+            return Shape(table, schema, op, lock, (), tuple(terms), version, keyed=False, exact=exact,
                           set_values=tuple(sets), where=where, undecidable=undecidable)  # fmt: skip
-        targets = tuple(_Target(combo, (), tuple(sets)) for combo in product(*per_column))
-        return _Shape(table, schema, op, lock, targets, tuple(predicates), version)
+        targets = tuple(Target(combo, (), tuple(sets)) for combo in product(*per_column))
+        return Shape(table, schema, op, lock, targets, tuple(predicates), version)
 
-    def _insert(self, tree: exp.Insert) -> _Shape | str:
+    def _insert(self, tree: exp.Insert) -> Shape | str:
         names = table_of(tree.this)
         if names is None:
             return "no_table"
@@ -382,20 +394,20 @@ class SqlAccessExtractor:
             (conflict_cols, True),
         )
         lock = LockMode.UPSERT if conflict is not None else LockMode.NONE
-        targets: list[_Target] = []
+        targets: list[Target] = []
         for refs in () if found.arrays else found.rows:
             by_col = dict(zip(columns, refs, strict=True))
             for cols, labelled in candidates:
                 key = [r for c in cols if isinstance(r := by_col.get(c), Const | Pos | Named)]
                 if cols and len(key) == len(cols):
-                    targets.append(_Target(tuple(key), cols if labelled else (), tuple(by_col.items())))
+                    targets.append(Target(tuple(key), cols if labelled else (), tuple(by_col.items())))
                     break
             else:
                 break
         if targets and len(targets) == len(found.rows):
-            return _Shape(table, schema, DbOperation.INSERT, lock, tuple(targets), (), self.keys.version)
+            return Shape(table, schema, DbOperation.INSERT, lock, tuple(targets), (), self.keys.version)
         # The database assigns the key (or it is not known yet, or arrays feed the rows): a predicate access, its
         # values the first row's (``rows`` says how many the statement inserts; 0: not known from its text).
-        return _Shape(table, schema, DbOperation.INSERT, lock, (), (), self.keys.version, keyed=False,
+        return Shape(table, schema, DbOperation.INSERT, lock, (), (), self.keys.version, keyed=False,
                       set_values=tuple(zip(columns, found.rows[0], strict=True)),
                       rows=0 if found.arrays else len(found.rows))  # fmt: skip

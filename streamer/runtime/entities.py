@@ -33,8 +33,9 @@ from collections.abc import Callable, Hashable, Sequence
 
 from processors.component import Processor
 from processors.correlation import Correlation, RowCorrelator
-from processors.graph_rows import change_row
-from processors.model.events import Access, CdcOp, Commit, Relay, RowChange
+from processors.graph_rows import access_rows, change_row
+from processors.keying import KeyInference
+from processors.model.events import Access, CdcOp, Commit, Keying, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState
 from processors.state.watermarks import UpstreamWatermarks
@@ -48,6 +49,24 @@ from streamer.runtime.stage import Stage, log
 
 PRUNE_MARGIN_NS = 10_000_000_000  # writes are kept at least this long after no change on time can be theirs
 PendingKey = tuple[str, str, int, int]  # (entity, topic, partition, offset of the internal record): one change
+
+
+def same_transaction(
+    groups: dict[str, list[tuple[PendingKey, RowChange]]],
+) -> dict[str, list[tuple[PendingKey, RowChange]]]:
+    """The crediting groups, those holding changes of one transaction merged (in the first one's place)."""
+    merged: dict[str, list[tuple[PendingKey, RowChange]]] = {}
+    home: dict[str, str] = {}  # group -> the group it was merged into
+    by_tx: dict[str, str] = {}  # transaction id -> its group
+    for group, members in groups.items():
+        into = next((by_tx[c.tx_id] for _, c in members if c.tx_id in by_tx), group)
+        into = home.get(into, into)
+        merged.setdefault(into, []).extend(members)
+        home[group] = into
+        for _, c in members:
+            if c.tx_id:
+                by_tx.setdefault(c.tx_id, into)
+    return merged
 
 
 def _no_default(key: PendingKey) -> RowChange:
@@ -76,6 +95,7 @@ class EntityStage(Stage):
         self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
         self._lag_ns = s_to_ns(settings.windows.max_cdc_lag_s)  # a write whose change has not come is kept this long
         self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
+        self.keying = KeyInference(max_traces=c.max_entities, telemetry=metrics.telemetry("keying"))
         self.correlator = RowCorrelator(trace_column=c.trace_column, skew_ms=c.skew_ms,
                                         max_commit_delay_ms=c.max_commit_delay_ms,
                                         history_per_entity=c.history_per_entity, max_entities=c.max_entities,
@@ -132,6 +152,7 @@ class EntityStage(Stage):
             elif isinstance(event, Access):
                 try:
                     self.correlator.add_access(event)
+                    self.keying.add(event)
                 except Exception as exc:  # the processors still get it
                     self.record_failed(record, "correlation", exc, out)
                 for processor in self.processors:
@@ -173,23 +194,42 @@ class EntityStage(Stage):
                     group = f"{change.table}\0insert" if change.op is CdcOp.CREATE else entity
                     groups.setdefault(group, []).append((key, change))
         # Inserts whose key the database assigned are matched against the table's predicate inserts: k new rows
-        # that tie over the same k writers are credited together (each writer made one of them).
+        # that tie over the same k writers are credited together (each writer made one of them). Changes of other
+        # rows that tied over writers no change of their own row could settle (statements whose keys were not on
+        # their spans) are credited again together, per table: k rows over k writers, a transaction's rows in its
+        # order. A group whose crediting raises is written uncorrelated (never guessed); the others are credited.
+        tied: dict[str, list[tuple[PendingKey, RowChange]]] = {}
         for group, members in groups.items():
-            by_id = {id(change): key for key, change in members}
-            try:
-                credited = self.correlator.correlate_many([c for _, c in members])
-            except Exception as exc:  # written uncorrelated, never guessed
-                what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
-                self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
-                credited = [(change, None) for _, change in members]
-            for change, correlation in credited:
-                self._settle(by_id[id(change)], change, correlation, out)
+            credited = self._credit_group(group, members)
+            unresolved = {id(change) for change in self.correlator.unresolved}
+            for key, change, correlation in credited:
+                if correlation is None and id(change) in unresolved:
+                    tied.setdefault(change.table, []).append((key, change))
+                else:
+                    self._settle(key, change, correlation, out)
+        for group, members in same_transaction(tied).items():
+            pooled = self._credit_group(group, members) if len(members) > 1 else [(k, c, None) for k, c in members]
+            for key, change, correlation in pooled:
+                self._settle(key, change, correlation, out)
         for entity in due:
             waiting = [k for k in self._waiting.get(entity, []) if k in self._pending]
             if waiting:
                 self._waiting[entity] = waiting
             else:
                 self._waiting.pop(entity, None)
+
+    def _credit_group(self, group: str, members: list[tuple[PendingKey, RowChange]]) -> list[
+            tuple[PendingKey, RowChange, Correlation | None]]:  # fmt: skip
+        """``correlate_many`` over one group of waiting changes; all uncorrelated (quarantined) when it raises."""
+        by_id = {id(change): key for key, change in members}
+        try:
+            credited = self.correlator.correlate_many([c for _, c in members])
+        except Exception as exc:  # written uncorrelated, never guessed
+            what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
+            self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
+            self.correlator.unresolved = []
+            credited = [(change, None) for _, change in members]
+        return [(by_id[id(change)], change, correlation) for change, correlation in credited]
 
     def _settle(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
         """A credited change: what it feeds holds the input it held; then it stops waiting."""
@@ -211,6 +251,11 @@ class EntityStage(Stage):
         """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
         self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
         out.graph.changes.append(change_row(change, entity, correlation))
+        inferred = self.keying.credited(change, correlation)  # what the credit proves of keys not on their spans
+        access_rows([a for a in inferred if a.keying == Keying.BY_TRACE], out.graph)  # (a write's edge: its change)
+        for access in inferred:
+            for processor in self.processors:
+                self.call(processor, processor.on_access, access)
         a = correlation.access if correlation else None
         commit = (Commit(change, a.trace_id, a.span_id, correlation.strength, correlation.skew_ms)
                   if a is not None and correlation is not None else Commit(change))  # fmt: skip
@@ -242,7 +287,9 @@ class EntityStage(Stage):
         if held > 0:  # writes no waiting (or later) change can be credited to any more
             cut = held - 2 * self.credit_after_ns
             self.correlator.prune(cut - PRUNE_MARGIN_NS, cut - max(PRUNE_MARGIN_NS, self._lag_ns))
+            self.keying.prune(cut - max(PRUNE_MARGIN_NS, self._lag_ns))  # (a write may wait for its change that long)
         self.correlator.telemetry.gauge("rows", len(self.correlator))
+        self.keying.telemetry.gauge("traces", len(self.keying))
         self.correlator.telemetry.gauge("pending_changes", len(self._pending))
         self.correlator.telemetry.gauge("history_bytes", self.correlator.bytes)
         self.correlator.telemetry.gauge("pending_bytes", self._pending.bytes)

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from processors.model.events import DbOperation
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
-from processors.sql.access import _Shape
+from processors.sql.shape import Shape
 from processors.sql.syntax import Const, Expr, Named, Pos, Ref
 from streamer.decode import decode_traces_proto
 from tests.otlp_factory import to_proto
@@ -63,7 +63,7 @@ def _ref(ref: Ref | tuple[Ref, ...]) -> str:
     return "expr"
 
 
-def summary(shape: _Shape | str) -> str:
+def summary(shape: Shape | str) -> str:
     """``table op lock key=<refs> set=<columns> where=<column op ref ...>`` (``pred`` for a predicate access)."""
     if isinstance(shape, str):
         return shape

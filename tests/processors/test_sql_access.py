@@ -215,9 +215,30 @@ def test_not_keyable_statements_are_counted(ex: SqlAccessExtractor, statement: s
     assert ex.counters[reason] == 1
 
 
-def test_missing_parameter_is_unbound_key(ex: SqlAccessExtractor) -> None:
-    assert ex.accesses(db_span("SELECT * FROM orders WHERE id = ?")) == ()
-    assert ex.counters["unbound_key"] == 1
+def test_missing_parameter_is_still_an_access(ex: SqlAccessExtractor) -> None:
+    """A keyed statement whose key values are not on the span (stock instrumentation) is a predicate access of the
+    table that keeps its shape (operation, lock, the columns it filters on and sets), counted, never dropped."""
+    read = one(ex, db_span("SELECT * FROM orders WHERE id = ? FOR UPDATE"))
+    assert (read.entity, read.keyed, read.exact, read.keying) == ("orders:*", False, False, "predicate")
+    assert (read.operation, read.lock, read.filters, read.unbound, read.unbound_key) == (
+        DbOperation.READ, LockMode.FOR_UPDATE, ("id",), (("id", "="),), True)  # fmt: skip
+    write = one(ex, db_span("UPDATE orders SET status = %s, amount = amount - 1 WHERE id = %s AND status = 'new'"))
+    assert (write.entity, write.operation, write.unbound_key) == ("orders:*", DbOperation.WRITE, True)
+    assert write.filters == ("id", "status") and write.set_columns == ("status", "amount")
+    assert write.predicates == (("status", "=", "new"),) and write.set_exprs == ("amount",)
+    assert ex.counters["unbound_key"] == 2 and not any(ex.telemetry.dropped.values())
+
+
+def test_bound_parameters_still_win(ex: SqlAccessExtractor) -> None:
+    a = one(ex, db_span("UPDATE orders SET status = %s WHERE id = %s", ("paid", 7)))
+    assert (a.entity, a.keyed, a.keying, a.unbound, a.unbound_key) == ("orders:7", True, "bound", (), False)
+    assert (a.filters, a.set_columns, a.set_values) == (("id",), ("status",), (("status", "paid"),))
+
+
+def test_a_statement_yielding_no_access_is_a_counted_drop(ex: SqlAccessExtractor) -> None:
+    assert ex.accesses(db_span("COMMIT")) == ()
+    assert ex.accesses(db_span("SELEC nonsense (")) == ()
+    assert {k: n for k, n in ex.telemetry.dropped.items() if n} == {"not_dml": 1, "unparseable": 1}
 
 
 def test_statements_that_name_no_row_by_key_are_predicate_accesses(ex: SqlAccessExtractor) -> None:

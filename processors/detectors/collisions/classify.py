@@ -52,6 +52,7 @@ from processors.detectors.collisions.views import (
     View,
     absolute_columns,
     add_access,
+    broken_invariant,
     commit_line,
     commit_ns,
     credited_statement,
@@ -63,6 +64,7 @@ from processors.detectors.collisions.views import (
     moves_row,
     ms_from,
     occurrence_id,
+    read_verb,
     reads_row,
     what_read,
     write_order,
@@ -89,7 +91,7 @@ class PairJudge:
     def _undecided(self, reason: str) -> None:  # a predicate an image could not decide: not taken to read the row
         self.telemetry.count(f"predicate_undecidable_{reason}")
 
-    def _moves(self, read: Access, commit: Commit) -> bool:
+    def _moves(self, read: Access, commit: Commit) -> bool | None:
         return moves_row(read, commit, self._undecided)
 
     # ---- the row's participants -----------------------------------------------------------------------------
@@ -120,7 +122,9 @@ class PairJudge:
                 at = image_at(commits, p.start_ns)
                 if at is not None and covers(p.predicates, p.exact, at, p.where, self._undecided) is True:
                     add_access(view(p.trace_id), p)  # it read the row's version through its predicate
-                elif any(self._moves(p, c) for c in commits if c.trace_id != p.trace_id):
+                elif any(self._moves(p, c) is not False for c in commits if c.trace_id != p.trace_id) or (
+                    reads_row(p, key, at) is None  # it may have read the row (its WHERE's values not on its span)
+                ):
                     v = view(p.trace_id)
                     v.moved.append(p)
                     v.all.append(p)
@@ -153,6 +157,8 @@ class PairJudge:
             for second in ready[i + 1 :]:
                 if first.trace in state.judged and second.trace in state.judged:
                     continue  # this pair was judged before
+                if not (first.writes or first.commits or second.writes or second.commits):
+                    continue  # every class needs a writer of the row (readers alone: the may-match reads of a table)
                 if not independent(first.trace, second.trace, memory):
                     continue
                 found = (
@@ -185,7 +191,8 @@ class PairJudge:
         culprit, victim = fw, sw
         relative = bool(sw.set_exprs) and not absolute_columns(sw)  # (nothing known of what it set: not relative)
         correlated = bool(fv.commits and sv.commits)
-        broken = self._broken(culprit.table, state, culprit, victim)
+        lo_ms = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
+        broken = broken_invariant(self.invariants.get(culprit.table, []), state.commits, lo_ms)
         failed = victim if victim.trace_error else culprit if culprit.trace_error else None
         if failed is culprit:
             culprit, victim = victim, culprit  # the request that failed is the victim, never the culprit
@@ -222,20 +229,6 @@ class PairJudge:
         involved = [x for x in (*a.all, *b.all)]
         return self._collision(anomaly, key, state, culprit, victim, involved, conflicting, commits, damage,
                                confidence, evidence, (key,), correlated)  # fmt: skip
-
-    def _broken(self, table: str, state: EntityHistory, culprit: Access, victim: Access) -> str:
-        rules = self.invariants.get(table, [])
-        if not rules:
-            return ""
-        lo = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
-        for c in state.commits:
-            if c.change.after is None or c.change.commit_ts_ms < lo:
-                continue
-            for rule in rules:
-                if rule.holds(c.change.after) is False:
-                    shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
-                    return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
-        return ""
 
     def _duplicate(self, key: str, state: EntityHistory, a: View, b: View) -> Collision | None:
         ia = [x for x in a.writes if x.operation is DbOperation.INSERT and x.lock is UNGUARDED and x.keyed]
@@ -287,8 +280,9 @@ class PairJudge:
             if r.keyed:
                 if r.entity == row and r.lock is UNGUARDED:
                     return r  # read the row by key before it changed
-            elif r.operation is DbOperation.READ and (inserted or r.lock is UNGUARDED) and self._moves(r, commit):
-                return r  # the change moved the row into or out of what its predicate selects
+            elif (r.operation is DbOperation.READ and (inserted or r.lock is UNGUARDED)
+                  and self._moves(r, commit) is not False):  # fmt: skip
+                return r  # the change moved (or may have moved) the row into or out of what its predicate selects
         return None
 
     def _cycle(self, key: str, a: str, b: str, memory: Memory) -> Collision | None:
@@ -327,15 +321,19 @@ class PairJudge:
             f"{w2.function or w2.service} {verb} {row2} (lsn {c2.change.lsn}), each after reading what the "
             f"other's change altered"
         )
+        sure2, sure1 = (read.keyed or moves_row(read, c) is True for read, c in ((read2, c1), (read1, c2)))
         evidence = [
-            f"{read2.function or read2.service} read {what_read(read2, row1)} before {row1} changed: {read2.statement}",
-            f"{read1.function or read1.service} read {what_read(read1, row2)} before {row2} changed: {read1.statement}",
+            f"{read2.function or read2.service} {read_verb(sure2)} {what_read(read2, row1)} before {row1} changed: "
+            f"{read2.statement}",
+            f"{read1.function or read1.service} {read_verb(sure1)} {what_read(read1, row2)} before {row2} changed: "
+            f"{read1.statement}",
             commit_line(c1),
             commit_line(c2),
         ]
         tables = {read1.table, read2.table, w1.table, w2.table}
         involved = [x for t in (t1, t2) for x in memory.by_trace.peek(t) or () if x.table in tables]
-        confidence = 0.7 + 0.1 * (read1.exact and read2.exact) + 0.2 * (c1.strength != "none" and c2.strength != "none")
+        credited = sum(0.1 * (c.strength != "none") + 0.1 * (c.strength not in ("none", "tied")) for c in (c1, c2))
+        confidence = 0.7 + 0.1 * (read1.exact and read2.exact) + credited / 2 - 0.2 * (not (sure1 and sure2))
         return self._collision(anomaly, key, None, culprit, victim, involved, [read1, read2, w1, w2], [c1, c2], damage,
                                confidence, evidence, rows, True)  # fmt: skip
 
@@ -356,26 +354,29 @@ class PairJudge:
                 if not made:
                     continue
                 first = min(made, key=lambda m: m.start_ns)
-                old = [(r, row) for r in reads for row, c in changes
-                       if self._before(r, c, first) and reads_row(r, row, c.change.before)]  # fmt: skip
-                new = [(r, row) for r in reads for row, c in changes
-                       if self._after(r, commits, made) and reads_row(r, row, c.change.after)]  # fmt: skip
-                pair = next(((o, n) for o in old for n in new if o[1] != n[1]
-                             and n[0].start_ns - o[0].end_ns <= self.window_ns), None)  # fmt: skip
-                if pair is None:
-                    continue
-                (before, row_old), (after, row_new) = pair
+                old = [(r, row, seen) for r in reads for row, c in changes if self._before(r, c, first)
+                       and (seen := reads_row(r, row, c.change.before)) is not False]  # fmt: skip
+                new = [(r, row, seen) for r in reads for row, c in changes if self._after(r, commits, made)
+                       and (seen := reads_row(r, row, c.change.after)) is not False]  # fmt: skip
+                pairs = [(o, n) for o in old for n in new if o[1] != n[1]
+                         and n[0].start_ns - o[0].end_ns <= self.window_ns]  # fmt: skip
+                if not pairs:
+                    continue  # (the surest pair first: rows read by key or predicate before rows it may have read)
+                (before, row_old, sure_old), (after, row_new, sure_new) = max(pairs, key=lambda p: sum(
+                    x[2] is True for x in p))  # fmt: skip
                 culprit, victim = made[0], after
                 damage = failure_text(after) if after.trace_error else ""
                 evidence = [
-                    f"{before.function or before.service} read {row_old} before the transaction of "
+                    f"{before.function or before.service} {read_verb(sure_old)} {row_old} before the transaction of "
                     f"{culprit.function or culprit.service} committed: {before.statement}",
-                    f"and read {row_new} after it committed: {after.statement}",
+                    f"and {read_verb(sure_new)} {row_new} after it committed: {after.statement}",
                     *(commit_line(c) for c in commits),
                 ]
                 rows = tuple(sorted({row_old, row_new}))
+                confidence = 0.8 if sure_old and sure_new else 0.5
                 return self._collision(Anomaly.READ_SKEW, key, None, culprit, victim, [before, after, *made],
-                                       [before, after, *made], commits, damage, 0.8, evidence, rows, True)  # fmt: skip
+                                       [before, after, *made], commits, damage, confidence, evidence, rows,
+                                       True)  # fmt: skip
         return None
 
     # ---- the collision ---------------------------------------------------------------------------------------
@@ -385,6 +386,7 @@ class PairJudge:
                    confidence: float, evidence: list[str], rows: tuple[str, ...],
                    correlated: bool) -> Collision:  # fmt: skip
         fp = fingerprint(anomaly, culprit.table, conflicting)
+        confidence = min(confidence, *(a.key_confidence for a in conflicting))  # no surer than an inferred key
         where = key if len(rows) == 1 else "+".join(rows)
         return Collision(
             anomaly=anomaly,

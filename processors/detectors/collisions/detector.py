@@ -46,6 +46,7 @@ from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
 from processors.invariants import Invariant
+from processors.keying import inferred, undecided
 from processors.model.events import Access, Commit, change_followed, scope_key
 from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
@@ -134,6 +135,8 @@ class CollisionDetector(Processor):
             self.telemetry.count("failed_writes")
             return  # a statement that failed wrote nothing: nothing to keep, no input to hold
         self._past_history(access.entity, access.end_ns)
+        if inferred(access):
+            self._supersede(access)
         state = self._entities.retain(access.entity)
         if access.trace_id in state.judged:  # more of a trace already judged here (a fragment): judged again
             if any(a.span_id == access.span_id for a in state.accesses):
@@ -152,6 +155,18 @@ class CollisionDetector(Processor):
             self._by_trace.put(access.trace_id, [access])
         else:
             trace.append(access)
+
+    def _supersede(self, access: Access) -> None:
+        """An access whose key stage 2 inferred (``processors.keying``) replaces the unkeyed one of its span: the
+        trace's statements and the table's predicate statements hold the keyed one only."""
+        mine = self._by_trace.peek(access.trace_id)
+        if mine is not None:
+            mine[:] = [a for a in mine if a.span_id != access.span_id]
+        scope = self._entities.get(scope_key(access.table))
+        if scope is not None:
+            for old in [a for a in scope.accesses if a.span_id == access.span_id and a.trace_id == access.trace_id]:
+                scope.accesses.remove(old)
+        self.telemetry.count(f"keyed_{access.keying}")
 
     def on_commit(self, entity: str, commit: Commit) -> None:
         at = commit.change.commit_ts_ms * MS_NS
@@ -259,6 +274,10 @@ class CollisionDetector(Processor):
             for collision in self.judge.judge(key, state, self.memory, until_ns=until):
                 if self._reported.add(collision.pair):
                     found.append(collision)
+                    inexact = {"undecided": undecided, "inferred": inferred}
+                    for what, test in inexact.items():  # keys not on spans: how often an incident rests on them
+                        if any(test(a) for a in collision.accesses):
+                            self.telemetry.count(f"incidents_{what}")
                 else:
                     self.telemetry.count("already_reported")
         state.judged_until_ns = max(state.judged_until_ns, cut)

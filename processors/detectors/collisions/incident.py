@@ -5,7 +5,7 @@ from __future__ import annotations
 from processors.detectors.collisions.views import Collision
 from processors.graph_rows import clean
 from processors.model.anomaly import title
-from processors.model.events import Access, Commit
+from processors.model.events import Access, Commit, Keying
 from processors.model.outputs import AccessInfo, CommitInfo, IncidentEvent
 from processors.sql.values import predicate_text
 
@@ -35,6 +35,9 @@ def _access(a: Access, origin_ns: int) -> AccessInfo:
         line=a.line,
         located_by=a.located_by,
         candidates=list(a.candidates),
+        keying=a.keying,
+        key_candidates=a.key_candidates,
+        key_confidence=a.key_confidence,
     )
 
 
@@ -53,6 +56,27 @@ def _commit(c: Commit, origin_ns: int) -> CommitInfo:
         correlation=c.strength,
         skew_ms=c.skew_ms,
     )
+
+
+def keying_evidence(c: Collision) -> list[str]:
+    """What of the incident is inferred, and how sure: the statements whose row was not on their span, and the row
+    changes credited by less than an id."""
+    lines = []
+    for a in dict.fromkeys((c.culprit, c.victim, *c.accesses)):
+        who = f"{a.function or a.service} ({a.trace_id[:8]}): {a.statement}"
+        if a.keying in (Keying.BY_CHANGE, Keying.BY_TRACE):
+            how = "the row change credited to it" if a.keying == Keying.BY_CHANGE else "a later write of its trace"
+            of = f" ({a.key_candidates} candidate rows, agreeing on them)" if a.key_candidates > 1 else ""
+            what = f"the row of {who} is {a.entity}" if a.keyed else (
+                f"the values of {who} are {predicate_text(a.predicates, a.exact)}")  # fmt: skip
+            lines.append(f"inferred ({a.keying}, confidence {a.key_confidence:.2f}): {what}, from {how}{of}; its "
+                         f"parameters are not on its span")  # fmt: skip
+        elif a.keying == Keying.PREDICATE and (a.unbound or a.unbound_key):
+            lines.append(f"undecided (predicate): {who} may match the rows of {a.table}; the values of "
+                         f"{', '.join(sorted({col for col, _ in a.unbound}))} are not on its span")  # fmt: skip
+    lines += [f"inferred (correlation {x.strength}): the writer of lsn {x.change.lsn} is trace {x.trace_id[:8]}"
+              for x in c.commits if x.strength in ("commit_order", "tx_order", "tied")]  # fmt: skip
+    return lines
 
 
 def summary(c: Collision) -> str:
@@ -83,7 +107,7 @@ def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
         writers=[_access(a, origin) for a in c.writers],
         accesses=[_access(a, origin) for a in c.accesses],
         commits=[_commit(x, origin) for x in c.commits],
-        evidence=list(c.evidence),
+        evidence=[*c.evidence, *keying_evidence(c)],
         detected_at_unix_ms=watermark_ns / 1e6,
         adya=c.adya,
         entities=list(c.entities or (c.entity,)),

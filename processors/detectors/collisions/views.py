@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.invariants import Invariant
+from processors.keying import undecided
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, Commit, DbOperation, LockMode
 from processors.model.units import MS_NS
@@ -141,28 +143,55 @@ def image_at(commits: Sequence[Commit], at_ns: int) -> Mapping[str, Any] | None:
 
 
 def absolute_columns(write: Access) -> list[str]:
-    """The columns a write sets to a value it brought (not ``col = col ± x`` or another SQL expression)."""
+    """The columns a write sets to a value it brought (not ``col = col ± x`` or another SQL expression), whether or
+    not the span carried the value."""
     exprs = set(write.set_exprs)
-    return [column for column, _ in write.set_values if column not in exprs]
+    columns = write.set_columns or tuple(column for column, _ in write.set_values)
+    return [column for column in columns if column not in exprs]
 
 
-def moves_row(read: Access, commit: Commit, undecided: Callable[[str], None] | None = None) -> bool:
-    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known; why one
-    is not goes to ``undecided``)."""
-    was = covers(read.predicates, read.exact, commit.change.before, read.where, undecided)
-    now = covers(read.predicates, read.exact, commit.change.after, read.where, undecided)
-    return was is not None and now is not None and was != now
+def moves_row(read: Access, commit: Commit, on_undecidable: Callable[[str], None] | None = None) -> bool | None:
+    """Whether ``commit`` moved its row into or out of what the predicate read selects (both sides known); None when
+    it *may* have: the read's WHERE has terms whose values the span did not carry, and on the side they leave open
+    the row may match while on the other it does not (undecidable is never taken for "no match"). A predicate an
+    image cannot decide for another reason (an unknown function, a missing column) goes to ``on_undecidable``."""
+    was = covers(read.predicates, read.exact, commit.change.before, read.where, on_undecidable)
+    now = covers(read.predicates, read.exact, commit.change.after, read.where, on_undecidable)
+    if was is not None and now is not None:
+        return was != now
+    return None if undecided(read) and False in (was, now) else False
 
 
-def reads_row(read: Access, row: str, image: Mapping[str, Any] | None) -> bool:
-    """Whether a read statement read ``row`` (by its key, or by a predicate that selects ``image``)."""
+def reads_row(read: Access, row: str, image: Mapping[str, Any] | None) -> bool | None:
+    """Whether a read statement read ``row`` (by its key, or by a predicate that selects ``image``); None when it
+    may have (its WHERE has terms whose values the span did not carry and none of the others excludes the row)."""
     if read.keyed:
         return read.entity == row
-    return covers(read.predicates, read.exact, image, read.where) is True
+    selects = covers(read.predicates, read.exact, image, read.where)
+    if selects is None and image is not None and undecided(read):
+        return None
+    return selects is True
+
+
+def read_verb(seen: bool | None) -> str:
+    """How sure a read of a row is: "read", or "may have read" (its WHERE's values were not on the span)."""
+    return "read" if seen else "may have read (the values of its WHERE are not on its span)"
 
 
 def what_read(read: Access, row: str) -> str:
     return row if read.keyed else f"the rows of {read.table} its predicate selects"
+
+
+def broken_invariant(rules: Sequence[Invariant], commits: Iterable[Commit], since_ms: int) -> str:
+    """The first committed image since ``since_ms`` that breaks one of ``rules`` (configured invariants), as damage."""
+    for c in commits:
+        if c.change.after is None or c.change.commit_ts_ms < since_ms:
+            continue
+        for rule in rules:
+            if rule.holds(c.change.after) is False:
+                shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
+                return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
+    return ""
 
 
 def failure_text(victim: Access) -> str:

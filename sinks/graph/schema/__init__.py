@@ -142,16 +142,17 @@ UPSERTS: dict[str, str] = {
     ),
     "reads": (
         f"{_ENTITY}MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, "
-        "x.params = r.params, x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+        "x.params = r.params, x.function = r.function, x.file = r.file, x.predicate = r.predicate, "
+        "x.keying = r.keying"
     ),
     "writes": (
         f"{_ENTITY}MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
-        "x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+        "x.function = r.function, x.file = r.file, x.predicate = r.predicate, x.keying = r.keying"
     ),
     # A statement that named no row by its key: an edge to the table's scope (``orders:*``) with its predicate.
     "predicates": (
         f"{_ENTITY}MERGE (s)-[x:PREDICATE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
-        "x.function = r.function, x.file = r.file, x.predicate = r.predicate"
+        "x.function = r.function, x.file = r.file, x.predicate = r.predicate, x.keying = r.keying"
     ),
     "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
     # Windowed aggregates are stored as one contribution per input partition (idempotent under replays, additive

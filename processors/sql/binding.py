@@ -1,0 +1,64 @@
+"""Binding a span's parameters into a statement's cached shape: the WHERE terms and the SET/VALUES columns.
+
+A value the span does not carry (stock instrumentation records no parameters) is left out, and the terms are then
+marked inexact: what is left is still true of every row the statement touched, never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from processors.model.events import Scalar
+from processors.sql.syntax import Expr, Ref, Unbound, bind
+
+Term = tuple[str, str, Ref | tuple[Ref, ...]]  # (column, operator, reference); IN's is a tuple of references
+
+
+def columns_of(sets: Sequence[tuple[str, Ref]]) -> tuple[str, ...]:
+    """The columns of a statement's SET (or INSERT's column list), whether or not their values are bound."""
+    return tuple(column for column, _ in sets)
+
+
+def bind_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
+               named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, str, Any], ...], bool]:  # fmt: skip
+    """The WHERE terms with the span's parameters bound; False when one could not be bound (dropped)."""
+    out: list[tuple[str, str, Any]] = []
+    exact = True
+    for column, op, ref in terms:
+        if isinstance(ref, tuple):
+            values = [bind(r, params, named) for r in ref]
+            if any(isinstance(v, Unbound) for v in values):
+                exact = False
+                continue
+            out.append((column, op, tuple(values)))
+        elif isinstance(v := bind(ref, params, named), Unbound) or isinstance(ref, Expr):
+            exact = False  # an expression is SQL text, not a value a row image can be compared with
+            if not isinstance(v, Unbound):
+                out.append((column, op, v))  # kept for the record (keyed accesses' guards)
+        else:
+            out.append((column, op, v))
+    return tuple(out), exact
+
+
+def bind_sets(sets: Sequence[tuple[str, Ref]], params: tuple[Scalar, ...],
+              named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, Scalar], ...], tuple[str, ...]]:  # fmt: skip
+    """The SET/VALUES columns whose values are bound, and those of them that are SQL expressions (``x - 1``)."""
+    values, exprs = [], []
+    for column, ref in sets:
+        v = bind(ref, params, named)
+        if not isinstance(v, Unbound):
+            values.append((column, v))
+            if isinstance(ref, Expr):
+                exprs.append(column)
+    return tuple(values), tuple(exprs)
+
+
+def unbound_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
+                  named: Mapping[str, Scalar]) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """(column, operator) of the WHERE terms whose values the span does not carry."""
+    return tuple(
+        (column, op)
+        for column, op, ref in terms
+        if any(isinstance(bind(r, params, named), Unbound) for r in (ref if isinstance(ref, tuple) else (ref,)))
+    )
