@@ -3,7 +3,10 @@
 Two traces are independent when neither is an ancestor of the other (different traces, no span link between
 them). What each did to a row is read from three sources: its keyed statements on the row, its *predicate*
 statements on the row's table (a WHERE that names no row by its key, an INSERT whose key the database assigns)
-whose predicate covers an image of the row, and the committed row changes credited to it. Between two traces:
+whose predicate covers an image of the row, and the committed row changes credited to it. A statement whose values
+were not on its span is keyed by stage 2 where a row change proves its row (``processors.keying``); else its WHERE
+*may* match a row its known terms allow: a may-read counts (lower confidence, said in the evidence), never as "no
+match". Between two traces:
 
 * **rw** (anti-dependency) A → B: A read a version of a row (by key, or a predicate that selects it) and B
   committed the next one after A's statement ended; for a predicate read, also when B's change makes the row
