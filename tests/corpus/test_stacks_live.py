@@ -1,0 +1,152 @@
+"""The corpus on the stacks people run, live: stock instrumentation with default options, a real Collector, the real
+PostgreSQL (READ COMMITTED) and Debezium connector, and the daemon on its shipped configuration.
+
+Each stack (``bench.corpus.stacks``) plays one round of each bug (lost update, write skew, phantom) and of each of
+their controls, with the interleaving forced (``bench.corpus.race``) and the damage checked in PostgreSQL. Its spans
+carry no statement parameters and no ``code.*``; they go OTLP -> the Collector (``bench.collector`` on the shipped
+``config/otel-collector.yaml``) -> Kafka. The daemon runs with only the engines' addresses, the topic and group
+names, the CDC pattern and the HTTP port set. Every bug round must yield exactly one incident of its class with the
+first committer's trace as culprit and the other's as victim, every control none, and nothing else be reported;
+the table printed (stack x class: found, control clean, how the accesses were keyed and the code located) is the
+README's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from bench.collector.process import StartCollector
+from bench.corpus.manifest import RoundRecord
+from bench.corpus.runner import drop_schema, prepare
+from bench.corpus.scenario import RoundPlan, Scenario
+from bench.corpus.stacks import flask_sqlalchemy
+from bench.corpus.stacks.web import StackClient, run_rounds
+from bench.corpus.telemetry import OPT_IN
+from streamer import config
+from streamer.engines import LocalEngines
+from tests.corpus.expectations import belongs, describe, stray_incidents
+from tests.corpus.test_corpus_live import JUDGED_AFTER_S, TOPICS
+from tests.harness import Harness
+
+pytestmark = pytest.mark.engines
+
+STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy,)
+
+
+def judge(rnd: RoundRecord, incidents: Sequence[dict[str, Any]]) -> list[str]:
+    """A bug round owns exactly one incident of its class, culprit the first committer's trace, victim the other's;
+    a control round owns none. (Functions are not compared: no span names its code, and the daemon's code locator
+    is opt-in; how each party was located is in the table.)"""
+    mine = [i for i in incidents if belongs(i, rnd)]
+    if rnd.expected is None:
+        return [f"control round {rnd.number} ({rnd.kind}) got {describe(i)}" for i in mine]
+    want = rnd.expected
+    if len(mine) != 1:
+        found = "; ".join(describe(i) for i in mine) or "nothing"
+        return [f"bug round {rnd.number} on {rnd.rows}: expected one {want.anomaly} incident, found {found}"]
+    [incident] = mine
+    got = (incident["anomaly"], incident["culprit"]["trace_id"], incident["victim"]["trace_id"])
+    if got != (want.anomaly, want.culprit_trace, want.victim_trace):
+        return [f"bug round {rnd.number}: expected {want.anomaly} culprit {want.culprit_trace[:8]} victim "
+                f"{want.victim_trace[:8]}, got {describe(incident)}"]  # fmt: skip
+    return []
+
+
+def how(incident: dict[str, Any]) -> str:
+    """How the incident's statements were keyed (``keying`` x ``key_candidates``) and its parties located."""
+    parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
+    keyed = sorted({f"{p['keying']}" + (f"({p['key_candidates']})" if p["key_candidates"] != 1 else "")
+                    for p in parties})  # fmt: skip
+    located = sorted({p["located_by"] or "unlocated" for p in (incident["culprit"], incident["victim"])})
+    return f"keyed {'+'.join(keyed)}; code {'+'.join(located)}"
+
+
+def table(runs: dict[str, list[tuple[Scenario, list[RoundRecord]]]], incidents: Sequence[dict[str, Any]]) -> str:
+    lines = ["| stack | class | bug found | controls clean | keying; code located |", "|---|---|---|---|---|"]
+    for stack, played in runs.items():
+        for scenario, records in played:
+            bugs = [r for r in records if r.is_bug]
+            controls = [r for r in records if not r.is_bug]
+            found = sum(not judge(r, incidents) for r in bugs)
+            clean = sum(not judge(r, incidents) for r in controls)
+            owned = [i for r in bugs for i in incidents if belongs(i, r)]
+            lines.append(f"| {stack} | {scenario.name} | {found}/{len(bugs)} | {clean}/{len(controls)} "
+                         f"({', '.join(r.kind.removeprefix('control:') for r in controls)}) | "
+                         f"{'; '.join(how(i) for i in owned) or '—'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+async def test_stacks_live(
+    engines: LocalEngines,
+    kafka_bootstrap: str,
+    falkordb_url: str,
+    otel_collector: StartCollector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every stack: each bug round found as its class (culprit and victim the right traces), each control clean, no
+    stray incident."""
+    monkeypatch.delenv(OPT_IN, raising=False)  # the instrumentations' default semantic conventions
+    tag = uuid.uuid4().hex[:8]
+    prefix = schema = f"stacks_{tag}"
+    env = {
+        "TRACE_REPRO_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TRACE_REPRO_FALKORDB_URL": falkordb_url,
+        "TRACE_REPRO_ENVIRONMENT": f"stacks_{tag}",
+        "TRACE_REPRO_HTTP__PORT": "0",
+        "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.{schema}\.[a-z_]+$",
+        **{f"TRACE_REPRO_KAFKA__{t.upper()}_TOPIC": f"{t}-{tag}" for t in TOPICS},
+    }
+    settings = config.load(None, env=env)
+    dsn = engines.address("postgres")
+    stack_plans = {stack.STACK: stack.plans() for stack in STACKS}
+    by_scenario: dict[str, tuple[Scenario, list[RoundPlan]]] = {}
+    for played in stack_plans.values():
+        for scenario, plans in played:
+            by_scenario.setdefault(scenario.name, (scenario, []))[1].extend(plans)
+    tables = sorted({t.name for s, _ in by_scenario.values() for t in s.tables})
+    await asyncio.to_thread(prepare, dsn, list(by_scenario.values()), schema=schema)
+    harness = Harness(settings, kafka_bootstrap, falkordb_url)
+    await harness.create_topics(*(f"{prefix}.{schema}.{t}" for t in tables))
+    await asyncio.to_thread(engines.capture, [f"{schema}.{t}" for t in tables], topic_prefix=prefix)
+    try:
+        await harness.start()
+        collector = await asyncio.to_thread(otel_collector, settings.kafka.spans_topic)
+        runs: dict[str, list[tuple[Scenario, list[RoundRecord]]]] = {}
+        for stack in STACKS:
+            running = await asyncio.to_thread(stack.start, dsn, schema, collector.http_endpoint)
+            try:
+                for scenario, plans in stack_plans[stack.STACK]:
+                    client = StackClient(f"{stack.STACK}/{scenario.name}", dsn, running.send, schema=schema)
+                    records = await asyncio.to_thread(run_rounds, client, scenario, plans, dsn=dsn, schema=schema,
+                                                      log=print)  # fmt: skip
+                    runs.setdefault(stack.STACK, []).append((scenario, records))
+            finally:
+                await asyncio.to_thread(running.shutdown)
+        await asyncio.to_thread(collector.stop)  # it drains its batches to Kafka before it exits
+        ended_ns = time.time_ns()
+        entities = harness.daemon.entities if harness.daemon is not None else None
+        assert entities is not None
+        await harness.wait_for(lambda: entities.event_time() >= ended_ns + JUDGED_AFTER_S * 1_000_000_000,
+                               "stage 2's event time past the traffic", timeout_s=180)  # fmt: skip
+        await asyncio.sleep(2)  # the last batch's incidents are produced before its offsets are committed
+        messages = await harness.consume_all(settings.kafka.incidents_topic, expect=10_000, timeout_s=10)
+        incidents: list[dict[str, Any]] = [d for m in messages if (d := json.loads(m.value))["kind"] == "incident"]
+        for incident in incidents:
+            print("incident:", describe(incident), incident["confidence"], how(incident))
+        print(table(runs, incidents))
+        rounds = [r for played in runs.values() for _, records in played for r in records]
+        problems = [p for rnd in rounds for p in judge(rnd, incidents)]
+        problems += [f"stray incident: {describe(i)}" for i in stray_incidents(rounds, incidents)]
+        assert not problems, "\n".join(problems)
+    finally:
+        await harness.stop()
+        await asyncio.to_thread(drop_schema, dsn, schema)
