@@ -27,7 +27,7 @@ from bench.collector.process import StartCollector
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare
 from bench.corpus.scenario import RoundPlan, Scenario
-from bench.corpus.stacks import flask_sqlalchemy
+from bench.corpus.stacks import django_orm, flask_sqlalchemy
 from bench.corpus.stacks.web import StackClient, run_rounds
 from bench.corpus.telemetry import OPT_IN
 from streamer import config
@@ -38,7 +38,7 @@ from tests.harness import Harness
 
 pytestmark = pytest.mark.engines
 
-STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy,)
+STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm)
 
 
 def judge(rnd: RoundRecord, incidents: Sequence[dict[str, Any]]) -> list[str]:
@@ -147,6 +147,12 @@ async def test_stacks_live(
         problems = [p for rnd in rounds for p in judge(rnd, incidents)]
         problems += [f"stray incident: {describe(i)}" for i in stray_incidents(rounds, incidents)]
         assert not problems, "\n".join(problems)
+        for incident in incidents:  # stock defaults: no statement carried a value, no span named its code
+            parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
+            assert not any(p["params"] for p in parties), describe(incident)
+            assert all(p["keying"] != "bound" and p["located_by"] != "code_attributes" for p in parties), describe(
+                incident
+            )
     finally:
         await harness.stop()
         await asyncio.to_thread(drop_schema, dsn, schema)
