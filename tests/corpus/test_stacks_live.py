@@ -27,7 +27,7 @@ from bench.collector.process import StartCollector
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare
 from bench.corpus.scenario import RoundPlan, Scenario
-from bench.corpus.stacks import django_orm, flask_sqlalchemy
+from bench.corpus.stacks import django_orm, fastapi_asyncpg, flask_sqlalchemy
 from bench.corpus.stacks.web import StackClient, run_rounds
 from bench.corpus.telemetry import OPT_IN
 from streamer import config
@@ -38,7 +38,7 @@ from tests.harness import Harness
 
 pytestmark = pytest.mark.engines
 
-STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm)
+STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm, fastapi_asyncpg)
 
 
 def judge(rnd: RoundRecord, incidents: Sequence[dict[str, Any]]) -> list[str]:

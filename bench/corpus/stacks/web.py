@@ -51,7 +51,7 @@ class View:
         return f"{self.function.__module__}.{self.function.__qualname__}"
 
     def path(self, key: object) -> str:
-        return re.sub(r"<[^>]+>", str(key), self.rule, count=1)
+        return re.sub(r"<[^>]+>|\{[^}]+\}", str(key), self.rule, count=1)  # Flask/Django <key>, FastAPI {key}
 
 
 def current_trace_id() -> str:
