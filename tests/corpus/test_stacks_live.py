@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.collector.process import StartCollector
 from bench.corpus.manifest import RoundRecord
@@ -38,6 +39,7 @@ from tests.harness import Harness
 
 pytestmark = pytest.mark.engines
 
+UNSENT = ("code.", "db.statement.parameters", "db.query.parameter.")  # what no stock default sends
 STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm, fastapi_asyncpg)
 
 
@@ -58,6 +60,36 @@ def judge(rnd: RoundRecord, incidents: Sequence[dict[str, Any]]) -> list[str]:
         return [f"bug round {rnd.number}: expected {want.anomaly} culprit {want.culprit_trace[:8]} victim "
                 f"{want.victim_trace[:8]}, got {describe(incident)}"]  # fmt: skip
     return []
+
+
+def what_was_sent(messages: Sequence[Any]) -> tuple[dict[str, set[str]], list[str], str]:
+    """From the spans topic (what the Collector wrote): each service's span kinds that carry a route or a statement,
+    the attributes no stock default sends (statement parameters, ``code.*``), and the messages' shape."""
+    kinds: dict[str, set[str]] = {}
+    forbidden: list[str] = []
+    messages_of: dict[bytes, int] = {}
+    most = 0
+    for message in messages:
+        data = TracesData.FromString(message.value)
+        traces = set()
+        for rs in data.resource_spans:
+            service = next(kv.value.string_value for kv in rs.resource.attributes if kv.key == "service.name")
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    traces.add(span.trace_id)
+                    keys = {kv.key for kv in span.attributes}
+                    if "http.route" in keys:
+                        kinds.setdefault(service, set()).add("route")
+                    if keys & {"db.statement", "db.query.text"}:
+                        kinds.setdefault(service, set()).add("statement")
+                    forbidden += [f"{service} {span.name}: {k}" for k in keys if k.startswith(UNSENT)]
+        most = max(most, len(traces))
+        for t in traces:
+            messages_of[t] = messages_of.get(t, 0) + 1
+    split = sum(n > 1 for n in messages_of.values())
+    shape = (f"{len(messages)} messages, {len(messages_of)} traces, at most {most} trace(s) per message, "
+             f"{split} trace(s) split over several messages")  # fmt: skip
+    return kinds, forbidden, shape
 
 
 def how(incident: dict[str, Any]) -> str:
@@ -138,7 +170,14 @@ async def test_stacks_live(
         await harness.wait_for(lambda: entities.event_time() >= ended_ns + JUDGED_AFTER_S * 1_000_000_000,
                                "stage 2's event time past the traffic", timeout_s=180)  # fmt: skip
         await asyncio.sleep(2)  # the last batch's incidents are produced before its offsets are committed
-        messages = await harness.consume_all(settings.kafka.incidents_topic, expect=10_000, timeout_s=10)
+        messages, sent = await asyncio.gather(
+            harness.consume_all(settings.kafka.incidents_topic, expect=10_000, timeout_s=10),
+            harness.consume_all(settings.kafka.spans_topic, expect=10_000, timeout_s=10),
+        )
+        kinds, forbidden, shape = what_was_sent(sent)
+        print("spans topic (written by the Collector):", shape)
+        assert not forbidden, forbidden  # the stacks ran on their instrumentations' defaults
+        assert kinds == {f"corpus-{s.STACK}": {"route", "statement"} for s in STACKS}, kinds
         incidents: list[dict[str, Any]] = [d for m in messages if (d := json.loads(m.value))["kind"] == "incident"]
         for incident in incidents:
             print("incident:", describe(incident), incident["confidence"], how(incident))
