@@ -5,19 +5,23 @@ Each stack (``bench.corpus.stacks``) plays one round of each bug (lost update, w
 their controls, with the interleaving forced (``bench.corpus.race``) and the damage checked in PostgreSQL. Its spans
 carry no statement parameters and no ``code.*``; they go OTLP -> the Collector (``bench.collector`` on the shipped
 ``config/otel-collector.yaml``) -> Kafka. The daemon runs with only the engines' addresses, the topic and group
-names, the CDC pattern and the HTTP port set. Every bug round must yield exactly one incident of its class with the
-first committer's trace as culprit and the other's as victim, every control none, and nothing else be reported;
-the table printed (stack x class: found, control clean, how the accesses were keyed and the code located) is the
-README's.
+names, the CDC pattern and the HTTP port set (``shipped-config``); ``with-checkout`` adds the code locator's
+checkouts, one per service (``bench/corpus/stacks/<stack>``), and nothing else. Every bug round must yield exactly
+one incident of its class with the first committer's trace as culprit and the other's as victim, every control none,
+and nothing else be reported; the table printed (stack x class: found, control clean, how the accesses were keyed
+and the code located) is the README's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import json
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -25,6 +29,7 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.collector.process import StartCollector
+from bench.corpus import stacks
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare
 from bench.corpus.scenario import RoundPlan, Scenario
@@ -39,6 +44,7 @@ from tests.harness import Harness
 
 pytestmark = pytest.mark.engines
 
+SOURCE_ROOT = Path(stacks.__file__).parent  # each stack's package (bench/corpus/stacks/<stack>) is its checkout
 UNSENT = ("code.", "db.statement.parameters", "db.query.parameter.")  # what no stock default sends
 STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm, fastapi_asyncpg)
 
@@ -97,8 +103,16 @@ def how(incident: dict[str, Any]) -> str:
     parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
     keyed = sorted({f"{p['keying']}" + (f"({p['key_candidates']})" if p["key_candidates"] != 1 else "")
                     for p in parties})  # fmt: skip
-    located = sorted({p["located_by"] or "unlocated" for p in (incident["culprit"], incident["victim"])})
-    return f"keyed {'+'.join(keyed)}; code {'+'.join(located)}"
+    located = sorted({located_as(p) for p in (incident["culprit"], incident["victim"])})
+    return f"keyed {'+'.join(keyed)}; code {' / '.join(located)}"
+
+
+def located_as(party: dict[str, Any]) -> str:
+    """How a culprit or victim was located: the method, and the function (or its candidates)."""
+    if not party["located_by"]:
+        return "unlocated"
+    found = party["function"] or "one of " + ", ".join(party["candidates"])
+    return f"{party['located_by']}: {found}"
 
 
 def table(runs: dict[str, list[tuple[Scenario, list[RoundRecord]]]], incidents: Sequence[dict[str, Any]]) -> str:
@@ -116,15 +130,56 @@ def table(runs: dict[str, list[tuple[Scenario, list[RoundRecord]]]], incidents: 
     return "\n".join(lines)
 
 
+CHECKOUTS = {  # [codeloc]: each service's own checkout
+    "TRACE_REPRO_CODELOC__SOURCE_ROOT": str(SOURCE_ROOT),
+    "TRACE_REPRO_CODELOC__SERVICES": json.dumps({f"corpus-{s.STACK}": s.STACK for s in STACKS}),
+}
+
+
+def issuers(view: str) -> set[str]:
+    """The names in the checkout of the functions that may issue a view's statements: the view itself and the
+    functions of its module it calls (a helper such as ``_off_call``)."""
+    module_name, _, name = view.rpartition(".")
+    module = importlib.import_module(module_name)
+    code = inspect.unwrap(getattr(module, name)).__code__
+    short = module_name.removeprefix(f"{stacks.__name__}.").split(".", 1)[1]  # its name in its stack's checkout
+    called = {n for n in code.co_names if inspect.isfunction(getattr(module, n, None))}
+    return {f"{short}.{n}" for n in {name, *called}}
+
+
+def wrongly_located(rounds: Sequence[RoundRecord], incidents: Sequence[dict[str, Any]]) -> list[str]:
+    """Culprits and victims the code locator named a function that did not run their statements (an ambiguous one
+    must have such a function among its candidates; an unlocated one names nothing, which is not wrong)."""
+    wrong = []
+    for rnd in rounds:
+        if rnd.expected is None:
+            continue
+        for incident in (i for i in incidents if belongs(i, rnd)):
+            for role, view in (("culprit", rnd.expected.culprit), ("victim", rnd.expected.victim)):
+                party, ran = incident[role], issuers(view)
+                if party["candidates"]:
+                    fine = party["function"] == "" and bool(ran & set(party["candidates"]))
+                else:
+                    fine = party["function"] in ran | {""}
+                if not fine:
+                    wrong.append(f"{describe(incident)}: {role} located {party['function'] or party['candidates']}"
+                                 f" ({party['located_by']}), ran {sorted(ran)}")  # fmt: skip
+    return wrong
+
+
+@pytest.mark.parametrize("located", [False, True], ids=["shipped-config", "with-checkout"])
 async def test_stacks_live(
     engines: LocalEngines,
     kafka_bootstrap: str,
     falkordb_url: str,
     otel_collector: StartCollector,
     monkeypatch: pytest.MonkeyPatch,
+    located: bool,
 ) -> None:
     """Every stack: each bug round found as its class (culprit and victim the right traces), each control clean, no
-    stray incident."""
+    stray incident. ``with-checkout`` also gives the code locator (opt-in) each service's checkout (``[codeloc]
+    source_root`` and ``services``): every culprit and victim must then be located, to the view that ran (or a
+    function of its module it calls)."""
     monkeypatch.delenv(OPT_IN, raising=False)  # the instrumentations' default semantic conventions
     tag = uuid.uuid4().hex[:8]
     prefix = schema = f"stacks_{tag}"
@@ -136,6 +191,7 @@ async def test_stacks_live(
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.{schema}\.[a-z_]+$",
         **{f"TRACE_REPRO_KAFKA__{t.upper()}_TOPIC": f"{t}-{tag}" for t in TOPICS},
+        **(CHECKOUTS if located else {}),
     }
     settings = config.load(None, env=env)
     dsn = engines.address("postgres")
@@ -186,6 +242,11 @@ async def test_stacks_live(
         problems = [p for rnd in rounds for p in judge(rnd, incidents)]
         problems += [f"stray incident: {describe(i)}" for i in stray_incidents(rounds, incidents)]
         assert not problems, "\n".join(problems)
+        wrong = wrongly_located(rounds, incidents)
+        assert not wrong, "\n".join(wrong)
+        if located:
+            unlocated = [describe(i) for i in incidents if not (i["culprit"]["function"] and i["victim"]["function"])]
+            assert not unlocated, unlocated
         for incident in incidents:  # stock defaults: no statement carried a value, no span named its code
             parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
             assert not any(p["params"] for p in parties), describe(incident)

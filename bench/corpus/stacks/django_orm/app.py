@@ -249,20 +249,31 @@ def book_safe(room: int, day: str, guest: str) -> dict[str, Any]:
     return {"room": room, "booking_id": booking.booking_id}
 
 
+urlpatterns = [
+    url("accounts/<str:key>/deposits", deposit),
+    url("accounts/<str:key>/locked-deposits", deposit_locked),
+    url("accounts/<str:key>/atomic-deposits", deposit_atomic),
+    url("doctors/<str:key>/off-call", go_off_call),
+    url("doctors/<str:key>/locked-off-call", go_off_call_locked),
+    url("doctors/<str:key>/serializable-off-call", go_off_call_serializable),
+    url("rooms/<int:key>/bookings", book),
+    url("rooms/<int:key>/safe-bookings", book_safe),
+]
+RULES = {p.callback.__name__: f"/{p.pattern}" for p in urlpatterns}
+
+
+def _view(fn: Callable[..., Any]) -> View:
+    return View(RULES[fn.__name__], fn)
+
+
 VIEWS: dict[str, dict[str, View]] = {
-    LostUpdate.name: {BUG: View("/accounts/<str:key>/deposits", deposit),
-                      "control:for_update": View("/accounts/<str:key>/locked-deposits", deposit_locked),
-                      "control:atomic_update": View("/accounts/<str:key>/atomic-deposits", deposit_atomic)},
-    WriteSkew.name: {BUG: View("/doctors/<str:key>/off-call", go_off_call),
-                     "control:for_update": View("/doctors/<str:key>/locked-off-call", go_off_call_locked),
-                     "control:serializable_retry": View("/doctors/<str:key>/serializable-off-call",
-                                                        go_off_call_serializable)},
-    Phantom.name: {BUG: View("/rooms/<int:key>/bookings", book),
-                   "control:unique_on_conflict": View("/rooms/<int:key>/safe-bookings", book_safe)},
+    LostUpdate.name: {BUG: _view(deposit), "control:for_update": _view(deposit_locked),
+                      "control:atomic_update": _view(deposit_atomic)},
+    WriteSkew.name: {BUG: _view(go_off_call), "control:for_update": _view(go_off_call_locked),
+                     "control:serializable_retry": _view(go_off_call_serializable)},
+    Phantom.name: {BUG: _view(book), "control:unique_on_conflict": _view(book_safe)},
 }  # fmt: skip
 SCENARIOS: tuple[Scenario, ...] = (LostUpdate(), WriteSkew(), Phantom())
-urlpatterns = [url(v.rule.lstrip("/"), v.function, name=v.function.__name__)
-               for views in VIEWS.values() for v in views.values()]  # fmt: skip
 
 
 def plans() -> list[tuple[Scenario, list[RoundPlan]]]:

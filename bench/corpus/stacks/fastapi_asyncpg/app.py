@@ -3,7 +3,8 @@
 Traced by the stock ``opentelemetry-instrumentation-fastapi`` (a SERVER span per request, ``http.route`` the
 path template) and ``opentelemetry-instrumentation-asyncpg`` (a CLIENT span per statement, ``BEGIN``/``COMMIT``
 included: ``conn.transaction()`` sends them), both with their default options: no parameters, no ``code.*``. Each
-request opens its own connection (READ COMMITTED, the database's default) and one transaction on it.
+request gets a connection of its own (a ``Depends`` dependency; READ COMMITTED, the database's default) and runs one
+transaction on it; a refusal is a 409 (an exception handler), and a middleware puts the trace id on the response.
 
 A request goes through the app's ASGI stack in the calling thread (``httpx.ASGITransport`` under ``asyncio.run``:
 one event loop per request, so the duel's blocking race points hold only that request), the same middleware and
@@ -13,14 +14,15 @@ routing as under a server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 import httpx
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -39,7 +41,24 @@ from bench.corpus.stacks.web import TRACE_HEADER, Reply, View, current_trace_id,
 
 STACK = "fastapi_asyncpg"
 OFFSET = 300  # this stack's rounds are numbered from 301
+router = APIRouter()
+
+
+class Args(BaseModel):
+    args: list[Any]  # the round's arguments (the first is the path's key)
+
+
+async def connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the request's own (closed when it is answered)."""
+    conn = await asyncpg.connect(request.app.state.dsn, server_settings={"search_path": request.app.state.schema})
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 Conn = asyncpg.Connection
+Db = Annotated[asyncpg.Connection, Depends(connection)]
 
 READ = "SELECT balance FROM corpus_accounts WHERE account_no = $1"
 WRITE = "UPDATE corpus_accounts SET balance = $1 WHERE account_no = $2"
@@ -62,8 +81,10 @@ async def _balance(conn: Conn, query: str, account_no: str) -> int:
     return int(balance)
 
 
-async def deposit(conn: Conn, account_no: str, amount: int) -> dict[str, Any]:
+@router.post("/accounts/{account_no}/deposits")
+async def deposit(account_no: str, body: Args, conn: Db) -> dict[str, Any]:
     """Buggy: unlocked read, the new balance computed here, written back unconditionally."""
+    amount = body.args[1]
     async with conn.transaction():
         balance = await _balance(conn, READ, account_no)
         race_point()
@@ -73,8 +94,10 @@ async def deposit(conn: Conn, account_no: str, amount: int) -> dict[str, Any]:
     return {"account_no": account_no, "balance": balance + amount}
 
 
-async def deposit_locked(conn: Conn, account_no: str, amount: int) -> dict[str, Any]:
+@router.post("/accounts/{account_no}/locked-deposits")
+async def deposit_locked(account_no: str, body: Args, conn: Db) -> dict[str, Any]:
     """Control: the read takes the row lock (``FOR UPDATE``), so a concurrent deposit waits and reads our result."""
+    amount = body.args[1]
     async with conn.transaction():
         race_point()
         balance = await _balance(conn, READ + " FOR UPDATE", account_no)
@@ -84,8 +107,10 @@ async def deposit_locked(conn: Conn, account_no: str, amount: int) -> dict[str, 
     return {"account_no": account_no, "balance": balance + amount}
 
 
-async def deposit_atomic(conn: Conn, account_no: str, amount: int) -> dict[str, Any]:
+@router.post("/accounts/{account_no}/atomic-deposits")
+async def deposit_atomic(account_no: str, body: Args, conn: Db) -> dict[str, Any]:
     """Control: the same unlocked read, but the write is relative (``balance = balance + $1``)."""
+    amount = body.args[1]
     async with conn.transaction():
         await _balance(conn, READ, account_no)
         race_point()
@@ -106,16 +131,20 @@ async def _off_call(conn: Conn, name: str, shift: int, attempt: int = 1) -> int:
     return on_call
 
 
-async def go_off_call(conn: Conn, name: str, shift: int) -> dict[str, Any]:
+@router.post("/doctors/{name}/off-call")
+async def go_off_call(name: str, body: Args, conn: Db) -> dict[str, Any]:
     """Buggy: the count is not protected against a concurrent change of another doctor's row."""
+    shift = body.args[1]
     async with conn.transaction():
         on_call = await _off_call(conn, name, shift)
     race_point("committed")
     return {"name": name, "on_call_before": on_call}
 
 
-async def go_off_call_locked(conn: Conn, name: str, shift: int) -> dict[str, Any]:
+@router.post("/doctors/{name}/locked-off-call")
+async def go_off_call_locked(name: str, body: Args, conn: Db) -> dict[str, Any]:
     """Control: the doctors on call are read with ``FOR UPDATE``; a concurrent request waits and re-checks."""
+    shift = body.args[1]
     async with conn.transaction():
         race_point()
         names = [r[0] for r in await conn.fetch(LOCK, shift)]
@@ -127,8 +156,10 @@ async def go_off_call_locked(conn: Conn, name: str, shift: int) -> dict[str, Any
     return {"name": name, "on_call_before": len(names)}
 
 
-async def go_off_call_serializable(conn: Conn, name: str, shift: int) -> dict[str, Any]:
+@router.post("/doctors/{name}/serializable-off-call")
+async def go_off_call_serializable(name: str, body: Args, conn: Db) -> dict[str, Any]:
     """Control: the buggy transaction at SERIALIZABLE, retried once after a serialization failure."""
+    shift = body.args[1]
     for attempt in (1, 2):
         try:
             async with conn.transaction(isolation="serializable"):
@@ -143,8 +174,10 @@ async def go_off_call_serializable(conn: Conn, name: str, shift: int) -> dict[st
 
 
 # -- phantom ---------------------------------------------------------------------------------------------------------
-async def book(conn: Conn, room: int, day: str, guest: str) -> dict[str, Any]:
+@router.post("/rooms/{room}/bookings")
+async def book(room: int, body: Args, conn: Db) -> dict[str, Any]:
     """Buggy: check-then-insert with nothing that makes the check and the insert atomic."""
+    _, day, guest = body.args
     async with conn.transaction():
         if await conn.fetchval(FIND, room, day) is not None:
             raise RoomTaken(f"room {room} is booked on {day}")
@@ -155,8 +188,10 @@ async def book(conn: Conn, room: int, day: str, guest: str) -> dict[str, Any]:
     return {"room": room, "booking_id": booking_id}
 
 
-async def book_safe(conn: Conn, room: int, day: str, guest: str) -> dict[str, Any]:
+@router.post("/rooms/{room}/safe-bookings")
+async def book_safe(room: int, body: Args, conn: Db) -> dict[str, Any]:
     """Control: the unique constraint decides; the loser's ``ON CONFLICT DO NOTHING`` returns no row."""
+    _, day, guest = body.args
     async with conn.transaction():
         if await conn.fetchval(FIND_SAFE, room, day) is not None:
             raise RoomTaken(f"room {room} is booked on {day}")
@@ -169,16 +204,37 @@ async def book_safe(conn: Conn, room: int, day: str, guest: str) -> dict[str, An
     return {"room": room, "booking_id": booking_id}
 
 
+def create_app(dsn: str = "", schema: str = "public") -> FastAPI:
+    app = FastAPI()
+    app.state.dsn, app.state.schema = dsn, schema
+    app.include_router(router)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=exc.status)
+
+    @app.middleware("http")
+    async def trace_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        response.headers[TRACE_HEADER] = current_trace_id()
+        return response
+
+    return app
+
+
+RULES = {r.name: r.path for r in router.routes if isinstance(r, APIRoute)}
+
+
+def _view(fn: Callable[..., Any]) -> View:
+    return View(RULES[fn.__name__], fn)
+
+
 VIEWS: dict[str, dict[str, View]] = {
-    LostUpdate.name: {BUG: View("/accounts/{key}/deposits", deposit),
-                      "control:for_update": View("/accounts/{key}/locked-deposits", deposit_locked),
-                      "control:atomic_update": View("/accounts/{key}/atomic-deposits", deposit_atomic)},
-    WriteSkew.name: {BUG: View("/doctors/{key}/off-call", go_off_call),
-                     "control:for_update": View("/doctors/{key}/locked-off-call", go_off_call_locked),
-                     "control:serializable_retry": View("/doctors/{key}/serializable-off-call",
-                                                        go_off_call_serializable)},
-    Phantom.name: {BUG: View("/rooms/{key}/bookings", book),
-                   "control:unique_on_conflict": View("/rooms/{key}/safe-bookings", book_safe)},
+    LostUpdate.name: {BUG: _view(deposit), "control:for_update": _view(deposit_locked),
+                      "control:atomic_update": _view(deposit_atomic)},
+    WriteSkew.name: {BUG: _view(go_off_call), "control:for_update": _view(go_off_call_locked),
+                     "control:serializable_retry": _view(go_off_call_serializable)},
+    Phantom.name: {BUG: _view(book), "control:unique_on_conflict": _view(book_safe)},
 }  # fmt: skip
 SCENARIOS: tuple[Scenario, ...] = (LostUpdate(), WriteSkew(), Phantom())
 
@@ -190,37 +246,6 @@ def plans() -> list[tuple[Scenario, list[RoundPlan]]]:
         out.append((scenario, stack_plans(scenario, VIEWS[scenario.name], offset)))
         offset += len(scenario.kinds)
     return out
-
-
-class Args(BaseModel):
-    args: list[Any]
-
-
-Handler = Callable[..., Awaitable[dict[str, Any]]]
-
-
-def create_app(dsn: str, schema: str) -> FastAPI:
-    """One endpoint per view: a connection of its own, the handler on the body's arguments; a refusal is a 409."""
-    app = FastAPI()
-
-    def endpoint(handler: Handler) -> Callable[[str, Args], Awaitable[JSONResponse]]:
-        async def handle(key: str, body: Args) -> JSONResponse:
-            conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
-            try:
-                response = JSONResponse(await handler(conn, *body.args))
-            except Refused as exc:
-                response = JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=exc.status)
-            finally:
-                await conn.close()
-            response.headers[TRACE_HEADER] = current_trace_id()
-            return response
-
-        return handle
-
-    for views in VIEWS.values():
-        for view in views.values():
-            app.add_api_route(view.rule, endpoint(view.function), methods=["POST"], name=view.function.__name__)
-    return app
 
 
 @dataclass

@@ -15,10 +15,11 @@ SERIALIZABLE with one retry, and the unique constraint with ``ON CONFLICT DO NOT
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Flask, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.flask import FlaskInstrumentor
 from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
@@ -41,6 +42,8 @@ from bench.corpus.stacks.web import TRACE_HEADER, Reply, View, current_trace_id,
 
 STACK = "flask_sqlalchemy"
 OFFSET = 100  # this stack's rounds are numbered from 101
+
+bp = Blueprint("corpus", __name__)  # the views; ``create_app`` registers it on an app with its engine
 
 
 class Base(DeclarativeBase):
@@ -93,6 +96,7 @@ def _account(session: Session, account_no: str, *, lock: bool = False) -> Accoun
     return account
 
 
+@bp.post("/accounts/<account_no>/deposits")
 def deposit(account_no: str) -> dict[str, Any]:
     """Buggy: ``session.get``, the balance changed on the object, flushed and committed."""
     amount = _args()[1]
@@ -107,6 +111,7 @@ def deposit(account_no: str) -> dict[str, Any]:
     return {"account_no": account_no, "balance": balance}
 
 
+@bp.post("/accounts/<account_no>/locked-deposits")
 def deposit_locked(account_no: str) -> dict[str, Any]:
     """Control: ``session.get(..., with_for_update=True)``: a concurrent deposit waits and reads our result."""
     amount = _args()[1]
@@ -121,6 +126,7 @@ def deposit_locked(account_no: str) -> dict[str, Any]:
     return {"account_no": account_no, "balance": balance}
 
 
+@bp.post("/accounts/<account_no>/atomic-deposits")
 def deposit_atomic(account_no: str) -> dict[str, Any]:
     """Control: the same unlocked read, then ``UPDATE ... SET balance = balance + x`` (no value computed here)."""
     amount = _args()[1]
@@ -149,6 +155,7 @@ def _off_call(session: Session, name: str, shift: int) -> int:
     return int(on_call or 0)
 
 
+@bp.post("/doctors/<name>/off-call")
 def go_off_call(name: str) -> dict[str, Any]:
     """Buggy: the count is not protected against a concurrent change of another doctor's row."""
     shift = _args()[1]
@@ -158,6 +165,7 @@ def go_off_call(name: str) -> dict[str, Any]:
     return {"name": name, "on_call_before": on_call}
 
 
+@bp.post("/doctors/<name>/locked-off-call")
 def go_off_call_locked(name: str) -> dict[str, Any]:
     """Control: the doctors on call read ``with_for_update()``; a concurrent request waits and re-checks."""
     shift = _args()[1]
@@ -176,6 +184,7 @@ def go_off_call_locked(name: str) -> dict[str, Any]:
     return {"name": name, "on_call_before": len(names)}
 
 
+@bp.post("/doctors/<name>/serializable-off-call")
 def go_off_call_serializable(name: str) -> dict[str, Any]:
     """Control: the buggy transaction at SERIALIZABLE, retried once after a serialization failure."""
     shift = _args()[1]
@@ -197,6 +206,7 @@ def go_off_call_serializable(name: str) -> dict[str, Any]:
 
 
 # -- phantom ---------------------------------------------------------------------------------------------------------
+@bp.post("/rooms/<int:room>/bookings")
 def book(room: int) -> dict[str, Any]:
     """Buggy: "none exists" then ``session.add``, with nothing making the two atomic."""
     _, day, guest = _args()
@@ -213,6 +223,7 @@ def book(room: int) -> dict[str, Any]:
     return {"room": room, "booking_id": booking_id}
 
 
+@bp.post("/rooms/<int:room>/safe-bookings")
 def book_safe(room: int) -> dict[str, Any]:
     """Control: ``UNIQUE (room, day)`` decides; the loser's ``ON CONFLICT DO NOTHING`` returns no row."""
     _, day, guest = _args()
@@ -230,16 +241,37 @@ def book_safe(room: int) -> dict[str, Any]:
     return {"room": room, "booking_id": booking_id}
 
 
+@bp.errorhandler(Refused)
+def refused(exc: Refused) -> tuple[Response, int]:
+    return jsonify(error=f"{type(exc).__name__}: {exc}"), exc.status
+
+
+@bp.after_request
+def trace_id(response: Response) -> Response:
+    response.headers[TRACE_HEADER] = current_trace_id()
+    return response
+
+
+def create_app(engine: Engine | None = None) -> Flask:
+    app = Flask(STACK)
+    app.extensions["engine"] = engine
+    app.register_blueprint(bp)
+    return app
+
+
+RULES = {r.endpoint.removeprefix(f"{bp.name}."): r.rule for r in create_app().url_map.iter_rules()}
+
+
+def _view(fn: Callable[..., Any]) -> View:
+    return View(RULES[fn.__name__], fn)
+
+
 VIEWS: dict[str, dict[str, View]] = {
-    LostUpdate.name: {BUG: View("/accounts/<account_no>/deposits", deposit),
-                      "control:for_update": View("/accounts/<account_no>/locked-deposits", deposit_locked),
-                      "control:atomic_update": View("/accounts/<account_no>/atomic-deposits", deposit_atomic)},
-    WriteSkew.name: {BUG: View("/doctors/<name>/off-call", go_off_call),
-                     "control:for_update": View("/doctors/<name>/locked-off-call", go_off_call_locked),
-                     "control:serializable_retry": View("/doctors/<name>/serializable-off-call",
-                                                        go_off_call_serializable)},
-    Phantom.name: {BUG: View("/rooms/<int:room>/bookings", book),
-                   "control:unique_on_conflict": View("/rooms/<int:room>/safe-bookings", book_safe)},
+    LostUpdate.name: {BUG: _view(deposit), "control:for_update": _view(deposit_locked),
+                      "control:atomic_update": _view(deposit_atomic)},
+    WriteSkew.name: {BUG: _view(go_off_call), "control:for_update": _view(go_off_call_locked),
+                     "control:serializable_retry": _view(go_off_call_serializable)},
+    Phantom.name: {BUG: _view(book), "control:unique_on_conflict": _view(book_safe)},
 }  # fmt: skip
 SCENARIOS: tuple[Scenario, ...] = (LostUpdate(), WriteSkew(), Phantom())
 
@@ -251,25 +283,6 @@ def plans() -> list[tuple[Scenario, list[RoundPlan]]]:
         out.append((scenario, stack_plans(scenario, VIEWS[scenario.name], offset)))
         offset += len(scenario.kinds)
     return out
-
-
-def create_app(engine: Engine) -> Flask:
-    app = Flask(STACK)
-    app.extensions["engine"] = engine
-    for views in VIEWS.values():
-        for view in views.values():
-            app.add_url_rule(view.rule, view.function.__name__, view.function, methods=["POST"])
-
-    @app.errorhandler(Refused)
-    def refused(exc: Refused) -> tuple[Response, int]:
-        return jsonify(error=f"{type(exc).__name__}: {exc}"), exc.status
-
-    @app.after_request
-    def trace_id(response: Response) -> Response:
-        response.headers[TRACE_HEADER] = current_trace_id()
-        return response
-
-    return app
 
 
 @dataclass
