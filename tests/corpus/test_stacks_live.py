@@ -107,6 +107,22 @@ def how(incident: dict[str, Any]) -> str:
     return f"keyed {'+'.join(keyed)}; code {' / '.join(located)}"
 
 
+def counters(harness: Harness) -> str:
+    """How the run's row changes were credited and its statements keyed (and located), and what was dropped."""
+    assert harness.daemon is not None
+    out = []
+    for family in harness.daemon.metrics.registry.collect():
+        for sample in family.samples:
+            if not sample.value:
+                continue
+            if sample.name in ("trace_repro_row_changes_correlated_total", "trace_repro_dropped_total") or (
+                sample.name == "trace_repro_component_events_total"
+                and sample.labels.get("component") in ("correlation", "keying", "codeloc")
+            ):
+                out.append(f"{sample.name.removeprefix('trace_repro_')}{sample.labels}={sample.value:g}")
+    return ", ".join(out)
+
+
 def located_as(party: dict[str, Any]) -> str:
     """How a culprit or victim was located: the method, and the function (or its candidates)."""
     if not party["located_by"]:
@@ -238,6 +254,7 @@ async def test_stacks_live(
         for incident in incidents:
             print("incident:", describe(incident), incident["confidence"], how(incident))
         print(table(runs, incidents))
+        print("counters:", counters(harness))
         rounds = [r for played in runs.values() for _, records in played for r in records]
         problems = [p for rnd in rounds for p in judge(rnd, incidents)]
         problems += [f"stray incident: {describe(i)}" for i in stray_incidents(rounds, incidents)]
