@@ -1,9 +1,11 @@
 """Classifying collisions: the dependencies between two independent traces, in Adya's terms.
 
-Two traces are independent when neither is an ancestor of the other (different traces, no span link between
-them). What each did to a row is read from three sources: its keyed statements on the row, its *predicate*
-statements on the row's table (a WHERE that names no row by its key, an INSERT whose key the database assigns)
-whose predicate covers an image of the row, and the committed row changes credited to it. Between two traces:
+Traces are independent when neither is an ancestor of the other (different traces, no span link). What each did
+to a row comes from its keyed statements on the row, its *predicate* statements on the table (a WHERE naming no row
+by key, an INSERT whose key the database assigns) that cover an image of the row, and the changes credited to it. A
+statement whose values were not on its span is keyed by stage 2 where a row change proves its row
+(``processors.keying``); else it *may* match a row its known terms allow (lower confidence, said in the evidence),
+never "no match". Between two traces:
 
 * **rw** (anti-dependency) A → B: A read a version of a row (by key, or a predicate that selects it) and B
   committed the next one after A's statement ended; for a predicate read, also when B's change makes the row
@@ -34,8 +36,7 @@ Classes (Elle's vocabulary; Adya's phenomenon in parentheses), each only with th
     Manifest when A failed.
 
 The *culprit* is the first committed conflicting write; the *victim* is the trace that acted on what it read (the
-one that failed, when one did). The victim is never the culprit. Multi-row classes are reported once per pair of
-traces, whichever of their rows is judged first.
+one that failed, when one did), never the culprit. Multi-row classes are reported once per pair of traces.
 """
 
 from __future__ import annotations
