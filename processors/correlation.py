@@ -153,6 +153,9 @@ class RowCorrelator:
         self.last_reason = ""  # why the last correlate() returned what it did
         self._timed: list[tuple[Access, float, int]] = []  # the last correlate()'s values-and-time matches
         self.unresolved: list[RowChange] = []  # the last correlate_many()'s changes left tied among their writers
+        # For each of those (by id), the latest commit time (ns, skew included) any of its tied writers could have
+        # made a change at: until then another change of its row that commit order needs may still come.
+        self.unresolved_until: dict[int, int] = {}
         # Accesses that made a change already (an access makes one change per row) and which change, bounded like the
         # histories: a change credited again (a replay after a restart or a rebalance) gets the same writer.
         self._credited: CountedLRU[tuple[str, str], ChangeId] = CountedLRU(max(1, max_entities) * 4, self.telemetry,
@@ -270,6 +273,8 @@ class RowCorrelator:
         for component in _components(tied):
             self._by_commit_order(component, ordered, results)
         self.unresolved = [ordered[i] for i, _ in tied if results[i] is None]  # tied with writers none settled
+        self.unresolved_until = {id(ordered[i]): max(map(self._upper, cands)) + int(self.skew_ms * MS_NS)
+                                 for i, cands in tied if results[i] is None}  # fmt: skip
         return list(zip(ordered, results, strict=True))
 
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
@@ -346,11 +351,14 @@ class RowCorrelator:
     def _skew(self, a: Access, commit_ts_ms: int) -> float | None:
         """ms outside [statement end, request end] (0 inside), or None beyond the tolerance; without a known
         request, the commit may follow the statement by ``max_commit_delay_ms``."""
-        upper = max(a.request_end_ns, a.end_ns) if a.request_end_ns else a.end_ns + int(self.max_commit_delay_ms * 1e6)
         lo = commit_ts_ms * 1_000_000
         hi = lo + 999_999  # source.ts_ms is truncated to the millisecond
-        outside = max(0, a.end_ns - hi, lo - upper) / 1e6
+        outside = max(0, a.end_ns - hi, lo - self._upper(a)) / 1e6
         return outside if outside <= self.skew_ms else None
+
+    def _upper(self, a: Access) -> int:
+        """The end of ``a``'s request (ns), or without one the latest its commit may follow its statement."""
+        return max(a.request_end_ns, a.end_ns) if a.request_end_ns else a.end_ns + int(self.max_commit_delay_ms * 1e6)
 
     def _pick(self, found: list[Access], strength: str, image: Mapping[str, Any], detail: str) -> Correlation | None:
         if len(found) > 1:

@@ -18,6 +18,14 @@ class CorrelationConfig(Section):
         description="a commit follows its statement by at most this; a row change is credited once "
         "event time has passed its commit by this much (every writer that could have made it is known by then)",
     )
+    max_tie_wait_ms: float = Field(
+        10_000.0,
+        ge=0,
+        description="a row change tied on values and time among more writers than its row's changes known so far "
+        "waits (pinned, holding event time) for the row's other changes, for commit order to decide: until event time "
+        "has passed the latest commit its writers could have made plus the credit delay, and at most this long after "
+        "it first came due; then it is written uncorrelated (counted tie_wait_expired). 0: never waits",
+    )
     history_per_entity: int = Field(64, ge=1, description="recent writes remembered per row")
     history_per_table: int = Field(
         4096, ge=1, description="recent predicate writes remembered per table (statements naming no row by its key)"

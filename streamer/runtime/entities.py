@@ -16,9 +16,12 @@ missed).
 The credit rule: a row change waits (pinned, bounded) until event time has passed its commit time plus
 ``correlation.max_commit_delay_ms``; by then every trace that could have written it is known, and it is credited to
 its writer by the strongest evidence (trace column, txId, the statement's values and time, commit order among tied
-writers; see ``processors.correlation``) or written uncorrelated and counted. Never guessed. The processors (the
-collision detector) see event time held back to the oldest change still waiting, so that no row is judged before
-its commits are credited.
+writers; see ``processors.correlation``) or written uncorrelated and counted. Never guessed. A change left tied
+among more writers than its row's changes so far (statements without their parameters on the spans) keeps waiting
+for its row's next change, which commit order needs beside it: until event time has passed the latest commit its
+writers could have made plus that delay (at most ``correlation.max_tie_wait_ms``); counted when the wait starts,
+resolves or expires. The processors (the collision detector) see event time held back to the oldest change still
+waiting, so that no row is judged before its commits are credited.
 
 Containment (see :mod:`streamer.runtime.stage`): a row's changes whose crediting raises are written uncorrelated
 (never guessed) and the credit is quarantined (counted against ``correlation``, logged with the changes' offsets);
@@ -93,6 +96,7 @@ class EntityStage(Stage):
         self._expiry_ns = s_to_ns(settings.windows.upstream_expiry_s)
         self._upstream: dict[Hashable, UpstreamWatermarks] = {}  # per internal partition, from its own records
         self.credit_after_ns = ms_to_ns(c.max_commit_delay_ms + c.skew_ms)
+        self._tie_wait_ns = ms_to_ns(c.max_tie_wait_ms)
         self._lag_ns = s_to_ns(settings.windows.max_cdc_lag_s)  # a write whose change has not come is kept this long
         self._future_ns = s_to_ns(settings.windows.max_future_skew_s)
         self.keying = KeyInference(max_traces=c.max_entities, telemetry=metrics.telemetry("keying"))
@@ -109,6 +113,9 @@ class EntityStage(Stage):
         )  # fmt: skip
         self._waiting: dict[str, list[PendingKey]] = {}
         self._by_commit: list[tuple[int, PendingKey]] = []
+        # Changes left tied among their writers, waiting for their row's (table's) other changes: the event time
+        # until which they wait (a subset of ``_pending``: bounded with it).
+        self._tied: dict[PendingKey, int] = {}
         self._out: StageOutput | None = None
         self._record: Record | None = None
         self.handlers = {"internal": self._internal}
@@ -184,8 +191,9 @@ class EntityStage(Stage):
         due: dict[str, list[PendingKey]] = {}
         while self._by_commit and self._by_commit[0][0] + self.credit_after_ns <= event_time_ns:
             _, key = heapq.heappop(self._by_commit)
-            if key in self._pending:
+            if key in self._pending and key not in self._tied:
                 due.setdefault(key[0], []).append(key)
+        self._retry_tied(due, event_time_ns)
         groups: dict[str, list[tuple[PendingKey, RowChange]]] = {}
         for entity, keys in due.items():
             for key in keys:
@@ -198,25 +206,56 @@ class EntityStage(Stage):
         # rows that tied over writers no change of their own row could settle (statements whose keys were not on
         # their spans) are credited again together, per table: k rows over k writers, a transaction's rows in its
         # order. A group whose crediting raises is written uncorrelated (never guessed); the others are credited.
+        # A change still tied waits (pinned, holding event time) while a tied writer may still have made another
+        # change of its row: commit order needs the row's changes and their writers together (``_still_tied``).
         tied: dict[str, list[tuple[PendingKey, RowChange]]] = {}
+        until: dict[PendingKey, int] = {}
         for group, members in groups.items():
             credited = self._credit_group(group, members)
-            unresolved = {id(change) for change in self.correlator.unresolved}
+            unresolved = self.correlator.unresolved_until
             for key, change, correlation in credited:
                 if correlation is None and id(change) in unresolved:
                     tied.setdefault(change.table, []).append((key, change))
+                    until[key] = self._tied.get(key, min(unresolved[id(change)] + self.credit_after_ns,
+                                                         event_time_ns + self._tie_wait_ns))  # fmt: skip
                 else:
                     self._settle(key, change, correlation, out)
         for group, members in same_transaction(tied).items():
             pooled = self._credit_group(group, members) if len(members) > 1 else [(k, c, None) for k, c in members]
+            unresolved = self.correlator.unresolved_until if len(members) > 1 else {id(c): 0 for _, c in members}
             for key, change, correlation in pooled:
-                self._settle(key, change, correlation, out)
+                if not self._still_tied(key, correlation is None and id(change) in unresolved, until[key],
+                                        event_time_ns):  # fmt: skip
+                    self._settle(key, change, correlation, out)
         for entity in due:
             waiting = [k for k in self._waiting.get(entity, []) if k in self._pending]
             if waiting:
                 self._waiting[entity] = waiting
             else:
                 self._waiting.pop(entity, None)
+
+    def _retry_tied(self, due: dict[str, list[PendingKey]], event_time_ns: int) -> None:
+        """Into ``due``: the tied changes of a row or table with a change due now, and those whose wait is over."""
+        tables = {c.table for keys in due.values() for k in keys if (c := self._pending.get(k)) is not None}
+        for key, until in list(self._tied.items()):
+            change = self._pending.get(key)
+            if change is None:
+                del self._tied[key]
+            elif until <= event_time_ns or key[0] in due or change.table in tables:
+                due.setdefault(key[0], []).append(key)
+
+    def _still_tied(self, key: PendingKey, tied: bool, until: int, event_time_ns: int) -> bool:
+        """Whether a change keeps waiting: tied among its writers, and event time not past the latest commit any of
+        them could have made plus the credit delay (every change of theirs is due by then). Counted when it starts
+        waiting and when its wait ends unresolved (then it is written uncorrelated, never guessed)."""
+        if not tied or event_time_ns >= until:
+            if tied and key in self._tied:
+                self.correlator.telemetry.count("tie_wait_expired")
+            return False
+        if key not in self._tied:
+            self.correlator.telemetry.count("tie_waits")
+        self._tied[key] = until
+        return True
 
     def _credit_group(self, group: str, members: list[tuple[PendingKey, RowChange]]) -> list[
             tuple[PendingKey, RowChange, Correlation | None]]:  # fmt: skip
@@ -227,7 +266,7 @@ class EntityStage(Stage):
         except Exception as exc:  # written uncorrelated, never guessed
             what = f"credit of {len(members)} change(s) of {group.replace(chr(0), ' ')}"
             self.quarantine("correlation", what, exc, [("pending", key) for key, _ in members])
-            self.correlator.unresolved = []
+            self.correlator.unresolved, self.correlator.unresolved_until = [], {}
             credited = [(change, None) for _, change in members]
         return [(by_id[id(change)], change, correlation) for change, correlation in credited]
 
@@ -236,6 +275,8 @@ class EntityStage(Stage):
         self.tracker.inherit("pending", key)
         self._resolve(key, change, correlation, out)
         self._pending.discard(key)
+        if self._tied.pop(key, None) is not None and correlation is not None:
+            self.correlator.telemetry.count("tie_wait_resolved")  # its row's next change came: commit order decided
         self.tracker.feeding(None)
 
     def _resolve(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
@@ -267,6 +308,7 @@ class EntityStage(Stage):
         waiting = self._waiting.get(key[0], [])
         if key in waiting:
             waiting.remove(key)
+        self._tied.pop(key, None)
         assert self._out is not None
         self.tracker.inherit("pending", key)
         self._resolve(key, change, None, self._out)
@@ -275,7 +317,8 @@ class EntityStage(Stage):
     def _oldest_waiting_ns(self) -> int | None:
         while self._by_commit and self._by_commit[0][1] not in self._pending:
             heapq.heappop(self._by_commit)
-        return self._by_commit[0][0] if self._by_commit else None
+        tied = [c.commit_ts_ms * MS_NS for k in self._tied if (c := self._pending.get(k)) is not None]
+        return min([*tied, *(self._by_commit[0][:1] if self._by_commit else ())], default=None)
 
     # ---- event time -------------------------------------------------------------------------------------------
 
@@ -306,6 +349,7 @@ class EntityStage(Stage):
         for entity, keys in list(self._waiting.items()):
             for key in [k for k in keys if (k[1], k[2]) == tp]:
                 self._pending.discard(key)
+                self._tied.pop(key, None)
                 keys.remove(key)
             if not keys:
                 del self._waiting[entity]
