@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry import trace
 
+from bench.corpus.apps.lost_update import LostUpdate
+from bench.corpus.apps.phantom import Phantom
+from bench.corpus.apps.write_skew import WriteSkew
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import BETWEEN_S, run_round
 from bench.corpus.scenario import RoundPlan, Scenario
@@ -83,6 +86,20 @@ class StackClient(Service):
         name = View(route, fn).name
         error = "" if reply.status == 200 else str(reply.body.get("error", reply.body))
         return Outcome(name, route, reply.status, reply.trace_id, reply.body if reply.status == 200 else None, error)
+
+
+# The corpus scenarios every stack runs: the races of its users' code, each with its controls.
+STACK_SCENARIOS: tuple[Scenario, ...] = (LostUpdate(), WriteSkew(), Phantom())
+
+
+def all_plans(views: Mapping[str, dict[str, View]], offset: int) -> list[tuple[Scenario, list[RoundPlan]]]:
+    """One round of every kind of every stack scenario (``views``: a stack's views by scenario and kind), numbered
+    from the stack's ``offset``."""
+    out = []
+    for scenario in STACK_SCENARIOS:
+        out.append((scenario, stack_plans(scenario, dict(views[scenario.name]), offset)))
+        offset += len(scenario.kinds)
+    return out
 
 
 def run_rounds(client: StackClient, scenario: Scenario, plans: Sequence[RoundPlan], *, dsn: str, schema: str,

@@ -54,7 +54,7 @@ from bench.corpus.apps.write_skew import LastOnCall, WriteSkew
 from bench.corpus.race import race_point
 from bench.corpus.scenario import BUG, RoundPlan, Scenario
 from bench.corpus.service import Refused
-from bench.corpus.stacks.web import TRACE_HEADER, Reply, View, current_trace_id, stack_plans
+from bench.corpus.stacks.web import TRACE_HEADER, Reply, View, all_plans, current_trace_id
 
 STACK = "django_orm"
 OFFSET = 200  # this stack's rounds are numbered from 201
@@ -273,16 +273,11 @@ VIEWS: dict[str, dict[str, View]] = {
                      "control:serializable_retry": _view(go_off_call_serializable)},
     Phantom.name: {BUG: _view(book), "control:unique_on_conflict": _view(book_safe)},
 }  # fmt: skip
-SCENARIOS: tuple[Scenario, ...] = (LostUpdate(), WriteSkew(), Phantom())
 
 
 def plans() -> list[tuple[Scenario, list[RoundPlan]]]:
     """One round of every kind of every scenario, numbered from this stack's offset."""
-    out, offset = [], OFFSET
-    for scenario in SCENARIOS:
-        out.append((scenario, stack_plans(scenario, VIEWS[scenario.name], offset)))
-        offset += len(scenario.kinds)
-    return out
+    return all_plans(VIEWS, OFFSET)
 
 
 @dataclass
