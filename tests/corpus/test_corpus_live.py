@@ -23,6 +23,7 @@ from bench.collector.process import StartCollector
 from bench.corpus.apps import SCENARIOS
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare, run_scenario
+from bench.shop.telemetry import CAPTURE_PARAMETERS
 from streamer import config
 from streamer.engines import LocalEngines
 from tests.corpus.expectations import describe, judge_round, stray_incidents
@@ -34,11 +35,21 @@ JUDGED_AFTER_S = 15  # credit wait (2 s) + causal window (2 s) + settle (1 s), a
 TOPICS = ("spans", "logs", "accesses", "dlq", "incidents", "repros", "verdicts", "contracts")
 
 
+@pytest.mark.parametrize("capture", [True, False], ids=["parameters", "no-parameters"])
 async def test_corpus_scenarios_live(
-    engines: LocalEngines, kafka_bootstrap: str, falkordb_url: str, otel_collector: StartCollector
+    engines: LocalEngines,
+    kafka_bootstrap: str,
+    falkordb_url: str,
+    otel_collector: StartCollector,
+    monkeypatch: pytest.MonkeyPatch,
+    capture: bool,
 ) -> None:
     """Each bug round yields one incident of its class with culprit = first committer and victim = the other
-    request; no control round yields any; no incident belongs to no bug round."""
+    request; no control round yields any; no incident belongs to no bug round. Also with parameter capture off, as
+    stock instrumentation sends spans: then no incident party carries a parameter or a bound key, and reads are
+    keyed by their traces' writes (``by_trace`` READ edges in the graph)."""
+    if not capture:
+        monkeypatch.setenv(CAPTURE_PARAMETERS, "0")
     tag = uuid.uuid4().hex[:8]
     prefix = schema = f"corpus_{tag}"
     env = {
@@ -80,6 +91,13 @@ async def test_corpus_scenarios_live(
         problems = [p for rnd in rounds for p in judge_round(rnd, incidents)]
         problems += [f"stray incident: {describe(i)}" for i in stray_incidents(rounds, incidents)]
         assert not problems, "\n".join(problems)
+        if not capture:
+            for incident in incidents:
+                parties = [incident["culprit"], incident["victim"], *incident["accesses"]]
+                assert not any(p["params"] for p in parties), describe(incident)  # parameters really were off
+                assert all(p["keying"] != "bound" for p in parties), describe(incident)
+            query = "MATCH (:Span)-[x:READ]->(e:Entity) WHERE x.keying = 'by_trace' RETURN e.key"
+            assert {"corpus_accounts:acc-1-bug", "corpus_stock:item-1"} <= {row[0] for row in harness.graph_rows(query)}
     finally:
         await harness.stop()
         await asyncio.to_thread(drop_schema, dsn, schema)
