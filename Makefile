@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install lint test fuzz demo bench soak up down status clean
+.PHONY: install lint test fuzz demo bench soak under-load up down status clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,9 +32,13 @@ demo: install  ## the daemon on real local engines with the sample workload
 bench: install  ## throughput and latency figures
 	$(BIN)/python -m bench.run
 
+RUNS ?= 5
 SOAK_MINUTES ?= 10
 soak: install  ## the daemon for $(SOAK_MINUTES) min at a steady rate with planted collisions: RSS, lag, misses (out/soak.json)
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES)
+
+under-load: install  ## the corpus's live tests $(RUNS) times each with a CPU burner per core (out/under_load.json)
+	$(BIN)/python -m bench.under_load --runs $(RUNS)
 
 up: install     ## start the local engines and leave them running (addresses in .engines.env)
 	$(BIN)/trace-repro local up --env-file .engines.env

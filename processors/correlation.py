@@ -7,7 +7,8 @@ have written the change is known (its event time has passed the commit time plus
 asks for all of one row's waiting changes at once (:meth:`RowCorrelator.correlate_many`): an access makes at most
 one change, and when k changes of one row each match the same k writers equally well on values and time, the commit
 order decides (the writer whose statement ended first committed first: a second UPDATE of a row waits for the
-first one's lock until that one commits). Anything else that is ambiguous is not guessed: the change stays
+first one's lock until that one commits; across rows, the one assignment a single clock offset allows:
+``processors.clock_match``). Anything else that is ambiguous is not guessed: the change stays
 uncorrelated and the ambiguity is counted.
 """
 
@@ -17,6 +18,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from processors.clock_match import one_assignment
+from processors.correlation_ties import ChangeId, MadeAnother, change_id, components, unmade
 from processors.model.events import (
     Access,
     CdcOp,
@@ -86,42 +89,6 @@ def _identity_columns(entity: str) -> tuple[str, ...]:
     return cols if all("=" in p for p in parts) and all(c.isidentifier() for c in cols) else ()
 
 
-ChangeId = tuple[str, int, int]  # (row, lsn, commit time): one committed change, however often it is delivered
-
-
-def _change_id(change: RowChange) -> ChangeId:
-    return (change.entity_key, change.lsn, change.commit_ts_ms)
-
-
-def _components(tied: list[tuple[int, list[Access]]]) -> list[list[tuple[int, list[Access]]]]:
-    """Tied changes in the groups that share no candidate writer, each in commit order: resolved on their own."""
-    groups: list[tuple[set[tuple[str, str]], list[tuple[int, list[Access]]]]] = []
-    for entry in tied:
-        ids = {(a.trace_id, a.span_id) for a in entry[1]}
-        joined = [g for g in groups if g[0] & ids]
-        groups = [g for g in groups if not g[0] & ids]
-        groups.append((ids.union(*(g[0] for g in joined)), [e for g in joined for e in g[1]] + [entry]))
-    return [sorted(members, key=lambda e: e[0]) for _, members in groups]
-
-
-class _MadeAnother:
-    """The accesses (trace id, span id) that made a change other than ``change``: a replayed change is not kept
-    from the writer it was credited to the first time."""
-
-    __slots__ = ("_change", "_credited")
-
-    def __init__(self, credited: CountedLRU[tuple[str, str], ChangeId], change: RowChange) -> None:
-        self._credited, self._change = credited, _change_id(change)
-
-    def __contains__(self, key: object) -> bool:
-        made = self._credited.peek(key)  # type: ignore[arg-type]
-        return made is not None and made != self._change
-
-
-def _unmade(accesses: list[Access], made: _MadeAnother) -> list[Access]:
-    return [a for a in accesses if (a.trace_id, a.span_id) not in made]
-
-
 class RowCorrelator:
     """Bounded recent write Accesses per entity, and the matching of row changes against them."""
 
@@ -135,10 +102,11 @@ class RowCorrelator:
         *,
         history_per_table: int = 4096,
         max_bytes: int | None = None,
+        clock_jitter_ms: float = 1.0,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.trace_column = trace_column
-        self.skew_ms = skew_ms
+        self.skew_ms, self.clock_jitter_ms = skew_ms, clock_jitter_ms
         self.max_commit_delay_ms = max_commit_delay_ms
         self._per_entity = max(1, history_per_entity)
         self._per_table = max(1, history_per_table)
@@ -257,20 +225,20 @@ class RowCorrelator:
                     history.changed_ns = max(history.changed_ns, c.commit_ts_ms * MS_NS)
         first: dict[ChangeId, RowChange] = {}
         for c in ordered:
-            first.setdefault(_change_id(c), c)
+            first.setdefault(change_id(c), c)
         if len(first) < len(ordered):
-            once = {_change_id(c): f for c, f in self.correlate_many(list(first.values()))}
-            return [(c, once[_change_id(c)]) for c in ordered]
+            once = {change_id(c): f for c, f in self.correlate_many(list(first.values()))}
+            return [(c, once[change_id(c)]) for c in ordered]
         results: list[Correlation | None] = []
         tied: list[tuple[int, list[Access]]] = []  # changes that matched several writers equally well
         for change in ordered:
-            found = self.correlate(change, exclude=_MadeAnother(self._credited, change))
+            found = self.correlate(change, exclude=MadeAnother(self._credited, change))
             if found is not None and _one_row(found.access):
-                self._credited.put((found.access.trace_id, found.access.span_id), _change_id(change))
+                self._credited.put((found.access.trace_id, found.access.span_id), change_id(change))
             elif self.last_reason == "ambiguous_values_time":
                 tied.append((len(results), [a for a, _, _ in self._timed]))
             results.append(found)
-        for component in _components(tied):
+        for component in components(tied):
             self._by_commit_order(component, ordered, results)
         self.unresolved = [ordered[i] for i, _ in tied if results[i] is None]  # tied with writers none settled
         self.unresolved_until = {id(ordered[i]): max(map(self._upper, cands)) + int(self.skew_ms * MS_NS)
@@ -280,19 +248,25 @@ class RowCorrelator:
     def _by_commit_order(self, tied: list[tuple[int, list[Access]]], changes: list[RowChange],
                          results: list[Correlation | None]) -> None:  # fmt: skip
         """k tied changes over exactly k writers: the writer whose statement ended first made the first commit."""
-        tied = [(i, _unmade(cands, _MadeAnother(self._credited, changes[i]))) for i, cands in tied]
+        tied = [(i, unmade(cands, MadeAnother(self._credited, changes[i]))) for i, cands in tied]
         writers = {(a.trace_id, a.span_id): a for _, cands in tied for a in cands}
-        if len(writers) != len(tied):
-            return
-        ordered = sorted(writers.values(), key=lambda a: (a.end_ns, a.span_id))
-        if not all(ordered[k] in cands for k, (_, cands) in enumerate(tied)):
-            return
         rows = {changes[i].entity_key for i, _ in tied}
         one_tx = len({changes[i].tx_id for i, _ in tied}) == 1 and bool(changes[tied[0][0]].tx_id)
+        ordered = sorted(writers.values(), key=lambda a: (a.end_ns, a.span_id))
+        clocked = None if len(rows) == 1 or one_tx or not all(map(_one_row, writers.values())) else one_assignment(
+            [changes[i] for i, _ in tied], [c for _, c in tied], self._upper, int(self.skew_ms * MS_NS),
+            int(self.clock_jitter_ms * MS_NS))  # fmt: skip
+        if clocked is not None:  # several rows: the one assignment one clock offset allows (processors.clock_match)
+            ordered = clocked
+        elif len(writers) != len(tied) or not all(ordered[k] in cands for k, (_, cands) in enumerate(tied)):
+            return
         for k, (i, _) in enumerate(tied):
             a = ordered[k]
             skew = self._skew(a, changes[i].commit_ts_ms) or 0.0
-            if len(rows) == 1:  # one row: the second writer waited for the first one's lock
+            if clocked is not None:
+                found = Correlation(a, "commit_order", skew, f"{len(tied)} changes of {len(rows)} rows tied on "
+                                    f"values and time: the one assignment one clock offset allows")  # fmt: skip
+            elif len(rows) == 1:  # one row: the second writer waited for the first one's lock
                 found = Correlation(a, "commit_order", skew, f"{len(tied)} changes and writers tied on values and "
                                     f"time: matched in commit order")  # fmt: skip
             elif one_tx and len({w.trace_id for w in ordered}) == 1:  # one transaction's statements, in its order
@@ -304,7 +278,7 @@ class RowCorrelator:
                                     tuple(changes[j] for j, cands in tied if a in cands))  # fmt: skip
             results[i] = self._found(found)
             if _one_row(a):
-                self._credited.put((a.trace_id, a.span_id), _change_id(changes[i]))
+                self._credited.put((a.trace_id, a.span_id), change_id(changes[i]))
 
     def correlate(self, change: RowChange, exclude: Container[tuple[str, str]] = ()) -> Correlation | None:
         """The Access that made ``change``, or None (reason in ``last_reason`` and ``counters``); accesses in

@@ -12,6 +12,13 @@ class CorrelationConfig(Section):
 
     trace_column: str = Field("trace_id", description="row column holding the writer's trace id, if the app has one")
     skew_ms: float = Field(5.0, ge=0, description="tolerated clock skew between database and application")
+    clock_jitter_ms: float = Field(
+        1.0,
+        ge=0,
+        description="the clocks of one service's instances differ from one another by at most this: k changes of "
+        "several rows tied among k of its writers are credited when one clock offset (within skew_ms) allows exactly "
+        "one assignment of them to their writers (processors.clock_match); 0: one clock per service",
+    )
     max_commit_delay_ms: float = Field(
         2000.0,
         gt=0,

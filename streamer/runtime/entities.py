@@ -104,6 +104,7 @@ class EntityStage(Stage):
                                         max_commit_delay_ms=c.max_commit_delay_ms,
                                         history_per_entity=c.history_per_entity, max_entities=c.max_entities,
                                         history_per_table=c.history_per_table, max_bytes=c.max_history_bytes,
+                                        clock_jitter_ms=c.clock_jitter_ms,
                                         telemetry=metrics.telemetry("correlation"))  # fmt: skip
         # Row changes waiting to be credited, one key per change; by entity, and by commit time (lazily pruned).
         self._pending: KeyedState[PendingKey, RowChange] = KeyedState(
@@ -113,6 +114,9 @@ class EntityStage(Stage):
         )  # fmt: skip
         self._waiting: dict[str, list[PendingKey]] = {}
         self._by_commit: list[tuple[int, PendingKey]] = []
+        # Changes that came behind event time: when (event time), and those of them waiting since (a heap).
+        self._arrived: dict[PendingKey, int] = {}
+        self._late: list[tuple[int, PendingKey]] = []
         # Changes left tied among their writers, waiting for their row's (table's) other changes: the event time
         # until which they wait (a subset of ``_pending``: bounded with it).
         self._tied: dict[PendingKey, int] = {}
@@ -169,6 +173,8 @@ class EntityStage(Stage):
                 self._pending.put(key, event, len(record.value or b""))  # holds this record until credited
                 self._waiting.setdefault(entity, []).append(key)
                 heapq.heappush(self._by_commit, (event.commit_ts_ms * MS_NS, key))
+                if (now := self.event_time()) > event.commit_ts_ms * MS_NS:  # late: see ``_credit``
+                    self._arrived[key] = now
 
     def _relay(self, record: Record, relay: Relay, out: StageOutput) -> None:
         """A stage-1 processor's relay, to the processor of the same name here (pinned by what it feeds)."""
@@ -191,6 +197,16 @@ class EntityStage(Stage):
         due: dict[str, list[PendingKey]] = {}
         while self._by_commit and self._by_commit[0][0] + self.credit_after_ns <= event_time_ns:
             _, key = heapq.heappop(self._by_commit)
+            arrived = self._arrived.pop(key, None)
+            if arrived is not None and arrived + self.credit_after_ns > event_time_ns and key in self._pending:
+                heapq.heappush(self._late, (arrived, key))  # the credit delay from its arrival first (see below)
+            elif key in self._pending and key not in self._tied:
+                due.setdefault(key[0], []).append(key)
+        # A change that came behind event time (a backlog after an outage: every input idle, event time caught up
+        # with the wall clock) passed stage 1 at once, while its writers' traces, late as well, still waited there to
+        # close: their accesses follow it. It is due the credit delay after its arrival instead.
+        while self._late and self._late[0][0] + self.credit_after_ns <= event_time_ns:
+            _, key = heapq.heappop(self._late)
             if key in self._pending and key not in self._tied:
                 due.setdefault(key[0], []).append(key)
         self._retry_tied(due, event_time_ns)
@@ -316,9 +332,11 @@ class EntityStage(Stage):
 
     def _oldest_waiting_ns(self) -> int | None:
         while self._by_commit and self._by_commit[0][1] not in self._pending:
-            heapq.heappop(self._by_commit)
-        tied = [c.commit_ts_ms * MS_NS for k in self._tied if (c := self._pending.get(k)) is not None]
-        return min([*tied, *(self._by_commit[0][:1] if self._by_commit else ())], default=None)
+            self._arrived.pop(heapq.heappop(self._by_commit)[1], None)
+        self._late = [(at, k) for at, k in self._late if k in self._pending]  # (a heap still: a filtered heap is one)
+        held = [c.commit_ts_ms * MS_NS for k in [*self._tied, *(k for _, k in self._late)]
+                if (c := self._pending.get(k)) is not None]  # fmt: skip
+        return min([*held, *(self._by_commit[0][:1] if self._by_commit else ())], default=None)
 
     # ---- event time -------------------------------------------------------------------------------------------
 

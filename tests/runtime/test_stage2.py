@@ -155,6 +155,24 @@ def test_arrival_order_of_change_and_access_does_not_matter() -> None:
     assert [(r["span"], r["strength"]) for r in out.graph.changes] == [(a.span_id, "tx_id")]
 
 
+def test_a_change_arriving_behind_event_time_waits_for_its_writers_traces_to_close() -> None:
+    """Event time ran ahead (every input idle, caught up with the wall clock) when a backlog arrives: a collector's
+    buffer after a broker outage. The row change passes stage 1 at once while its writer's trace waits to close, so
+    it reaches stage 2 first, its commit long behind event time; it waits the credit delay from its arrival, for the
+    writer's access to come, instead of being credited to nobody at the next batch end."""
+    p = Pipe()
+    p.upstream(60.0)
+    out = p.send(change(commit_s=1.0))  # 59 s behind event time
+    assert out.graph.changes == [] and p.pending() == 1
+    out = p.upstream(60.5)
+    assert out.graph.changes == [] and p.pending() == 1
+    a = access(end_s=0.999)  # the trace closed late in stage 1: its access follows the change
+    p.send(a)
+    out = p.upstream(60.0 + CREDIT_S)
+    [row] = out.graph.changes
+    assert (row["span"], row["strength"]) == (a.span_id, "tx_id")
+
+
 def test_a_partition_taken_over_is_credited_by_its_own_replay_not_by_the_others_progress() -> None:
     """Partition 0 is live and far ahead; partition 1 arrives in a rebalance and replays from its committed offset:
     a change, then the access that made it (emitted when its trace closed), then the watermark that covers it.
@@ -383,10 +401,12 @@ def test_commit_for_an_already_judged_entity_is_released() -> None:
     out = p.upstream(3.5)  # offset 1: orders:2 is judged (its deadline T0 + 3 s has passed)
     p.stage.release(out.release)
     out = p.send(change(2, commit_s=0.0, tx="2"))  # offset 2: upstream is past its commit + delay already
+    assert out.graph.changes == []  # late: due the credit delay after it came
+    out = p.upstream(3.5 + CREDIT_S)  # offset 3
     assert [r["strength"] for r in out.graph.changes] == ["tx_id"]
     p.stage.release(out.release)
     p.drain()
-    assert p.committable() == 4
+    assert p.committable() == 5
 
 
 def test_pinned_offsets_gauge_follows_the_pins() -> None:
