@@ -1,7 +1,8 @@
 """The corpus on the stacks people run, live: stock instrumentation with default options, a real Collector, the real
 PostgreSQL (READ COMMITTED) and Debezium connector, and the daemon on its shipped configuration.
 
-Each stack (``bench.corpus.stacks``) plays one round of each bug (lost update, write skew, phantom) and of each of
+Each stack (``bench.corpus.stacks``: three Python services in this process, and a Java one in a JVM of its own
+with the OpenTelemetry Java agent) plays one round of each bug (lost update, write skew, phantom) and of each of
 their controls, with the interleaving forced (``bench.corpus.race``) and the damage checked in PostgreSQL. Its spans
 carry no statement parameters and no ``code.*``; they go OTLP -> the Collector (``bench.collector`` on the shipped
 ``config/otel-collector.yaml``) -> Kafka. The daemon runs with only the engines' addresses, the topic and group

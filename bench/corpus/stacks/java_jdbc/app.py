@@ -127,7 +127,8 @@ class Running:
         return Reply(status, headers.get(TRACE_HEADER, ""), data)
 
     def shutdown(self) -> None:
-        """SIGTERM: the JVM's shutdown hooks stop the server and the agent exports what is still queued."""
+        """SIGTERM: the JVM's shutdown hooks stop the server and the agent exports what is still queued; the JVM's
+        output is removed once it stopped."""
         try:
             self.process.terminate()
             try:
@@ -140,6 +141,7 @@ class Running:
             if self.process.stdout is not None:
                 self.process.stdout.close()
             self.races.close()
+        self.log.unlink(missing_ok=True)  # kept when the service failed to stop (the error names it)
 
 
 def _listening(stdout: IO[bytes], process: subprocess.Popen[bytes], log: Path) -> int:
