@@ -33,12 +33,17 @@ def resolve(layout: Layout, pom_name: str, *, subdir: str = "") -> Path:
     pom = layout.config_dir / "maven" / pom_name
     if not pom.exists():
         raise EngineError(f"{pom} is missing: run from a checkout of trace-repro or set TRACE_REPRO_CONFIG_DIR")
+    return resolve_pom(pom, layout.cache_dir, subdir=subdir)
+
+
+def resolve_pom(pom: Path, cache_dir: Path, *, subdir: str = "") -> Path:
+    """:func:`resolve` for a POM given by its path (e.g. a corpus service's), cached under ``cache_dir/jars``."""
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
-    target = layout.cache_dir / "jars" / f"{pom.stem}-{digest}"
+    target = cache_dir / "jars" / f"{pom.stem}-{digest}"
     if (target / ".complete").exists():
         return target
     java = require_java()
-    mvn = maven.executable(layout.cache_dir)
+    mvn = maven.executable(cache_dir)
     staging = target.with_name(f"{target.name}.{os.getpid()}.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -54,7 +59,7 @@ def resolve(layout: Layout, pom_name: str, *, subdir: str = "") -> Path:
     ]
     # Maven runs on the chosen JDK and trusts the machine's CAs (JDK_JAVA_OPTIONS, unlike MAVEN_OPTS, takes quoted
     # paths); options the user set come last and win.
-    trust = " ".join(f'"{opt}"' for opt in truststore.java_options(layout.cache_dir / "maven"))
+    trust = " ".join(f'"{opt}"' for opt in truststore.java_options(cache_dir / "maven"))
     env = {
         **os.environ,
         "JAVA_HOME": str(java.home),

@@ -1,7 +1,8 @@
 """The corpus on the stacks people run, live: stock instrumentation with default options, a real Collector, the real
 PostgreSQL (READ COMMITTED) and Debezium connector, and the daemon on its shipped configuration.
 
-Each stack (``bench.corpus.stacks``) plays one round of each bug (lost update, write skew, phantom) and of each of
+Each stack (``bench.corpus.stacks``: three Python services in this process, and a Java one in a JVM of its own
+with the OpenTelemetry Java agent) plays one round of each bug (lost update, write skew, phantom) and of each of
 their controls, with the interleaving forced (``bench.corpus.race``) and the damage checked in PostgreSQL. Its spans
 carry no statement parameters and no ``code.*``; they go OTLP -> the Collector (``bench.collector`` on the shipped
 ``config/otel-collector.yaml``) -> Kafka. The daemon runs with only the engines' addresses, the topic and group
@@ -33,7 +34,8 @@ from bench.corpus import stacks
 from bench.corpus.manifest import RoundRecord
 from bench.corpus.runner import drop_schema, prepare
 from bench.corpus.scenario import RoundPlan, Scenario
-from bench.corpus.stacks import django_orm, fastapi_asyncpg, flask_sqlalchemy
+from bench.corpus.stacks import django_orm, fastapi_asyncpg, flask_sqlalchemy, java_jdbc
+from bench.corpus.stacks.java_jdbc.app import METHODS as JAVA_METHODS
 from bench.corpus.stacks.web import StackClient, run_rounds
 from bench.corpus.telemetry import OPT_IN
 from streamer import config
@@ -46,7 +48,7 @@ pytestmark = pytest.mark.engines
 
 SOURCE_ROOT = Path(stacks.__file__).parent  # each stack's package (bench/corpus/stacks/<stack>) is its checkout
 UNSENT = ("code.", "db.statement.parameters", "db.query.parameter.")  # what no stock default sends
-STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm, fastapi_asyncpg)
+STACKS: tuple[ModuleType, ...] = (flask_sqlalchemy, django_orm, fastapi_asyncpg, java_jdbc)
 
 
 def judge(rnd: RoundRecord, incidents: Sequence[dict[str, Any]]) -> list[str]:
@@ -154,7 +156,10 @@ CHECKOUTS = {  # [codeloc]: each service's own checkout
 
 def issuers(view: str) -> set[str]:
     """The names in the checkout of the functions that may issue a view's statements: the view itself and the
-    functions of its module it calls (a helper such as ``_off_call``)."""
+    functions of its module it calls (a helper such as ``_off_call``); for the Java service, the method and the
+    methods of its class it calls, as the stack declares them."""
+    if view in JAVA_METHODS:
+        return JAVA_METHODS[view].issuers
     module_name, _, name = view.rpartition(".")
     module = importlib.import_module(module_name)
     code = inspect.unwrap(getattr(module, name)).__code__

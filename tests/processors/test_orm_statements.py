@@ -3,9 +3,11 @@
 The statements come from ``fixtures/orm_statements.json``, recorded by ``tests/orm_recorder.py`` from SQLAlchemy 2
 (ORM and Core, on psycopg2, psycopg 3 and asyncpg), Django's ORM, asyncpg and psycopg2 against a real PostgreSQL,
 each traced by its stock OpenTelemetry instrumentation with default options (no parameter values), plus JDBC
-statements written as Hibernate sends them after the OpenTelemetry Java agent's sanitiser. Each span goes through
-the SDK's OTLP encoder and the daemon's decoder, then the access extractor; the shape it reads (table, operation,
-lock, which placeholder feeds the key, the columns set and filtered) is compared with what the statement does.
+statements written as Hibernate sends them after the OpenTelemetry Java agent's sanitiser, and the corpus's Java
+service's JDBC statements as the agent reported them (``jdbc+otel-java-agent-recorded``, copied from its span
+exporter's output). Each span goes through the SDK's OTLP encoder and the daemon's decoder, then the access extractor;
+the shape it reads (table, operation, lock, which placeholder feeds the key, the columns set and filtered) is compared
+with what the statement does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from streamer.decode import decode_traces_proto
 from tests.otlp_factory import to_proto
 
 FIXTURE = Path(__file__).parent / "fixtures" / "orm_statements.json"
-KEYS = {"accounts": ["id"], "app_account": ["id"]}  # as Debezium's message keys teach them
+KEYS = {"accounts": ["id"], "app_account": ["id"],  # as Debezium's message keys teach them
+        "corpus_accounts": ["account_no"], "corpus_doctors": ["name"], "corpus_bookings": ["booking_id"],
+        "corpus_bookings_safe": ["booking_id"]}  # fmt: skip
 
 
 def _recorded() -> list[tuple[str, str, Span]]:
@@ -222,6 +226,27 @@ def test_jdbc_through_the_java_agent() -> None:
         "literal_sanitised": ["accounts read none pred set= where=owner=$1 balance>$2"],
         "delete": ["accounts delete optimistic key=$1 set= where=version=$2"],
         "savepoint": ["not_dml"],
+    }
+
+
+def test_jdbc_recorded_from_the_java_agent() -> None:
+    """The corpus's Java service (``bench/corpus/stacks/java_jdbc``) as the OpenTelemetry Java agent 2.x reported it
+    on its defaults: JDBC ``?`` placeholders, a literal the sanitiser keeps (``on_call = false``), a bare boolean
+    column as a predicate, ``FOR UPDATE`` over a predicate, ``ON CONFLICT (room, day) DO NOTHING RETURNING``, and
+    the driver's ``SET SESSION CHARACTERISTICS`` (no row)."""
+    assert shapes("jdbc+otel-java-agent-recorded") == {
+        "read": ["corpus_accounts read none key=$1 set= where="],
+        "write": ["corpus_accounts write none key=$2 set=balance where="],
+        "read_for_update": ["corpus_accounts read for_update key=$1 set= where="],
+        "add": ["corpus_accounts write none key=$2 set=balance where="],  # relative: balance = balance + ?
+        "count": ["corpus_doctors read none pred set= where=shift=$1 on_call=True"],
+        "off": ["corpus_doctors write none key=$1 set=on_call where="],
+        "lock": ["corpus_doctors read for_update pred set= where=shift=$1 on_call=True"],
+        "set_isolation": ["not_dml"],  # Connection.setTransactionIsolation(SERIALIZABLE) is a span of its own
+        "find": ["corpus_bookings read none pred set= where=room=$1 day=$2"],
+        "insert_returning": ["corpus_bookings insert none pred rows=1 set=room,day,guest where="],
+        "find_safe": ["corpus_bookings_safe read none pred set= where=room=$1 day=$2"],
+        "insert_on_conflict": ["corpus_bookings_safe insert upsert key=$1,$2 set=room,day,guest where="],
     }
 
 
