@@ -127,7 +127,9 @@ async def test_three_defects_found_with_culprit_victim_and_offsets(
                                       {"ids": [e["culprit"]["span_id"], e["victim"]["span_id"]]})  # fmt: skip
             start = dict((r[0], r[1]) for r in rows)
             gap = start[e["victim"]["span_id"]] - start[e["culprit"]["span_id"]]
-            assert abs(e["victim"]["offset_ms"] - gap) < 0.01
+            # FalkorDB answers a double with 15 significant digits: an epoch in ms (~1.8e12) comes back in 0.01 ms
+            # steps, so a difference of two is good to 0.02 ms.
+            assert abs(e["victim"]["offset_ms"] - gap) <= 0.02 + 1e-9, e["summary"]
 
         before = _incidents(harness)
         await harness.stop()
