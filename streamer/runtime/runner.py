@@ -41,6 +41,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from processors.sink import Backoff
 from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
+from sinks.kafka.client import client_kwargs
 from streamer.config import CoreSettings
 from streamer.decode.registry import Record
 from streamer.runtime.consumers import stop_consumer
@@ -132,10 +133,10 @@ class StageRunner:
     def _consumer(self) -> AIOKafkaConsumer:
         k = self.settings.kafka
         return AIOKafkaConsumer(
-            bootstrap_servers=k.bootstrap,
+            **client_kwargs(k, self.name),
             group_id=self.group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            auto_offset_reset=k.auto_offset_reset if self.name == "ingest" else "earliest",  # (inputs: the policy)
             max_partition_fetch_bytes=min(k.fetch_max_bytes, k.max_partition_fetch_bytes),
             fetch_max_bytes=k.fetch_max_bytes,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
@@ -210,7 +211,7 @@ class StageRunner:
         positions = {}
         for tp, messages in batch.items():
             for m in messages:
-                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp))
+                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp, tuple(m.headers)))
             if messages:
                 positions[tp] = messages[-1].offset + 1
                 assert self.consumer is not None
