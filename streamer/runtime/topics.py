@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from sinks.kafka.client import client_kwargs
 from sinks.kafka.config import KafkaConfig
@@ -23,15 +23,19 @@ async def create_topics(bootstrap: str | KafkaConfig, partitions: Mapping[str, i
     """Create every topic of ``{name: partitions}`` that is missing (with ``replication_factor`` and the topic
     ``configs``); returns those created. ``bootstrap`` is the brokers, or the ``[kafka]`` section (its security).
 
-    Idempotent and race-safe: a topic another process created meanwhile is not an error.
+    Idempotent and race-safe: a topic another process created meanwhile is not an error. Any other refusal (a
+    replication factor the cluster cannot give, a bad retention, no authorization) is raised, as the broker's error
+    for the first topic it refused (the admin client reports them in its answer, not as exceptions).
     """
     async with _admin(bootstrap) as admin:
         existing = set(await admin.list_topics())
         new = [NewTopic(name, n, replication_factor, topic_configs=dict(configs or {}))
                for name, n in partitions.items() if name not in existing]  # fmt: skip
         if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(new)
+            response = await admin.create_topics(new)
+            for name, code, message in response.topic_errors:
+                if code and code != TopicAlreadyExistsError.errno:
+                    raise for_code(code)(f"creating topic {name}: {message}")
         return [t.name for t in new]
 
 
