@@ -108,7 +108,7 @@ def properties(plain: int, secured: int, controller: int, data: Path, ca: Path, 
         "ssl.keystore.location": str(keystore),
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(ca),
-        "ssl.client.auth": "required",
+        "listener.name.sasl_ssl.ssl.client.auth": "required",  # (the unprefixed one is ignored on SASL_SSL)
     }  # fmt: skip
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
