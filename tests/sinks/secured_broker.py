@@ -1,10 +1,11 @@
 """A private Kafka broker with a SASL_SSL listener, as a platform team runs one, for the security tests.
 
 One KRaft node (the jars of :mod:`streamer.engines.kafka`) in a run directory of its own, with three listeners: the
-SASL_SSL one the daemon is pointed at (SCRAM-SHA-512, TLS with a certificate of a CA made here, client certificates
-required), a PLAINTEXT one the tests use to produce their input and read the outputs, and the controller's. The CA,
-the broker's certificate (for 127.0.0.1) and the client's (its key encrypted with :data:`KEY_PASSWORD`) are made
-with ``cryptography``; the SCRAM user is written when the storage is formatted (``--add-scram``).
+SASL_SSL one the daemon is pointed at (SCRAM-SHA-512, or OAUTHBEARER with unsecured tokens; TLS with a certificate
+of a CA made here, client certificates required), a PLAINTEXT one the tests use to produce their input and read the
+outputs, and the controller's. The CA, the broker's certificate (for 127.0.0.1) and the client's (its key encrypted
+with :data:`KEY_PASSWORD`) are made with ``cryptography``; the SCRAM user is written when the storage is formatted
+(``--add-scram``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import base64
 import datetime
 import ipaddress
+import json
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +46,16 @@ class SecuredBroker:
     ca: Path
     client_cert: Path
     client_key: Path  # encrypted with KEY_PASSWORD
+
+
+def unsecured_token(subject: str, expires_in_s: float) -> str:
+    """An unsecured JWT (``alg: none``) as the broker's default OAUTHBEARER validator takes them."""
+
+    def part(claims: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    now = time.time()
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': int(now), 'exp': int(now + expires_in_s)})}."
 
 
 def _name(common: str) -> x509.Name:
@@ -101,9 +114,12 @@ def properties(plain: int, secured: int, controller: int, data: Path, ca: Path, 
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{secured},CONTROLLER://127.0.0.1:{controller}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{secured}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        # OAUTHBEARER with the broker's own validator of unsecured tokens (alg none): checks their claims and expiry
+        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(keystore),
         "ssl.truststore.type": "PEM",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -16,7 +17,7 @@ from sinks.kafka.client import client_kwargs
 from sinks.kafka.config import KafkaConfig
 from tests.faults.faultkit import MS, SETTINGS, Traffic, cdc_topic, incident_events, produce, wait_all
 from tests.harness import Harness, harness_settings
-from tests.sinks.secured_broker import KEY_PASSWORD, PASSWORD, USER, SecuredBroker, secured_broker
+from tests.sinks.secured_broker import KEY_PASSWORD, PASSWORD, USER, SecuredBroker, secured_broker, unsecured_token
 
 pytestmark = pytest.mark.engines
 
@@ -84,3 +85,28 @@ async def test_a_wrong_password_or_no_client_certificate_is_refused(broker: Secu
             await admin.list_topics()
         finally:
             await admin.close()
+
+
+async def _list_topics(config: KafkaConfig) -> list[str]:
+    admin = AIOKafkaAdminClient(**client_kwargs(config, "admin"), request_timeout_ms=5000)
+    try:
+        await admin.start()
+        topics: list[str] = await admin.list_topics()
+        return topics
+    finally:
+        await admin.close()
+
+
+async def test_oauthbearer_takes_the_token_from_the_file_at_every_authentication(broker: SecuredBroker,
+                                                                                tmp_path: Path) -> None:  # fmt: skip
+    """OAUTHBEARER on the same listener: the token file's current token is what the broker sees (an expired one is
+    refused; once the file holds a fresh one, the next client gets in with no change of configuration)."""
+    token = tmp_path / "kafka-token"
+    token.write_text(unsecured_token(USER, expires_in_s=-60))
+    k = KafkaConfig(bootstrap=broker.secured, security_protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER",
+                    sasl_oauth_token_file=token, ssl_cafile=broker.ca, ssl_certfile=broker.client_cert,
+                    ssl_keyfile=broker.client_key, ssl_key_password=KEY_PASSWORD)  # fmt: skip
+    with pytest.raises((KafkaError, OSError)):
+        await _list_topics(k)
+    token.write_text(unsecured_token(USER, expires_in_s=3600))
+    assert isinstance(await _list_topics(k), list)
