@@ -52,10 +52,10 @@ class KafkaConfig(Section):
     max_retry_backoff_s: float = Field(10.0, gt=0, description="cap of that delay (the wait itself has no bound)")
     auto_offset_reset: Literal["latest", "earliest"] = Field(
         "latest",
-        description="where stage 1 starts on an input partition (spans, logs, CDC) its group has no committed offset "
-        "for (a first start, or an offset the topic no longer retains): latest = what is produced from now on, "
-        "earliest = everything the topic retains. The daemon's own topics (internal, outputs) are always read from "
-        "the earliest: everything on them was written for it",
+        description="where a new stage-1 group (a first start: no committed offset on any input partition) starts on "
+        "the spans, logs and CDC topics: latest = what is produced from now on, earliest = everything they retain. "
+        "Later, a partition without a committed offset (a topic created since, such as a new table's) is read from "
+        "its beginning, and so are the daemon's own topics (internal, outputs) always",
     )
     client_id: str = Field("trace-repro", description="client id prefix; each client appends its role (-ingest, "
                            "-entities, -sink-<name>, -producer, -admin)")  # fmt: skip

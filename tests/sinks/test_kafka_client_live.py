@@ -129,6 +129,25 @@ async def test_a_new_group_starts_where_auto_offset_reset_says(kafka_bootstrap: 
         await harness.stop()
 
 
+@pytest.mark.engines
+async def test_with_latest_a_topic_created_after_the_start_is_read_from_its_beginning(
+    kafka_bootstrap: str, falkordb_url: str
+) -> None:
+    """``latest`` is for the group's first start only: a Debezium topic that appears later (a new table) is read
+    from its first message, though that came before the daemon noticed the topic."""
+    harness = _harness(kafka_bootstrap, falkordb_url, kafka__auto_offset_reset="latest")
+    tag = harness.settings.kafka.group_id.rsplit("-", 1)[1]
+    await harness.start()
+    try:
+        await _wait_fetching(harness)
+        topic = f"cdc{tag}.public.refunds"  # (matches the harness's kafka.cdc_pattern)
+        await harness.create_topics(topic)
+        await harness.produce(topic, [b"first change", b"second change", b"third change"])
+        await harness.wait_for(lambda: _consumed(harness, topic) >= 3, "the new topic read from its beginning")
+    finally:
+        await harness.stop()
+
+
 def test_latest_is_the_default_and_documented() -> None:
     """The shipped default for a new group is ``latest``; the field says what each choice means."""
     field = KafkaConfig.model_fields["auto_offset_reset"]
