@@ -42,6 +42,7 @@ def daemon_env(tag: str, prefix: str, out: Path) -> dict[str, str]:
     return {
         "TRACE_REPRO_ENVIRONMENT": f"demo_{tag}",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-demo-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
         "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
         "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",

@@ -128,6 +128,7 @@ async def measure(engines: LocalEngines, *, rounds: int = 10, trace_gap_s: float
         "TRACE_REPRO_FALKORDB_URL": engines.address("falkordb"),
         "TRACE_REPRO_ENVIRONMENT": f"latency_{tag}",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"latency-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__SPANS_TOPIC": f"spans-{tag}",
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
         "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": f"accesses-{tag}",

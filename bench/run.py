@@ -152,6 +152,7 @@ def settings_env(
         "TRACE_REPRO_FALKORDB_URL": graph_url,
         "TRACE_REPRO_ENVIRONMENT": f"bench_{tag}",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"bench-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__SPANS_TOPIC": spans_topic,
         "TRACE_REPRO_KAFKA__LOGS_TOPIC": f"bench-logs-{tag}",
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^benchcdc{tag}\.[^.]+\.[^.]+$",

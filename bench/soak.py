@@ -136,6 +136,7 @@ environment = "soak_{t}"
 [kafka]
 bootstrap = "{kafka}"
 group_id = "{names.group}"
+auto_offset_reset = "earliest"
 spans_topic = "{names.spans}"
 logs_topic = "soak-logs-{t}"
 cdc_pattern = '^{names.prefix}\\.public\\.[a-z]+$'

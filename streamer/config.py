@@ -121,6 +121,7 @@ _ALIASES = {
     "TRACE_REPRO_KAFKA_BOOTSTRAP": ("kafka", "bootstrap"),
     "TRACE_REPRO_FALKORDB_URL": ("falkordb", "url"),
 }
+_ENV_ONLY = {("kafka", "sasl_password"), ("kafka", "ssl_key_password")}  # secrets: never in a file
 
 
 def load(
@@ -135,6 +136,10 @@ def load(
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
+        for section, key in sorted(_ENV_ONLY):
+            if key in data.get(section, {}):
+                raise ConfigError(f"{path}: {section}.{key} is a secret: set it in the environment "
+                                  f"(TRACE_REPRO_{section.upper()}__{key.upper()}), not in a file")  # fmt: skip
     for var, (section, key) in _ALIASES.items():
         if var in env:
             data.setdefault(section, {})[key] = env.pop(var)

@@ -25,16 +25,20 @@ from pydantic import ValidationError
 
 from processors.connectors.proofs.contracts import min_requests_for, parse_signature
 from processors.model.contract import DEFAULT_ALPHA, DEFAULT_WATCH_S, ProofContract
+from sinks.kafka.client import client_kwargs
+from sinks.kafka.config import KafkaConfig
 from streamer import config
 
 CONTRACTS_TOPIC = "trace-repro.contracts"
 
-Publish = Callable[[str, str, bytes, bytes], Coroutine[Any, Any, None]]  # (bootstrap, topic, key, value)
+Publish = Callable[[str | KafkaConfig, str, bytes, bytes], Coroutine[Any, Any, None]]  # (kafka, topic, key, value)
 
 
-async def kafka_publish(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
-    """Send one message and wait for all in-sync replicas to have it."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+async def kafka_publish(kafka: str | KafkaConfig, topic: str, key: bytes, value: bytes) -> None:
+    """Send one message and wait for all in-sync replicas to have it (``kafka``: the ``[kafka]`` section, with its
+    TLS and SASL settings, or bare bootstrap servers)."""
+    section = KafkaConfig(bootstrap=kafka) if isinstance(kafka, str) else kafka
+    producer = AIOKafkaProducer(**client_kwargs(section, "contracts"), acks="all", enable_idempotence=True)
     await producer.start()
     try:
         await producer.send_and_wait(topic, value, key=key)
@@ -79,8 +83,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add.add_argument("--route", action="append", help="collisions: a route whose requests count (repeatable)")
     add.add_argument("--reports", action="append", help="exception type that reports the defect (repeatable)")
     add.add_argument("--issue", type=int, help="the issue the fix proves")
-    add.add_argument("--config", type=Path, help="daemon config (for the Kafka bootstrap)")
-    add.add_argument("--bootstrap", help="Kafka bootstrap servers (default: from the config/environment)")
+    add.add_argument("--config", type=Path, help="daemon config (for the Kafka bootstrap and security)")
+    add.add_argument(
+        "--bootstrap",
+        help="Kafka bootstrap servers, PLAINTEXT (default: the [kafka] section of the config/environment)",
+    )
     add.add_argument("--topic", default=CONTRACTS_TOPIC)
     add.add_argument("--dry-run", action="store_true", help="print the contract, publish nothing")
     add.add_argument("--write", type=Path, metavar="FILE", help="also write the contract (JSON) to FILE, for the gate")
@@ -112,14 +119,14 @@ def run(args: argparse.Namespace, publish: Publish | None = None, clock: Callabl
     if args.dry_run:
         print(json.dumps(json.loads(body), indent=2))
         return 0
-    bootstrap = args.bootstrap
-    if not bootstrap:
+    kafka: str | KafkaConfig = args.bootstrap
+    if not kafka:
         try:
-            bootstrap = config.load(args.config).kafka.bootstrap
+            kafka = config.load(args.config).kafka
         except config.ConfigError as exc:
             print(f"trace-repro contract: {exc}", file=sys.stderr)
             return 2
-    asyncio.run((publish or kafka_publish)(bootstrap, args.topic, contract.fingerprint.encode(), body.encode()))
+    asyncio.run((publish or kafka_publish)(kafka, args.topic, contract.fingerprint.encode(), body.encode()))
     c = contract
     print(f"published contract {c.signature} for {c.fingerprint} on {args.topic} "
           f"(must start {c.must_start!r}, {c.min_requests} requests, watch {c.watch_s:g}s)")  # fmt: skip

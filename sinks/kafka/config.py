@@ -1,8 +1,17 @@
-"""``[kafka]``: the bus: where to consume from, what the topics are called, how a broker outage is waited out."""
+"""``[kafka]``: the bus: where to consume from, what the topics are called, how a broker outage is waited out, how
+the clients reach a secured cluster (TLS, SASL) and which topics the daemon may create.
+
+Every consumer, producer and admin client is built from this section by :func:`sinks.kafka.client.client_kwargs`.
+The two secrets (``sasl_password``, ``ssl_key_password``) come from the environment only
+(``TRACE_REPRO_KAFKA__SASL_PASSWORD``, ``TRACE_REPRO_KAFKA__SSL_KEY_PASSWORD``): a config file holding one is refused.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
 
 from processors.component import Section
 
@@ -41,6 +50,71 @@ class KafkaConfig(Section):
         "doubles per attempt, with jitter",
     )
     max_retry_backoff_s: float = Field(10.0, gt=0, description="cap of that delay (the wait itself has no bound)")
+    auto_offset_reset: Literal["latest", "earliest"] = Field(
+        "latest",
+        description="where a new stage-1 group (a first start: no committed offset on any input partition) starts on "
+        "the spans, logs and CDC topics: latest = what is produced from now on, earliest = everything they retain. "
+        "Later, a partition without a committed offset (a topic created since, such as a new table's) is read from "
+        "its beginning, and so are the daemon's own topics (internal, outputs) always",
+    )
+    client_id: str = Field("trace-repro", description="client id prefix; each client appends its role (-ingest, "
+                           "-entities, -sink-<name>, -producer, -admin)")  # fmt: skip
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
+        "none", description="codec of the record batches the daemon produces (every codec is read whatever this is)"
+    )
+    # ---- security (PLAINTEXT by default) ----
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_cafile: Path | None = Field(None, description="CA bundle (PEM) the brokers' certificates are checked against; "
+                                    "none = the system's")  # fmt: skip
+    ssl_certfile: Path | None = Field(None, description="client certificate (PEM), for brokers that require one")
+    ssl_keyfile: Path | None = Field(None, description="its private key (PEM); with ssl_certfile")
+    ssl_key_password: SecretStr | None = Field(
+        None, description="the key's password: environment only (TRACE_REPRO_KAFKA__SSL_KEY_PASSWORD)"
+    )
+    ssl_check_hostname: bool = Field(True, description="check the broker's certificate names the host connected to")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: SecretStr | None = Field(None, description="environment only (TRACE_REPRO_KAFKA__SASL_PASSWORD)")
+    sasl_oauth_token_file: Path | None = Field(
+        None,
+        description="OAUTHBEARER: a file holding the token, read again at every authentication (a sidecar "
+        "refreshes it)",
+    )
+    sasl_oauth_token_command: str = Field(
+        "",
+        description="OAUTHBEARER: a command (no shell) whose standard output is the token, run at every "
+        "authentication; instead of sasl_oauth_token_file",
+    )
+    # ---- the topics the daemon creates: the internal one, the outputs, the dead letters ----
+    create_topics: bool = Field(
+        True, description="create them when missing; false = they must exist (the platform team's), checked at start"
+    )
+    replication_factor: int = Field(1, ge=1, description="of the topics the daemon creates")
+    topic_partitions: int = Field(1, ge=1, description="of the output and dead-letter topics the daemon creates")
+    retention_ms: int | None = Field(
+        None, ge=-1, description="retention.ms of the topics the daemon creates; none = the broker's default"
+    )
+
+    @model_validator(mode="after")
+    def _security(self) -> KafkaConfig:
+        """A SASL or TLS setting that cannot work fails at start, naming the key."""
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and self.sasl_mechanism == "OAUTHBEARER":
+            if (self.sasl_oauth_token_file is None) == (not self.sasl_oauth_token_command):
+                raise ValueError("sasl_mechanism OAUTHBEARER needs one of sasl_oauth_token_file, "
+                                 "sasl_oauth_token_command")  # fmt: skip
+        elif sasl and (not self.sasl_username or self.sasl_password is None):
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username and sasl_password "
+                             "(TRACE_REPRO_KAFKA__SASL_PASSWORD)")  # fmt: skip
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        return self
+
+    def own_topics(self) -> dict[str, int]:
+        """The topics the daemon creates (or, with ``create_topics = false``, expects), with their partitions."""
+        out = dict.fromkeys([self.dlq_topic, self.incidents_topic, self.repros_topic, self.verdicts_topic],
+                            self.topic_partitions)  # fmt: skip
+        return {self.accesses_topic: self.accesses_partitions, **out}
 
     def topic(self, role: str) -> str:
         """The output topic of a role: incidents | repros | verdicts | contracts | dlq."""

@@ -54,10 +54,12 @@ from aiokafka.errors import (
 )
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from processors.model.base import Published
 from processors.sink import Backoff, Sink
 from processors.telemetry import Telemetry
+from sinks.kafka.client import client_kwargs
 from sinks.kafka.config import KafkaConfig
 from sinks.kafka.message import Message
 from sinks.kafka.sizing import Fitter, Limits, message_size
@@ -71,6 +73,13 @@ STOP_GRACE_S = 5.0  # when the daemon stops, what is under way may complete with
 STALL_S = 15.0  # a send waiting this long for acknowledgements counts as stalled (health check, a log line)
 SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError)
 REFUSALS = (*SIZE_ERRORS, CorruptRecordException, InvalidTimestampError)  # about the records, not the broker
+CODECS = {
+    None: 0,
+    "gzip": DefaultRecordBatch.CODEC_GZIP,
+    "snappy": DefaultRecordBatch.CODEC_SNAPPY,
+    "lz4": DefaultRecordBatch.CODEC_LZ4,
+    "zstd": DefaultRecordBatch.CODEC_ZSTD,
+}  # (kafka.compression_type)
 Failed = list[tuple[list[Message], BaseException]]  # the messages of each batch that failed, with its error
 
 
@@ -93,9 +102,10 @@ class KafkaSink(Sink):
                  rng: random.Random | None = None) -> None:  # fmt: skip
         self.config = config
         self.telemetry = (telemetry or Telemetry("kafka")).declare("too_large", "dead_letter_too_large")
-        self.limits = Limits(config.bootstrap, max_request_size)
+        self.limits = Limits(config, max_request_size)
         self.fitter = Fitter(self.limits, config.dlq_topic, self.telemetry)
         self._linger_ms, self._max_request_size = linger_ms, max_request_size
+        self._codec = None if config.compression_type == "none" else config.compression_type
         self._stopping = stopping
         self._rng = rng or random.Random()
         self._producer = self._new_producer()
@@ -106,9 +116,9 @@ class KafkaSink(Sink):
         self._started = False
 
     def _new_producer(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(bootstrap_servers=self.config.bootstrap, enable_idempotence=True, acks="all",
+        return AIOKafkaProducer(**client_kwargs(self.config, "producer"), enable_idempotence=True, acks="all",
                                 linger_ms=self._linger_ms, max_request_size=self._max_request_size,
-                                max_batch_size=BATCH_BYTES)  # fmt: skip
+                                max_batch_size=BATCH_BYTES, compression_type=self._codec)  # fmt: skip
 
     async def start(self) -> None:
         await self._producer.start()
@@ -213,7 +223,7 @@ class KafkaSink(Sink):
         return [(batch_messages, exc) for (_, batch_messages), exc in zip(queued, errors, strict=True) if exc]
 
     def _batch(self, topic: str) -> BatchBuilder:
-        return BatchBuilder(min(BATCH_BYTES, self.limits[topic]), 0)
+        return BatchBuilder(min(BATCH_BYTES, self.limits[topic]), CODECS[self._codec])
 
     async def _enqueue(self, producer: AIOKafkaProducer, batch: BatchBuilder, topic: str, partition: int
                        ) -> asyncio.Future[Any]:  # fmt: skip

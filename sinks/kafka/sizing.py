@@ -21,6 +21,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from processors.telemetry import Telemetry
+from sinks.kafka.client import client_kwargs
+from sinks.kafka.config import KafkaConfig
 from sinks.kafka.message import Message
 
 log = structlog.get_logger("trace_repro.kafka")
@@ -76,8 +78,8 @@ class Limits:
     ``max_request_size``; :data:`BROKER_DEFAULT` for a topic whose config could not be read (read again after a
     size refusal, see :meth:`refused`)."""
 
-    def __init__(self, bootstrap: str, max_request_size: int) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, config: KafkaConfig, max_request_size: int) -> None:
+        self.config = config
         self.max_request_size = max_request_size
         self._bytes: dict[str, int] = {}
 
@@ -95,7 +97,8 @@ class Limits:
             return
         for topic in wanted:
             self._bytes.setdefault(topic, min(BROKER_DEFAULT, self.max_request_size))
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=int(DESCRIBE_TIMEOUT_S * 1000))
+        admin = AIOKafkaAdminClient(**client_kwargs(self.config, "admin"),
+                                    request_timeout_ms=int(DESCRIBE_TIMEOUT_S * 1000))  # fmt: skip
         try:
             await asyncio.wait_for(admin.start(), DESCRIBE_TIMEOUT_S)
             resources = [ConfigResource(ConfigResourceType.TOPIC, t) for t in wanted]

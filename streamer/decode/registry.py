@@ -46,6 +46,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()  # as the producer set them (kept on its dead letter)
 
     @property
     def source(self) -> tuple[tuple[str, int], int]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from processors.connectors.repro.config import ReproConfig
 from sinks.graph.endpoint import Endpoint
+from sinks.kafka.config import KafkaConfig
 from streamer import config
 
 _ON = {"1", "true", "yes", "on"}
@@ -36,7 +37,7 @@ class McpSettings:
 
     falkordb_url: str | Endpoint  # the daemon's [falkordb] endpoint (user, password, TLS), or a bare URL
     graph: str
-    kafka_bootstrap: str
+    kafka_bootstrap: str | KafkaConfig  # the daemon's [kafka] section (TLS, SASL), or bare bootstrap servers
     contracts_topic: str = "trace-repro.contracts"
     repro_dir: str = "out/repros"
     repro_dsn: str = ""
@@ -72,7 +73,7 @@ def resolve(path: Path | None, *, run_repro: bool = False, contracts: bool = Fal
     return McpSettings(
         falkordb_url=daemon.falkordb.endpoint(),
         graph=daemon.graph_name,
-        kafka_bootstrap=daemon.kafka.bootstrap,
+        kafka_bootstrap=daemon.kafka,
         contracts_topic=daemon.kafka.contracts_topic,
         repro_dir=repro.output_dir,
         repro_dsn=repro.dsn or daemon.postgres_dsn,

@@ -44,21 +44,13 @@ from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker
 from streamer.runtime.runner import StageRunner
 from streamer.runtime.sink_runner import SinkRunner
-from streamer.runtime.topics import create_topics
+from streamer.runtime.topics import MissingTopics, ensure_topics
 
 log = structlog.get_logger("trace_repro")
 HEALTH_EVERY_S = 10.0
 STOP_GRACE_S = 10.0  # after a failure: how long the other tasks have to finish their batch, commit and leave
 CANCEL_GRACE_S = 5.0  # then they are cancelled, and given this long to unwind; what still runs is left behind
 CLOSE_S = 10.0  # each of the producer's and the graph's close, at the end
-
-
-async def ensure_topics(settings: CoreSettings) -> None:
-    """Create the internal and output topics if they do not exist (the internal one with N partitions)."""
-    k = settings.kafka
-    wanted = {k.accesses_topic: k.accesses_partitions, k.dlq_topic: 1, k.incidents_topic: 1, k.repros_topic: 1,
-              k.verdicts_topic: 1}  # fmt: skip
-    await create_topics(k.bootstrap, wanted)
 
 
 class Daemon:
@@ -219,7 +211,7 @@ class Daemon:
         log.info("daemon.starting", kafka=s.kafka.bootstrap, falkordb=s.falkordb.redacted_url, graph=s.graph_name,
                  http_port=self.http.port, stages=list(self.stages))  # fmt: skip
         await self.graph.start()
-        await ensure_topics(s)
+        await ensure_topics(s.kafka)  # (or MissingTopics, with create_topics = false)
         await self.producer.start()
         try:
             self._build()
@@ -262,6 +254,9 @@ async def _main(settings: CoreSettings, stages: tuple[str, ...], components: Com
     except KafkaError as exc:
         log.error("daemon.kafka_error", error=str(exc))
         return 1
+    except MissingTopics as exc:
+        log.error("daemon.missing_topics", error=str(exc))
+        return 2
 
 
 def run_daemon(main: Coroutine[Any, Any, int]) -> int:

@@ -41,13 +41,15 @@ class StageOutput:
 
 
 def dead_letter(record: Record, dlq_topic: str, reason: str, message: str, component: str = "") -> Message:
-    """The original bytes, untouched, with the reason, the component that refused it and the source position in
-    headers.
+    """The original bytes and headers, untouched, then the reason, the component that refused it and the source
+    position as headers of the daemon's own (after the original ones: a reader taking the last header of a name gets
+    the daemon's).
 
     The Kafka sink fits it to the dead-letter topic's ``max.message.bytes`` when it is sent: a copy too large is cut,
     with its original size (``truncated``) and digest (``original.sha256``) in headers (:mod:`sinks.kafka.sizing`).
     """
     headers = (
+        *record.headers,
         ("reason", reason.encode()),
         ("component", component.encode("utf-8", "replace")),
         ("error", message[:1000].encode("utf-8", "replace")),

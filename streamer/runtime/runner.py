@@ -41,6 +41,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from processors.sink import Backoff
 from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
+from sinks.kafka.client import client_kwargs
 from streamer.config import CoreSettings
 from streamer.decode.registry import Record
 from streamer.runtime.consumers import stop_consumer
@@ -86,6 +87,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         try:
             self.runner.stage.assign((t.topic, t.partition) for t in assigned)
+            await self.runner.start_positions(assigned)
         except Exception as exc:
             self.runner.broken(exc)
             return
@@ -128,14 +130,15 @@ class StageRunner:
         self._looked_ms = 0.0  # when _caught_up last looked
         self._broken: Exception | None = None  # what a rebalance callback raised: the loop ends on it
         self.batches = 0
+        self._assigned_before = False  # (kafka.auto_offset_reset: see start_positions)
 
     def _consumer(self) -> AIOKafkaConsumer:
         k = self.settings.kafka
         return AIOKafkaConsumer(
-            bootstrap_servers=k.bootstrap,
+            **client_kwargs(k, self.name),
             group_id=self.group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            auto_offset_reset="earliest",  # (kafka.auto_offset_reset, for a new group only: start_positions)
             max_partition_fetch_bytes=min(k.fetch_max_bytes, k.max_partition_fetch_bytes),
             fetch_max_bytes=k.fetch_max_bytes,
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
@@ -210,7 +213,7 @@ class StageRunner:
         positions = {}
         for tp, messages in batch.items():
             for m in messages:
-                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp))
+                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp, tuple(m.headers)))
             if messages:
                 positions[tp] = messages[-1].offset + 1
                 assert self.consumer is not None
@@ -333,6 +336,22 @@ class StageRunner:
         for tp, offset in offsets.items():
             self._committed[tp] = offset
             self.metrics.committed_offset.labels(tp.topic, str(tp.partition)).set(offset)
+
+    async def start_positions(self, assigned: list[TopicPartition]) -> None:
+        """``kafka.auto_offset_reset = latest`` is for a new group, on the input stage: at its first assignment, when
+        none of the partitions it got has a committed offset, each starts at its end. Any other partition without a
+        committed offset starts at its beginning: a topic created since (a new table's Debezium topic), a partition
+        added, or a group that is not new, so nothing produced after the group began is skipped."""
+        first, self._assigned_before = not self._assigned_before, True
+        consumer = self.consumer
+        if not first or self.name != "ingest" or self.settings.kafka.auto_offset_reset != "latest" or not assigned:
+            return
+        assert consumer is not None
+        if any([await consumer.committed(tp) is not None for tp in assigned]):
+            return
+        for tp, end in (await consumer.end_offsets(assigned)).items():
+            consumer.seek(tp, end)
+        log.info("stage.starts_at_end", stage=self.name, reason="a new group, kafka.auto_offset_reset = latest")
 
     async def revoke(self, revoked: list[TopicPartition]) -> None:
         async with self._lock:

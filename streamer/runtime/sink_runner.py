@@ -54,6 +54,7 @@ from pydantic import ValidationError
 from processors.model.base import Published
 from processors.model.outputs import parse_event
 from processors.sink import Backoff, PermanentSinkError, RetryableSinkError, Sink
+from sinks.kafka.client import client_kwargs
 from streamer.config import CoreSettings
 from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
@@ -133,10 +134,10 @@ class SinkRunner:
     async def run(self, stop: asyncio.Event) -> None:
         k = self.settings.kafka
         consumer = self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=k.bootstrap,
+            **client_kwargs(k, f"sink-{self.name}"),
             group_id=self.group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            auto_offset_reset="earliest",  # the daemon's own outputs: all of them were written for the sinks
         )
         consumer.subscribe(list(self.topics), listener=_WaitForFlush(self._flushing))
         await consumer.start()

@@ -58,6 +58,7 @@ async def test_corpus_scenarios_live(
         "TRACE_REPRO_ENVIRONMENT": f"corpus_{tag}",
         "TRACE_REPRO_HTTP__PORT": "0",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.{schema}\.[a-z_]+$",
         **{f"TRACE_REPRO_KAFKA__{t.upper()}_TOPIC": f"{t}-{tag}" for t in TOPICS},
     }

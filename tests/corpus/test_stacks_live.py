@@ -210,6 +210,7 @@ async def test_stacks_live(
         "TRACE_REPRO_ENVIRONMENT": f"stacks_{tag}",
         "TRACE_REPRO_HTTP__PORT": "0",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.{schema}\.[a-z_]+$",
         **{f"TRACE_REPRO_KAFKA__{t.upper()}_TOPIC": f"{t}-{tag}" for t in TOPICS},
         **(CHECKOUTS if located else {}),

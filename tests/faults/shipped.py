@@ -39,6 +39,7 @@ def shipped_env(bootstrap: str, falkordb_url: str, gitlab: FakeGitLab | None = N
         "TRACE_REPRO_ENVIRONMENT": f"shipped_{tag}",
         "TRACE_REPRO_HTTP__PORT": "0",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^cdc{tag}\.[^.]+\.[^.]+$",
         **{f"TRACE_REPRO_KAFKA__{role.upper()}_TOPIC": f"{role}-{tag}" for role in ROLES},
     }

@@ -104,6 +104,7 @@ def settings(kafka_bootstrap: str, falkordb_url: str, gitlab: FakeGitLab) -> con
         "TRACE_REPRO_FALKORDB_URL": falkordb_url,
         "TRACE_REPRO_ENVIRONMENT": f"test_{tag}",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__SPANS_TOPIC": f"spans-{tag}",
         "TRACE_REPRO_KAFKA__LOGS_TOPIC": f"logs-{tag}",
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^cdc{tag}\.[^.]+\.[^.]+$",

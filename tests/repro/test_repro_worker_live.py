@@ -64,6 +64,7 @@ async def test_the_daemon_proves_corpus_incidents_red_then_green(
         "TRACE_REPRO_ENVIRONMENT": f"corpus_{tag}",
         "TRACE_REPRO_HTTP__PORT": "0",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.{schema}\.[a-z_]+$",
         "TRACE_REPRO_REPRO__ENABLED": "true",
         "TRACE_REPRO_REPRO__SOURCE_ROOT": str(REPO),

@@ -38,6 +38,7 @@ async def test_shipped_config_finds_an_app_computed_lost_update(
         "TRACE_REPRO_ENVIRONMENT": f"default_{tag}",
         "TRACE_REPRO_HTTP__PORT": "0",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-{tag}",
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
         **{f"TRACE_REPRO_KAFKA__{t.upper()}_TOPIC": f"{t}-{tag}"
            for t in ("spans", "logs", "accesses", "dlq", "incidents", "repros", "verdicts", "contracts")},

@@ -127,6 +127,7 @@ def test_sigkill_mid_stream_then_restart_loses_and_doubles_nothing(harness: Harn
         "TRACE_REPRO_FALKORDB_URL": s.falkordb.url,
         "TRACE_REPRO_ENVIRONMENT": s.environment,
         "TRACE_REPRO_KAFKA__GROUP_ID": s.kafka.group_id,
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": s.kafka.auto_offset_reset,
         "TRACE_REPRO_KAFKA__SPANS_TOPIC": s.kafka.spans_topic,
         "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": s.kafka.accesses_topic,
         "TRACE_REPRO_KAFKA__DLQ_TOPIC": s.kafka.dlq_topic,

@@ -128,6 +128,7 @@ def test_two_workers_share_the_partitions_survive_a_killed_worker_and_drain(harn
         "TRACE_REPRO_FALKORDB_URL": s.falkordb.url,
         "TRACE_REPRO_ENVIRONMENT": s.environment,
         "TRACE_REPRO_KAFKA__GROUP_ID": k.group_id,
+        "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": k.auto_offset_reset,
         "TRACE_REPRO_KAFKA__SPANS_TOPIC": k.spans_topic,
         "TRACE_REPRO_KAFKA__LOGS_TOPIC": k.logs_topic,
         "TRACE_REPRO_KAFKA__CDC_PATTERN": k.cdc_pattern,
@@ -216,6 +217,7 @@ def test_sigkill_of_the_supervisor_leaves_no_worker(harness: Harness, tmp_path: 
     asyncio.run(harness.create_topics(s.kafka.spans_topic, s.kafka.logs_topic))
     env = {**os.environ, "TRACE_REPRO_KAFKA_BOOTSTRAP": s.kafka.bootstrap, "TRACE_REPRO_FALKORDB_URL": s.falkordb.url,
            "TRACE_REPRO_ENVIRONMENT": s.environment, "TRACE_REPRO_KAFKA__GROUP_ID": s.kafka.group_id,
+           "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": s.kafka.auto_offset_reset,
            "TRACE_REPRO_KAFKA__SPANS_TOPIC": s.kafka.spans_topic, "TRACE_REPRO_KAFKA__LOGS_TOPIC": s.kafka.logs_topic,
            "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": s.kafka.accesses_topic, "TRACE_REPRO_HTTP__PORT": "0"}  # fmt: skip
     log = tmp_path / "daemon.log"
@@ -243,6 +245,7 @@ def test_workers_share_the_daemons_imports_with_the_supervisor(harness: Harness,
     asyncio.run(harness.create_topics(s.kafka.spans_topic, s.kafka.logs_topic))
     env = {"TRACE_REPRO_KAFKA_BOOTSTRAP": s.kafka.bootstrap, "TRACE_REPRO_FALKORDB_URL": s.falkordb.url,
            "TRACE_REPRO_ENVIRONMENT": s.environment, "TRACE_REPRO_KAFKA__GROUP_ID": s.kafka.group_id,
+           "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": s.kafka.auto_offset_reset,
            "TRACE_REPRO_KAFKA__SPANS_TOPIC": s.kafka.spans_topic, "TRACE_REPRO_KAFKA__LOGS_TOPIC": s.kafka.logs_topic,
            "TRACE_REPRO_KAFKA__ACCESSES_TOPIC": s.kafka.accesses_topic, "TRACE_REPRO_HTTP__PORT": "0"}  # fmt: skip
     log = tmp_path / "daemon.log"
