@@ -5,7 +5,7 @@ it to a whole event; the runtime calls the redactor on every event before it is 
 """
 
 from processors.redaction.config import SENSITIVE, RedactionConfig
-from processors.redaction.events import Redactor
+from processors.redaction.events import Redactor, redacted
 from processors.redaction.policy import DROPPED, HASHED, Policy, RedactionKeyMissing, is_marker
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "RedactionKeyMissing",
     "Redactor",
     "is_marker",
+    "redacted",
 ]

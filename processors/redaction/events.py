@@ -157,4 +157,12 @@ class _Incident:
         return text
 
 
-__all__ = ["Redactor"]
+def redacted(incident: IncidentEvent) -> bool:
+    """Whether some value of ``incident`` is a redaction marker (a repro built from it replays placeholders)."""
+    images = [v for c in incident.commits for image in (c.before, c.after) if image for v in image.values()]
+    accesses = [incident.culprit, incident.victim, *incident.writers, *incident.accesses]
+    values = [*images, *(p for a in accesses for p in a.params), *(v for a in accesses for v in a.set_values.values())]
+    return any(is_marker(v) for v in values)
+
+
+__all__ = ["Redactor", "redacted"]
