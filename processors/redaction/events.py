@@ -21,8 +21,11 @@ from typing import Any, TypeVar
 from pydantic import SecretStr
 
 from processors.model.base import Published
+from processors.model.graph import GraphBatch
 from processors.model.incident import AccessInfo, CommitInfo, IncidentEvent
 from processors.redaction.config import Action, RedactionConfig
+from processors.redaction.graph import redact_batch
+from processors.redaction.literals import Literals
 from processors.redaction.params import ParameterColumns
 from processors.redaction.policy import Policy, canonical, is_marker
 from processors.telemetry import Telemetry
@@ -34,11 +37,16 @@ MIN_TEXT = 4  # a redacted value shorter than this as text is not searched for i
 class Redactor:
     """The policy applied to whole events; call it on every event before it is published."""
 
-    __slots__ = ("params", "policy")
+    __slots__ = ("literals", "params", "policy")
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.params = ParameterColumns(policy.telemetry)
+        self.literals = Literals(policy)
+
+    def graph(self, batch: GraphBatch) -> None:
+        """Redact a stage's graph rows in place before they are written (``processors.redaction.graph``)."""
+        redact_batch(batch, self.policy, self.params, self.literals)
 
     @classmethod
     def of(cls, config: RedactionConfig, key: SecretStr | None, telemetry: Telemetry | None = None) -> Redactor:
@@ -141,7 +149,7 @@ class _Incident:
                 statement = statement.replace(f"'{quoted}'", f"'{marker}'")
             elif isinstance(value, int | float) and not isinstance(value, bool) and len(str(value)) >= MIN_TEXT:
                 statement = re.sub(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", f"'{marker}'", statement)
-        return statement
+        return self.r.literals(statement, self.e.table)
 
     def _text(self, text: str) -> str:
         """``text`` with every value redacted in this event (and every hashed key) replaced by its marker."""

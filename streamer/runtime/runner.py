@@ -4,7 +4,8 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
 
 1. ``getmany()`` a batch (bounded by ``max_poll_records`` and ``fetch_max_bytes``);
 2. the stage turns it into graph rows, messages to produce and pins to release (synchronous, no I/O);
-3. the graph rows are written (retried while FalkorDB is unreachable: consumption pauses meanwhile);
+3. the graph rows are redacted (``[redaction]``) and written (retried while FalkorDB is unreachable: consumption
+   pauses meanwhile);
 4. every message is produced and acknowledged (idempotent producer, ``acks=all``);
 5. the events the processors emitted that the graph has not recorded yet are redacted (``[redaction]``), published
    (acknowledged), then recorded on the graph (a replay re-derives them and stops here);
@@ -283,6 +284,7 @@ class StageRunner:
         and recorded, and the graph rows refused for their content dead-lettered."""
         dead: list[DeadRow] = []
         if len(out.graph):
+            self.redact.graph(out.graph)  # the graph's rows hold what the events hold: redacted alike
             started = time.perf_counter()
             written = await self.graph.write_batch(out.graph, dead)
             self.metrics.graph_rows.inc(written)

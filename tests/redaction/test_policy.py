@@ -10,6 +10,7 @@ from pydantic import SecretStr
 
 from processors.model.outputs import IncidentEvent
 from processors.redaction import DROPPED, HASHED, Policy, RedactionConfig, RedactionKeyMissing, Redactor
+from processors.redaction.literals import redact_literals
 from processors.redaction.policy import words
 from processors.telemetry import Telemetry
 from streamer.config import ConfigError, load
@@ -131,3 +132,20 @@ def test_literals_in_statements_are_redacted_but_not_the_sql_around_them() -> No
     )
     out = redactor(columns={"note": "drop"})(e.model_copy(update={"culprit": culprit}))
     assert out.culprit.statement == f"UPDATE orders SET email = '{DROPPED}', note = '{DROPPED}' WHERE id = 4711"
+
+
+def test_inline_literals_are_redacted_by_the_column_they_meet() -> None:
+    """Literals compared with, set into or inserted into a sensitive column go (lower(email) too); others stay."""
+    p = Policy(RedactionConfig())
+    cases = {
+        "UPDATE users SET email = 'a@b.c', name = 'Ann' WHERE id = 5":
+            f"UPDATE users SET email = '{DROPPED}', name = 'Ann' WHERE id = 5",
+        "INSERT INTO payments (id, card_number, cvv) VALUES (%s, '4111111111111111', 123)":
+            f"INSERT INTO payments (id, card_number, cvv) VALUES (%s, '{DROPPED}', '{DROPPED}')",
+        "SELECT id FROM users WHERE lower(email) IN ('a@b.c', 'd@e.f') AND id = $1":
+            f"SELECT id FROM users WHERE lower(email) IN ('{DROPPED}', '{DROPPED}') AND id = $1",
+        "SELECT id FROM users WHERE status = 'open' LIMIT 10": "SELECT id FROM users WHERE status = 'open' LIMIT 10",
+        "not sql at all 'a@b.c'": "not sql at all 'a@b.c'",
+    }  # fmt: skip
+    for statement, expected in cases.items():
+        assert redact_literals(statement, p) == expected, statement

@@ -1,6 +1,6 @@
 """Redaction through the daemon on the real engines: a lost update on a table with sensitive columns, detected from
 Kafka, written to FalkorDB, published on the incidents topic and filed on the (fake) GitLab as a confidential issue;
-the customer's email and card number are in none of them, their redaction markers are."""
+the customer's email and card number are in none of them (nor in the graph's rows), their redaction markers are."""
 
 from __future__ import annotations
 
@@ -84,6 +84,8 @@ async def test_a_filed_issue_and_the_incident_event_carry_markers_not_the_values
                              "the file sink's line")  # fmt: skip
             written = "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())  # noqa: ASYNC240
             assert EMAIL not in written and CARD not in written and DROPPED in written
+            graph = repr(h.graph_rows("MATCH (s:Span)-[x]->(e:Entity) RETURN s.statement, x, e.image"))
+            assert EMAIL not in graph and CARD not in graph and DROPPED in graph  # what MCP's tools read
             assert h.daemon is not None
             counted = next(t for t in h.daemon.metrics.telemetry.all() if t.component == "redaction").events
             assert counted["redacted_drop"] >= 8 and counted["redacted_hash"] == 0
