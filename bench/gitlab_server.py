@@ -553,7 +553,7 @@ class FakeGitLab:
             "author": USER,
             "assignees": [],
             "milestone": None,
-            "confidential": False,
+            "confidential": bool(i.get("confidential", False)),
             "discussion_locked": None,
             "user_notes_count": notes,
             "web_url": f"{base}/{project['path_with_namespace']}/-/issues/{i['iid']}",
@@ -651,6 +651,7 @@ class FakeGitLab:
             "updated_at": now,
             "closed_at": None,
             "closed_by": None,
+            "confidential": data.get("confidential") in (True, "true", "1", 1),  # as GitLab stores it
         }
         issues.append(issue)
         out = self._issue_json(issue, base)

@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from processors.codeloc import CodeLocConfig
 from processors.component import Factory, Section
 from processors.correlation_config import CorrelationConfig
 from processors.graph_rows import GraphPolicyConfig
+from processors.redaction import RedactionConfig
 from processors.sql import SqlConfig
 from processors.state.config import WindowConfig
 from sinks.graph.config import FalkorDBConfig
@@ -61,8 +62,16 @@ class CoreSettings(BaseSettings):
     correlation: CorrelationConfig = CorrelationConfig()
     codeloc: CodeLocConfig = CodeLocConfig()
     http: HttpConfig = HttpConfig()
+    redaction: RedactionConfig = RedactionConfig()
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None
+    redaction_key: SecretStr | None = None  # TRACE_REPRO_REDACTION_KEY: the HMAC key of [redaction]'s hash rules
+
+    @model_validator(mode="after")
+    def _hash_needs_a_key(self) -> CoreSettings:
+        if self.redaction.enabled and self.redaction.hashes() and not self.redaction_key:
+            raise ValueError("redaction: a rule says hash but redaction_key (TRACE_REPRO_REDACTION_KEY) is not set")
+        return self
 
     @property
     def graph_name(self) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from processors.redaction import RedactionConfig
 from streamer import config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +17,7 @@ def test_example_config_loads() -> None:
     settings = config.load(REPO / "config" / "trace-repro.toml", env={})
     assert settings.kafka.spans_topic == "otlp_spans"
     assert settings.graph_policy.detail == "paths"
+    assert settings.redaction == RedactionConfig()  # the shipped [redaction] is the documented default
 
 
 def test_environment_wins_over_file(tmp_path: Path) -> None:

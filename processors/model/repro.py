@@ -61,3 +61,4 @@ class ReproEvent(Published):
     sql_rewrites: list[dict[str, str]]
     divergence: DivergenceInfo
     proven: bool  # faithful, RED before the repair and GREEN after it
+    redacted: bool = False  # built from an incident with redacted values: it replays their placeholders

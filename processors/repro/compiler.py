@@ -24,6 +24,7 @@ import sqlglot
 
 from processors.invariants import Invariant, InvariantError
 from processors.model.outputs import IncidentEvent
+from processors.redaction import redacted
 from processors.repro.app_level import CallSpec, calls, recorded_root
 from processors.repro.divergence import ExecutedStatement
 from processors.repro.literals import check_module, literal, plain
@@ -43,8 +44,13 @@ _DOC = '''"""Deterministic repro of one {anomaly} incident ({level} level), gene
 Standalone: needs only pytest and psycopg. REPRO_DSN names a PostgreSQL server (a scratch database is created and
 dropped there); REPRO_TRACE_OUT, if set, receives the statements this run executed. It fails (RED) while the
 defect is present: the check below judges the real final rows and what the statements returned, not a recorded
-verdict.
+verdict.{redacted}
 """'''
+_REDACTED = """
+
+Some production values were redacted before they left trace-repro (its [redaction] policy): they are the
+placeholders '[REDACTED]' (dropped) and '[HMAC:...]' (keyed hash) here. The run replays the placeholders, not
+the production values: where the defect depends on such a value, RED or GREEN here does not prove it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +194,8 @@ def _split(module: cst.Module, data: Mapping[str, Any]) -> tuple[list[str], list
     return imports, body
 
 
-def _header(level: str, anomaly: str, imports: Sequence[str]) -> list[Statement]:
-    doc = cst.parse_statement(_DOC.format(anomaly=anomaly, level=level))
+def _header(level: str, anomaly: str, imports: Sequence[str], redacted: bool) -> list[Statement]:
+    doc = cst.parse_statement(_DOC.format(anomaly=anomaly, level=level, redacted=_REDACTED if redacted else ""))
     future = cst.parse_statement("from __future__ import annotations\n")
     unique = _merged(imports)
     third = [i for i in unique if re.match(r"(from|import) (psycopg|pytest)\b", i)]
@@ -278,7 +284,7 @@ def compile_repro(
         keys = {a.trace_id: a.idempotency_key for a in incident.accesses if a.idempotency_key}
         data["CALLS"] = calls(schedule, call_specs, keys)
     parts = [_split(_template(name), data) for name in (*_HARNESS, _TEMPLATES[level])]
-    header = _header(level, schedule.anomaly, [line for imports, _ in parts for line in imports])
+    header = _header(level, schedule.anomaly, [line for imports, _ in parts for line in imports], redacted(incident))
     body: list[Statement] = []
     for _, statements in parts:  # two blank lines between templates; a template's leading comments are kept
         kept = [line for line in statements[0].leading_lines if line.comment is not None]

@@ -242,6 +242,10 @@ class SqlAccessExtractor:
         )
 
     # -- per statement text (cached) -----------------------------------------------------------------
+    def shape(self, statement: str) -> Shape | str:
+        """The statement's parameter-free reading, or why there is none (cached; see ``processors.sql.shape``)."""
+        return self._shape(statement)
+
     def _shape(self, statement: str) -> Shape | str:
         cached = self._cache.get(statement)
         if cached is not None and (isinstance(cached, str) or cached.keys_version == self.keys.version):

@@ -45,6 +45,9 @@ def repro_note(e: ReproEvent, test_link: str, patch_link: str | None) -> str:
         f"| **Divergence** | {divergence} |",
         "",
     ]
+    if e.redacted:
+        lines += ["Built from redacted values: the test replays their placeholders (`[REDACTED]`, `[HMAC:…]`), not "
+                  "production's; where the defect depends on them, RED and GREEN do not prove it.", ""]  # fmt: skip
     if e.repairs:
         lines += ["**Repairs**", ""]
         for r in e.repairs:

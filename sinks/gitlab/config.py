@@ -37,6 +37,9 @@ class GitLabConfig(Section):
         1000, ge=1, description="events kept while GitLab is down or the sink is parked; more are read again later"
     )
     token_file: str = Field("", description="read the token from this file (re-read by each health check)")
+    confidential: bool = Field(
+        False, description="file issues as confidential (only project members see them; existing issues unchanged)"
+    )
 
 
 __all__ = ["GitLabConfig"]

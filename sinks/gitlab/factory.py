@@ -48,6 +48,7 @@ def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
         ssl_verify=config.ssl_verify,
         max_queued=config.max_queued,
         token_file=config.token_file or None,
+        confidential=config.confidential,
         telemetry=ctx.telemetry("gitlab"),
     )
 

@@ -74,9 +74,11 @@ def _reopen_note(e: Filed, fixed_after_ms: float | None) -> str:
 class Issues:
     """The issues of one project, by fingerprint; see the module docstring. ``project`` is set by the sink."""
 
-    def __init__(self, *, labels: tuple[str, ...], occurrence_notes: int, telemetry: Telemetry) -> None:
+    def __init__(self, *, labels: tuple[str, ...], occurrence_notes: int, telemetry: Telemetry,
+                 confidential: bool = False) -> None:  # fmt: skip
         self.project: Any = None  # python-gitlab's Project, loaded by the sink's first step
         self.labels = labels
+        self.confidential = confidential  # file issues only project members can see
         self.occurrence_notes = occurrence_notes
         self.telemetry = telemetry
         self.known: dict[str, IssueRef] = {}  # fingerprint -> its issue, once filed or found
@@ -119,7 +121,10 @@ class Issues:
         if found is not None:
             return found, False
         labels = [*self.labels, fingerprint_label(e.fingerprint)]
-        issue = self.project.issues.create({"title": _title(e), "description": _description(e), "labels": labels})
+        fields: dict[str, Any] = {"title": _title(e), "description": _description(e), "labels": labels}
+        if self.confidential:
+            fields["confidential"] = True
+        issue = self.project.issues.create(fields)
         self.telemetry.count("issues_created")
         # Verify: a racing instance may have filed it too. Close only our own issue if it lost; the other
         # instance closes its own (a crashed one's is closed by any later lookup).

@@ -122,6 +122,7 @@ class GitLabSink(Sink):
         ssl_verify: bool = True,
         max_queued: int = 1000,
         token_file: str | Path | None = None,
+        confidential: bool = False,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
@@ -142,7 +143,8 @@ class GitLabSink(Sink):
                              max_retry_after_s=max_retry_after_s)  # fmt: skip
         self._retrier = Retrier(policy, sleep=sleep, rng=rng, redact=self._redact,
                                 on_retry=lambda _op: self.telemetry.count("retries"))  # fmt: skip
-        self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry)
+        self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry,
+                              confidential=confidential)  # fmt: skip
         self._mrs = MergeRequests(self._issues, target_branch=target_branch, telemetry=self.telemetry)
         self._queue: deque[Event] = deque()
         self._queued: set[str] = set()  # event ids in the queue

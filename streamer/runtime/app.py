@@ -29,7 +29,8 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from processors.component import Processor
-from processors.model.outputs import register
+from processors.model.outputs import Published, register
+from processors.redaction import Redactor
 from processors.sink import Sink
 from sinks.graph import GraphSink, GraphWriter
 from sinks.kafka import KafkaSink
@@ -73,6 +74,7 @@ class Daemon:
         self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"),
                                retention=settings.graph_policy)  # fmt: skip
         self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"), stopping=self.stop)
+        self.redact = Redactor.of(settings.redaction, settings.redaction_key, self.metrics.telemetry("redaction"))
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness,
                                self._liveness)  # fmt: skip
         self.failure = ""  # what failed first ("stage ingest: ValueError"): the daemon stops and exits 1
@@ -107,12 +109,16 @@ class Daemon:
         for factory in self.components.factories:
             if factory.stage or not factory.topics or factory.kind not in ("sink", "connector"):
                 continue
-            ctx = RuntimeContext(s, self.metrics, clock, graph=self.graph, publish=self.producer.publish)
+            ctx = RuntimeContext(s, self.metrics, clock, graph=self.graph, publish=self._publish)
             sink = create(factory, ctx, s)
             if sink is not None:
                 topics = [s.kafka.topic(role) for role in factory.topics]
                 self.sink_runners.append(SinkRunner(factory.name, sink, settings=s, topics=topics,
                                                     metrics=self.metrics))  # fmt: skip
+
+    async def _publish(self, event: Published) -> None:
+        """What connectors publish (repros), redacted like the stages' events (``StageRunner._durable``)."""
+        await self.producer.publish(self.redact(event))
 
     def _runner(self, stage: IngestStage | EntityStage, group: str) -> StageRunner:
         return StageRunner(stage.name, stage, settings=self.settings, group_id=group, graph=self.graph,

@@ -4,10 +4,11 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
 
 1. ``getmany()`` a batch (bounded by ``max_poll_records`` and ``fetch_max_bytes``);
 2. the stage turns it into graph rows, messages to produce and pins to release (synchronous, no I/O);
-3. the graph rows are written (retried while FalkorDB is unreachable: consumption pauses meanwhile);
+3. the graph rows are redacted (``[redaction]``) and written (retried while FalkorDB is unreachable: consumption
+   pauses meanwhile);
 4. every message is produced and acknowledged (idempotent producer, ``acks=all``);
-5. the events the processors emitted that the graph has not recorded yet are published (acknowledged), then
-   recorded on the graph (a replay re-derives them and stops here);
+5. the events the processors emitted that the graph has not recorded yet are redacted (``[redaction]``), published
+   (acknowledged), then recorded on the graph (a replay re-derives them and stops here);
 6. the stage releases the pins of what is now durable, and the offsets it allows are committed.
 
 A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing. A broker
@@ -38,6 +39,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from processors.redaction import Redactor
 from processors.sink import Backoff
 from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
@@ -121,6 +123,7 @@ class StageRunner:
         self.graph = graph
         self.producer = producer
         self.metrics = metrics
+        self.redact = Redactor.of(settings.redaction, settings.redaction_key, metrics.telemetry("redaction"))
         self.consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
         self._positions: dict[TopicPartition, int] = {}
@@ -284,6 +287,7 @@ class StageRunner:
         and recorded, and the graph rows refused for their content dead-lettered."""
         dead: list[DeadRow] = []
         if len(out.graph):
+            self.redact.graph(out.graph)  # the graph's rows hold what the events hold: redacted alike
             started = time.perf_counter()
             written = await self.graph.write_batch(out.graph, dead)
             self.metrics.graph_rows.inc(written)
@@ -292,7 +296,7 @@ class StageRunner:
             await self.graph.expire_spans(out.expire_before_ms)
         await self.produce(out.produce)
         if out.events:
-            fresh = await self.graph.unseen(out.events)
+            fresh = [self.redact(e) for e in await self.graph.unseen(out.events)]  # before anything sees them
             await self.produce([self.producer.message(e) for e in fresh])
             await self.graph.record(fresh, dead)
             for event in fresh:

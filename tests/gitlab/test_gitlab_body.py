@@ -200,3 +200,10 @@ def test_hostile_strings_cannot_break_out(strings: list[str]) -> None:
     assert state is not None and state.last_entity == e.entity and state.seen(e.occurrence)
     note = body_incident.occurrence_note(e, 2, last=True)
     assert "@" not in CODE_SPAN.sub("", note) and note.startswith(markdown.marker(markdown.event_id(e)) + "\n")
+
+
+def test_a_repro_of_redacted_values_says_so() -> None:
+    """A repro built from a redacted incident tells the reader it replays placeholders; one built from values not."""
+    links = ("[t.py](/uploads/a/t.py)", None)
+    assert "Built from redacted values" in body_repro.repro_note(repro().model_copy(update={"redacted": True}), *links)
+    assert "redacted" not in body_repro.repro_note(repro(), *links)

@@ -115,3 +115,18 @@ async def test_built_sink_uses_the_section_the_token_and_the_component_telemetry
         assert telemetry.events["retries"] == 1
     finally:
         await sink.close()
+
+
+async def test_confidential_files_confidential_issues(server: FakeGitLab) -> None:
+    """``confidential = true`` files issues GitLab shows only to project members; the default files public ones."""
+    for confidential in (True, False):
+        config = GitLabConfig(url=server.url, project=PROJECT, occurrence_notes=0, confidential=confidential)
+        sink = build(config, FakeContext(gitlab_token=TOKEN))
+        assert isinstance(sink, GitLabSink)
+        try:
+            e = incident(fingerprint=f"confidential-{confidential}")
+            await deliver(sink, e)
+            [issue] = [i for i in server.issues() if f"confidential-{confidential}" in str(i["labels"])]
+            assert issue["confidential"] is confidential
+        finally:
+            await sink.close()

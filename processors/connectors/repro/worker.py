@@ -43,6 +43,7 @@ from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.green import sql_green
 from processors.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
+from processors.redaction import redacted
 from processors.repair import RepairPlan, apply, plan_repairs
 from processors.repro import CallSpec, GeneratedTest, ReproError, compile_repro, first_divergence, run_repro
 from processors.repro.ci_files import write_repro_files
@@ -251,6 +252,7 @@ class ReproWorker(Sink):
             sql_rewrites=rewrites,
             divergence=divergence,
             proven=proven,
+            redacted=redacted(incident),
         )
 
     def _green(self, incident: IncidentEvent, test: GeneratedTest, plan: RepairPlan, work: Path,
