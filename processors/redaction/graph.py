@@ -51,6 +51,8 @@ def _image(text: str, table: str, policy: Policy) -> str:
     if not isinstance(image, dict):
         return text
     out = {col: policy.apply(policy.action(table, col), v) for col, v in image.items()}
+    if all(out[col] is v for col, v in image.items()):
+        return text  # nothing redacted: the text as written (no second serialisation on the hot path)
     return json.dumps(out, sort_keys=True, default=str)
 
 
