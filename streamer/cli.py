@@ -11,6 +11,9 @@ trace-repro contract add --fingerprint F --signature S [...]       add a proof c
 trace-repro gate --diff F --description F --contract F.json        merge-request gate for a fix
                  [--junit F.xml] [--codequality F.json]            (its tests' run; a Code Quality report)
 trace-repro mcp [--config FILE] [--transport stdio|http]            the MCP server for agents (read-only by default)
+trace-repro config check [--config FILE]                           validate a config; name the closest key of a typo
+trace-repro doctor [--config FILE] [--messages N] [--seconds S]    what the telemetry lacks, per service and table,
+                   [--from end|beginning] [--json]                 and what to turn on
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamer import contract_cli, gate
+from streamer import config_check, contract_cli, gate
 from streamer.engines import ALL, EngineError, LocalEngines
 
 
@@ -142,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
     contract_cli.add_parser(sub)  # trace-repro contract add ...
     gate.add_parser(sub)  # trace-repro gate --diff F --description F --contract F.json
     _mcp_parser(sub)  # trace-repro mcp [--transport stdio|http] ...
+    config_check.add_parser(sub)  # trace-repro config check [--config F]
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
     run.add_argument(
@@ -165,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "local":
             return _local(args)
-        if args.command in ("contract", "gate"):
+        if args.command in ("contract", "gate", "config"):
             return int(args.handler(args))
         if args.command == "mcp":
             return _mcp(args)
