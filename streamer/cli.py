@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from streamer import config_check, contract_cli, gate
+from streamer.doctor import command as doctor
 from streamer.engines import ALL, EngineError, LocalEngines
 
 
@@ -146,6 +147,7 @@ def parser() -> argparse.ArgumentParser:
     gate.add_parser(sub)  # trace-repro gate --diff F --description F --contract F.json
     _mcp_parser(sub)  # trace-repro mcp [--transport stdio|http] ...
     config_check.add_parser(sub)  # trace-repro config check [--config F]
+    doctor.add_parser(sub)  # trace-repro doctor [--messages N] [--seconds S] [--from end|beginning] [--json]
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
     run.add_argument(
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "local":
             return _local(args)
-        if args.command in ("contract", "gate", "config"):
+        if args.command in ("contract", "gate", "config", "doctor"):
             return int(args.handler(args))
         if args.command == "mcp":
             return _mcp(args)
