@@ -64,3 +64,23 @@ def test_every_setting_has_a_valid_environment_name() -> None:
     model = config.settings_model()
     env = {f"TRACE_REPRO_{k.upper()}": "" for k in ("collisions__window_s", "gitlab__url", "redaction__enabled")}
     assert unknown_env(env, model) == []
+
+
+def test_daemon_warns_about_an_unknown_name_at_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trace-repro run`` starts with a TRACE_REPRO_* name nothing reads (it is not refused: the prefix is shared with
+    the tools' variables) but says so on stderr, with the closest valid name."""
+    from streamer import daemon
+    from streamer.runtime import app
+
+    for name in [n for n in os.environ if n.startswith("TRACE_REPRO_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TRACE_REPRO_KAFKA_BOOTSTRAPP", "kafka.internal:9093")
+    served: list[str] = []
+    monkeypatch.setattr(app, "serve", lambda settings, stages: served.append(settings.kafka.bootstrap) or 0)
+    assert daemon.run(None) == 0
+    assert served == ["127.0.0.1:9092"]  # the typo left the setting at its default: hence the warning
+    err = capsys.readouterr().err
+    assert "warning: TRACE_REPRO_KAFKA_BOOTSTRAPP is not a setting" in err
+    assert "did you mean TRACE_REPRO_KAFKA_BOOTSTRAP?" in err
