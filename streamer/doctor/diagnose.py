@@ -53,9 +53,13 @@ def diagnose(records: Sequence[Record], settings: CoreSettings, notes: Sequence[
         census.add(span)
     for name, stats in sorted(census.services.items()):
         report.findings += services.findings(name, stats, wire.services.get(name), settings.codeloc)
+    subjects: dict[str, str] = {}
     for topic, table in sorted(cdc.topics.items()):
-        report.findings += tables.findings(topic, table, report.undecodable.get(topic, {}),
-                                           settings.correlation.trace_column)  # fmt: skip
+        found = tables.findings(topic, table, report.undecodable.get(topic, {}), settings.correlation.trace_column)
+        report.findings += found
+        if table.table:
+            subjects[table.table.rsplit(".", 1)[-1]] = found[0].subject
+    report.findings += services.table_parameters(census, subjects)
     written = {name: s.written for name, s in census.services.items() if s.written}
     report.findings += tables.uncaptured(written, list(cdc.topics.values()))
     return report

@@ -54,18 +54,16 @@ class Report:
         )
 
     def to_table(self) -> str:
-        """One block per subject: a line per capability (status, what was seen) and its fix under it."""
+        """One block per subject: a line per capability (status, what was seen) and, unless ok, its fix under it."""
         lines = ["sample: " + (", ".join(f"{t} {n} message(s)" for t, n in self.topics.items()) or "nothing")]
         for topic, reasons in self.undecodable.items():
             lines.append(f"  {topic}: undecodable " + ", ".join(f"{r} x{n}" for r, n in reasons.items()))
         lines += [f"  note: {n}" for n in self.notes]
         width = max((len(f.capability) for f in self.findings), default=0)
-        subject = ""
-        for f in self.findings:
-            if f.subject != subject:
-                subject = f.subject
-                lines += ["", subject]
-            lines.append(f"  {f.capability:<{width}}  {f.status.value.upper():<7}  {f.detail}")
-            if f.fix and f.status is not Status.OK:
-                lines.append(f"  {'':<{width}}  {'':<7}  fix: {f.fix}")
+        for subject in dict.fromkeys(f.subject for f in self.findings):  # in the order subjects first appear
+            lines += ["", subject]
+            for f in self.for_subject(subject):
+                lines.append(f"  {f.capability:<{width}}  {f.status.value.upper():<7}  {f.detail}")
+                if f.fix and f.status is not Status.OK:
+                    lines.append(f"  {'':<{width}}  {'':<7}  fix: {f.fix}")
         return "\n".join(lines)

@@ -29,6 +29,7 @@ class ServiceStats:
     statements: int = 0  # DB spans whose statement reads or writes rows
     unbound: int = 0  # ... of which the span lacks placeholders' values
     unbound_tables: Counter[str] = field(default_factory=Counter)
+    tables: Counter[str] = field(default_factory=Counter)  # statements per table (no schema)
     written: set[str] = field(default_factory=set)  # tables (no schema) the service writes
     versions: Counter[str] = field(default_factory=Counter)  # service.version ("" = none) -> spans
     server: int = 0
@@ -64,6 +65,7 @@ class ServiceCensus:
         if not accesses:
             return
         s.statements += 1
+        s.tables.update({a.table for a in accesses})
         if any(unbound(a) for a in accesses):
             s.unbound += 1
             s.unbound_tables.update({a.table for a in accesses})
@@ -129,3 +131,20 @@ def _sampling(subject: str, wire: WireFacts) -> Finding:
         return Finding(subject, what, Status.OK, f"sampler attributes {keys}")
     return Finding(subject, what, Status.PARTIAL, "no sampling information on the spans: every trace is taken as "
                    "kept (a head sampler that drops writers hides collisions)", fixes.SAMPLING)  # fmt: skip
+
+
+def table_parameters(census: ServiceCensus, subjects: dict[str, str]) -> list[Finding]:
+    """Per table the statements touch: how many of them carry no parameter values, and from which services.
+    ``subjects`` names a table's subject by its bare name (a captured table's CDC subject)."""
+    out = []
+    for table in sorted({t for s in census.services.values() for t in s.tables}):
+        total = sum(s.tables[table] for s in census.services.values())
+        lacking = {name: s.unbound_tables[table] for name, s in census.services.items() if s.unbound_tables[table]}
+        n = sum(lacking.values())
+        detail = (f"{n} of {total} statement(s) on it carry no parameter values (from "
+                  f"{', '.join(sorted(lacking))}): its rows are inferred from its row changes" if n else
+                  f"{total} statement(s) on it, every one with its parameter values")  # fmt: skip
+        fix = "record the statements' parameters in those services (see each service's fix)" if n else ""
+        out.append(Finding(subjects.get(table, f"table {table}"), "collisions: statement parameters",
+                           _share(total - n, total), detail, fix))  # fmt: skip
+    return out

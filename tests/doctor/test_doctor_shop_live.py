@@ -79,7 +79,10 @@ async def test_doctor_says_the_shops_statements_are_unbound_and_names_the_fix(
         assert before["status"] in ("ok", "partial"), before  # the shop's tables are REPLICA IDENTITY FULL
         form = _finding(report, f"table public.{t} ({prefix}.public.{t})", "cdc: converter form")
         assert form["status"] == "ok" and "envelope" in form["detail"]
-    assert _finding(report, f"table public.orders ({prefix}.public.orders)", "cdc: before images")["status"] == "ok"
+    orders = f"table public.orders ({prefix}.public.orders)"
+    assert _finding(report, orders, "cdc: before images")["status"] == "ok"
+    per_table = _finding(report, orders, "collisions: statement parameters")  # the same, per table
+    assert per_table["status"] == "missing" and "(from shop)" in per_table["detail"]
 
     assert await asyncio.to_thread(cli.main, ["doctor", "--from", "beginning", "--seconds", "20"]) == 0  # the table
     table = capsys.readouterr().out
@@ -95,6 +98,7 @@ async def test_doctor_says_the_shops_statements_are_unbound_and_names_the_fix(
     params = _finding(report, "service shop", "collisions: statement parameters")
     assert params["status"] == "ok", params
     assert "every one with its parameter values" in params["detail"]
+    assert _finding(report, orders, "collisions: statement parameters")["status"] == "ok"
 
 
 def test_doctor_without_a_broker_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

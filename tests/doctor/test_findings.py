@@ -45,6 +45,10 @@ def test_unbound_statements_are_missing_parameters_with_the_python_fix() -> None
     assert params.detail.startswith("2 of 2 statement(s) carry no parameter values (")
     assert "orders" in params.detail and "charges" in params.detail
     assert params.fix == fixes.PARAMETERS["python"] and "capture_parameters=True" in params.fix
+    per_table = {f.subject: f for f in services.table_parameters(census, {"orders": "table public.orders (t)"})}
+    assert per_table["table public.orders (t)"].status is Status.MISSING
+    assert per_table["table public.orders (t)"].detail.startswith("1 of 1 statement(s) on it carry no parameter")
+    assert per_table["table charges"].status is Status.MISSING
 
 
 def test_bound_statements_are_ok_and_a_mix_is_partial() -> None:
