@@ -120,3 +120,32 @@ def test_doctor_without_topics_exits_2(
     assert cli.main(["doctor", "--seconds", "1"]) == 2
     err = capsys.readouterr().err
     assert "none of the configured topics exists" in err and f"nospans-{tag}" in err
+
+
+async def test_doctor_reads_at_most_n_messages_per_topic_from_the_end(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--messages N bounds the sample per topic, spread over its partitions; from the end, the latest are read."""
+    from aiokafka import AIOKafkaProducer
+
+    from tests.doctor.test_findings import _traces
+
+    tag = uuid.uuid4().hex[:8]
+    spans = f"dspans-{tag}"
+    await create_topics(kafka_bootstrap, {spans: 2})
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for i in range(20):
+            await producer.send_and_wait(spans, _traces("ot=th:8" if i >= 14 else ""), partition=i % 2)
+    finally:
+        await producer.stop()
+    monkeypatch.setenv("TRACE_REPRO_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("TRACE_REPRO_KAFKA__SPANS_TOPIC", spans)
+    monkeypatch.setenv("TRACE_REPRO_KAFKA__CDC_PATTERN", f"^nocdc{tag}$")
+    status = await asyncio.to_thread(cli.main, ["doctor", "--messages", "6", "--seconds", "20", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0 and report["topics"] == {spans: 6}
+    sampling = _finding(report, "service api", "sampling: threshold or sampler")  # the last 6: all with th
+    assert sampling["status"] == "ok" and sampling["detail"] == "6 of 6 span(s) carry tracestate ot=th:8"
+    assert any("no topic matches kafka.cdc_pattern" in n for n in report["notes"])
