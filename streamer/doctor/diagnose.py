@@ -1,4 +1,8 @@
-"""From sampled records to the report: decode with the daemon's decoders, sum up per service and table, find."""
+"""From sampled records to the report: decode with the daemon's decoders, sum up per service and table, find.
+
+A message the daemon would dead-letter is counted by the reason the daemon would give (the decoder's, or
+``internal_error:<type>``) and named in the report; the rest of the sample is still read.
+"""
 
 from __future__ import annotations
 
@@ -43,9 +47,10 @@ def diagnose(records: Sequence[Record], settings: CoreSettings, notes: Sequence[
                 if change is not None:
                     extractor.keys.learn(change)  # as stage 1 does: the keys come from the row changes
                 cdc.add(r.topic, r.value, change)
-        except DecodeError as exc:
+        except Exception as exc:  # as the daemon would dead-letter it: a decoder's reason, or internal_error:<type>
+            reason = exc.reason if isinstance(exc, DecodeError) else f"internal_error:{type(exc).__name__}"
             reasons = report.undecodable.setdefault(r.topic, {})
-            reasons[exc.reason] = reasons.get(exc.reason, 0) + 1
+            reasons[reason] = reasons.get(reason, 0) + 1
             if r.topic not in (kafka.spans_topic, kafka.logs_topic):
                 cdc.add(r.topic, r.value, None)
     census = services.ServiceCensus(extractor)

@@ -160,10 +160,12 @@ def test_diagnose_counts_undecodable_cdc_and_uncaptured_written_tables() -> None
     table the spans write that no CDC topic carries is missing with the capture fix."""
     settings = config.load(None, env={"TRACE_REPRO_KAFKA__CDC_PATTERN": "^cdc\\."})
     records = [Record("cdc.public.items", 0, 0, b'{"id":1}', b"not json"),
-               Record("otlp_spans", 0, 0, None, _traces("", "python"))]  # fmt: skip
+               Record("otlp_spans", 0, 0, None, _traces("", "python")),
+               Record("otlp_spans", 0, 1, None, b"\xff\xff not protobuf")]  # fmt: skip
     report = diagnose(records, settings)
-    assert report.topics == {"cdc.public.items": 1, "otlp_spans": 1}
-    assert report.undecodable == {"cdc.public.items": {"debezium_invalid_json": 1}}
+    assert report.topics == {"cdc.public.items": 1, "otlp_spans": 2}
+    assert report.undecodable["cdc.public.items"] == {"debezium_invalid_json": 1}
+    assert sum(report.undecodable["otlp_spans"].values()) == 1  # counted, the rest of the sample read
     form = report.for_subject("table ? (cdc.public.items)")[0]
     assert form.capability == "cdc: converter form" and form.status is Status.MISSING
     census = services.ServiceCensus()
