@@ -39,6 +39,8 @@ CDC_CAPTURE = "add the table to the connector's table.include.list (or: trace-re
 CDC_BEFORE = "ALTER TABLE {table} REPLICA IDENTITY FULL (the before image then carries every column)"
 CDC_TRACE_COLUMN = ("optional: a column holding the writer's trace id ([correlation] trace_column) correlates "
                     "changes with traces at full strength")  # fmt: skip
+CDC_ENVELOPE = ("the full envelope with the JSON converter: drop ExtractNewRecordState (the unwrap SMT), "
+                "value.converter=org.apache.kafka.connect.json.JsonConverter")  # fmt: skip
 CDC_DECIMAL = ("decimal.handling.mode=string (or double) on the connector, or keep precise with "
                "value.converter.schemas.enable=true so that the scale travels with the value")  # fmt: skip
 LANGUAGES = tuple(PARAMETERS)

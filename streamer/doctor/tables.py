@@ -115,9 +115,8 @@ def findings(topic: str, t: TableStats, undecodable: dict[str, int], trace_colum
     if undecodable:
         reasons = ", ".join(f"{r} x{n}" for r, n in undecodable.items())
         status = Status.PARTIAL if t.changes else Status.MISSING
-        out.append(Finding(subject, "cdc: converter form", status, f"{forms}; the daemon could not decode: {reasons}",
-                           "the full envelope with the JSON converter: drop ExtractNewRecordState (the unwrap SMT), "
-                           "value.converter=org.apache.kafka.connect.json.JsonConverter"))  # fmt: skip
+        detail = f"{forms}; the daemon could not decode: {reasons}"
+        out.append(Finding(subject, "cdc: converter form", status, detail, fixes.CDC_ENVELOPE))
     else:
         out.append(Finding(subject, "cdc: converter form", Status.OK, f"{forms}; {schemas}"))
     if not t.changes:
@@ -125,7 +124,10 @@ def findings(topic: str, t: TableStats, undecodable: dict[str, int], trace_colum
     ops = " ".join(f"{op}:{n}" for op, n in sorted(t.ops.items()))
     out.append(Finding(subject, "cdc: captured", Status.OK, f"{t.changes} change(s) ({ops})"))
     partial = t.no_before + t.key_only_before
-    if not t.updates_deletes:
+    if t.forms["unwrapped"] and not t.forms["envelope"]:
+        out.append(Finding(subject, "cdc: before images", Status.MISSING, "unwrapped rows carry no before image "
+                           "(ExtractNewRecordState keeps the after image only)", fixes.CDC_ENVELOPE))  # fmt: skip
+    elif not t.updates_deletes:
         out.append(Finding(subject, "cdc: before images", Status.PARTIAL,
                            "no update or delete in the sample: replica identity not seen"))  # fmt: skip
     else:

@@ -126,7 +126,11 @@ def test_converter_form_schemas_and_precise_decimals() -> None:
     found = _by_capability(tables.findings("t", census.topics["t"], {}, "trace_id"))
     assert found["cdc: converter form"].detail == "Debezium envelope (JSON) x1; schemas on"
     assert found["cdc: decimals"].status is Status.PARTIAL and "(price)" in found["cdc: decimals"].detail
-    assert tables._form(json.dumps({"id": 1, "price": 3}).encode())[0] == "unwrapped"
+    unwrapped = json.dumps({"id": 1, "price": 3}).encode()
+    assert tables._form(unwrapped)[0] == "unwrapped"
+    census.add("u", unwrapped, RowChange("public.items", CdcOp.UPDATE, (("id", 1),), None, {"id": 1}, 0, 0, 0, ""))
+    before = _by_capability(tables.findings("u", census.topics["u"], {}, "trace_id"))["cdc: before images"]
+    assert before.status is Status.MISSING and "unwrapped rows carry no before image" in before.detail
     assert tables._form(b"\x00\x00\x00\x00\x07\x02abc")[0] == "registry"
 
 
