@@ -32,6 +32,7 @@ from processors.sql import SqlConfig
 from processors.state.config import WindowConfig
 from sinks.graph.config import FalkorDBConfig
 from sinks.kafka.config import KafkaConfig
+from streamer import config_names
 from streamer.decode.config import DecodeConfig
 
 C = TypeVar("C", bound=BaseModel)
@@ -160,7 +161,7 @@ def load(
         os.environ.update({k: v for k, v in env.items() if not k.startswith("TRACE_REPRO_") or _is_setting(k, model)})
         return model(**data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, path)) from exc
+        raise ConfigError(_describe(exc, path, model)) from exc
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -171,10 +172,13 @@ def _is_setting(var: str, model: type[CoreSettings]) -> bool:
     return name in model.model_fields
 
 
-def _describe(exc: ValidationError, path: Path | None) -> str:
+def _describe(exc: ValidationError, path: Path | None, model: type[CoreSettings]) -> str:
+    """One line per refused key; an unknown key (a typo) also names the closest valid one."""
     where = f" in {path}" if path else ""
     lines = [f"invalid configuration{where}:"]
+    valid = config_names.keys(model)
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(root)"
-        lines.append(f"  {key}: {err['msg']}")
+        near = config_names.closest(key, valid) if err["type"] == "extra_forbidden" else None
+        lines.append(f"  {key}: {err['msg']}" + (f"; did you mean {near}?" if near else ""))
     return "\n".join(lines)

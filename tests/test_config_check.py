@@ -84,3 +84,12 @@ def test_daemon_warns_about_an_unknown_name_at_start(
     err = capsys.readouterr().err
     assert "warning: TRACE_REPRO_KAFKA_BOOTSTRAPP is not a setting" in err
     assert "did you mean TRACE_REPRO_KAFKA_BOOTSTRAP?" in err
+
+
+def test_daemon_refuses_a_typo_inside_a_section_naming_the_closest_key() -> None:
+    """A nested typo (a section's unknown key) already stops the daemon at start; its message names the key meant."""
+    with pytest.raises(config.ConfigError) as refused:
+        config.load(None, env={"TRACE_REPRO_KAFKA__AUTO_OFFSET_RESTE": "earliest"})
+    assert "kafka.auto_offset_reste: Extra inputs are not permitted; did you mean kafka.auto_offset_reset?" in str(
+        refused.value
+    )
