@@ -22,8 +22,8 @@ PARAMETERS = {
 }
 PARAMETERS_SQLALCHEMY = ("SQLAlchemy's instrumentation records no parameters: also instrument its driver, e.g. "
                          "PsycopgInstrumentor().instrument(capture_parameters=True)")  # fmt: skip
-VERSION = ("set the resource attribute service.version to the build (OTEL_RESOURCE_ATTRIBUTES=service.version=<v>, "
-           "or OTEL_SERVICE_VERSION where the SDK reads it)")  # fmt: skip
+VERSION = ("set the resource attribute service.version to the build: OTEL_RESOURCE_ATTRIBUTES=service.version=<v> "
+           "(every SDK reads it), or in the SDK's Resource")  # fmt: skip
 ROUTES = {
     "python": "use the framework's instrumentation (Flask, Django, FastAPI): it sets http.route on server spans",
     "java": "the Java agent's servlet / Spring MVC / JAX-RS instrumentation sets http.route: keep it enabled",
