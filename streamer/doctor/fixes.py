@@ -28,7 +28,8 @@ ROUTES = {
     "python": "use the framework's instrumentation (Flask, Django, FastAPI): it sets http.route on server spans",
     "java": "the Java agent's servlet / Spring MVC / JAX-RS instrumentation sets http.route: keep it enabled",
     "nodejs": "@opentelemetry/instrumentation-express (or -fastify, -koa) with instrumentation-http sets http.route",
-    "go": "otelhttp: wrap each handler with otelhttp.WithRouteTag(route, h), or use otelmux / otelgin",
+    "go": "otelhttp derives http.route from the ServeMux pattern (r.Pattern, Go 1.22+: register patterns); before "
+    "v0.65 wrap handlers with otelhttp.WithRouteTag(route, h); or otelmux / otelgin",
 }
 ROUTES_ANY = "set http.route (the route template, not the path) on server spans: the framework's instrumentation does"
 CODE = ("auto-instrumentation records no code.*: configure [codeloc] (codeloc.source_root, codeloc.services) with a "
