@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.model.events import SpanKind
+from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
 from processors.model.units import MS_NS
 from processors.traces import ClosedTrace
@@ -58,6 +59,7 @@ class Request:
     http_status: int = 0
     signature: str = ""  # "" for a request that did not fail
     function: str = ""  # where the error was recorded
+    sampling: Sampling = UNKNOWN  # what its span states (processors.model.sampling)
 
     @property
     def duration_ms(self) -> float:
@@ -122,7 +124,7 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
         r = span.resource
         out.append(Request(trace.trace_id, span.span_id, r.service, r.version, r.revision, span.route or span.name,
                            label, span.start_ns, span.end_ns, error, exception, span.http_status, signature,
-                           function))  # fmt: skip
+                           function, span.sampling))  # fmt: skip
     return tuple(out)
 
 
