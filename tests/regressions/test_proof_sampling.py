@@ -4,13 +4,15 @@ with the reason, where the same telemetry unsampled gets its usual FIXED or WORS
 from __future__ import annotations
 
 from processors.connectors.proofs.judge import ProofJudge
-from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, WORSE, verdicts_by_version
+from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE, verdicts_by_version
 from processors.model.outputs import VerdictEvent
 from processors.model.sampling import Sampling
 from processors.model.span import Span
 from processors.traces import ClosedTrace
 from tests.regressions.builders import T0, S
 from tests.regressions.test_proof_judge import CONTRACT, Feed, Item, build
+from tests.regressions.test_regression_contracts import _contract as latency_contract
+from tests.regressions.test_regression_contracts import _traffic as latency_traffic
 
 
 def _kept_with(span: Span, sampling: Sampling) -> Span:
@@ -55,6 +57,7 @@ def _rollback(by_version: dict[str, Sampling], errors: Sampling | None = None) -
 
 
 HEAD_10 = Sampling(0.1, "tracestate")
+HALF = Sampling(0.5, "tracestate")
 ALL = Sampling(1.0, "tracestate")
 
 
@@ -94,3 +97,24 @@ def test_error_biased_sampling_makes_a_rollback_insufficient() -> None:
     assert "1 (" in v.reason and "0.1 (" in v.reason and " errors)" in v.reason
     assert "so no FIXED" in v.reason and not v.rollback  # the first look's FIXED; the WORSE after it, dropped
     assert verdicts_by_version(verdicts)["1.0"] == [INSUFFICIENT]  # 0.9's errors were kept at 1 too
+
+
+def _latency(by_version: dict[str, Sampling], new: tuple[int, int]) -> list[VerdictEvent]:
+    """test_regression_contracts' latency contract: 1.0 (baseline, 10/200 slow), 2.0 (regressed, 150/200), 2.1."""
+    judge = ProofJudge()
+    judge.on_contract(latency_contract())
+    feed = SampledFeed(judge, by_version)
+    feed.tick_ns = 5 * S
+    latency_traffic(feed, "1.0", T0, 200, 10)
+    latency_traffic(feed, "2.0", T0 + 20 * S, 200, 150)
+    latency_traffic(feed, "2.1", T0 + 40 * S, new[1], new[0])
+    return feed.run(T0, T0 + 200 * S)
+
+
+def test_a_latency_verdict_across_different_sampling_is_insufficient_even_not_fixed() -> None:
+    """A latency NOT_FIXED is a comparison of shares too: 2.1 kept at 0.5 against builds kept at 1 is INSUFFICIENT."""
+    assert [v.outcome for v in _latency({}, (100, 200))] == [NOT_FIXED]
+    [v] = _latency({"1.0": ALL, "2.0": ALL, "2.1": HALF}, (100, 200))
+    assert v.outcome == INSUFFICIENT and "so no NOT_FIXED" in v.reason
+    assert v.reason.startswith("sampling differs: 1 on ") and "0.5 on 2.1" in v.reason
+    assert v.receipt.sampling == {"1.0": "1", "2.0": "1", "2.1": "0.5"}
