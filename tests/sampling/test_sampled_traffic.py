@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
+from processors.requests import requests_of
 from processors.sampled_traffic import SampledTraffic, trace_sampling
 from processors.traces import ClosedTrace
 from streamer.runtime.metrics import Metrics
@@ -65,3 +66,14 @@ def test_the_daemons_registry_exports_both_counters() -> None:
     assert samples[("trace_repro_traces_represented_total", build)] == 4.0
     bound = (("component", "sampling"), ("reason", "max_sampled_series"))
     assert samples[("trace_repro_dropped_total", bound)] == 0  # declared before its first drop
+
+
+def test_a_request_whose_span_states_no_sampling_takes_its_traces() -> None:
+    """Jaeger clients put ``sampler.*`` on the root span only: a server span below it is counted with the trace's."""
+    res = Resource("checkout", "1", "test", "")
+    tid = "7" * 32
+    root = Span(tid, "1" * 16, "", "GET /", SpanKind.SERVER, 1, 9, StatusCode.UNSET, res, sampling=TENTH)
+    inner = Span(tid, "2" * 16, root.span_id, "POST /pay", SpanKind.SERVER, 2, 8, StatusCode.UNSET, res)
+    assert [r.sampling for r in requests_of(ClosedTrace(tid, (root, inner)))] == [TENTH, TENTH]
+    alone = Span("8" * 32, "3" * 16, "", "GET /", SpanKind.SERVER, 1, 9, StatusCode.UNSET, res)
+    assert [r.sampling for r in requests_of(ClosedTrace(alone.trace_id, (alone,)))] == [UNKNOWN]
