@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
 from processors.model.span import Span
+from processors.sampled_traffic import trace_sampling
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import transactions
 from processors.traces import ClosedTrace
@@ -39,7 +40,8 @@ def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str, int]:
     return "", "", 0
 
 
-_REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links")
+_REQUEST = ("route", "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "links",
+            "trace_sampling")  # fmt: skip
 _AT = tuple(ACCESS_FIELDS.index(name) for name in _REQUEST)
 _SITE = ("function", "file", "line", "located_by", "candidates")  # consecutive fields: stamped as one slice
 _SITE_AT = ACCESS_FIELDS.index(_SITE[0])
@@ -55,7 +57,8 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
     exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
     request = (root.route or root.name, root.start_ns, max(root.end_ns, trace.end_ns),
-               any(s.is_error for s in trace.spans), exception, root.http_status, links)  # fmt: skip
+               any(s.is_error for s in trace.spans), exception, root.http_status, links,
+               trace_sampling(trace).probability)  # fmt: skip
     stamped = []
     end = _SITE_AT + len(_SITE)
     for i, a in enumerate(accesses):

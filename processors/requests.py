@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.model.events import SpanKind
+from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
 from processors.model.units import MS_NS
+from processors.sampled_traffic import trace_sampling
 from processors.traces import ClosedTrace
 
 
@@ -58,6 +60,7 @@ class Request:
     http_status: int = 0
     signature: str = ""  # "" for a request that did not fail
     function: str = ""  # where the error was recorded
+    sampling: Sampling = UNKNOWN  # what its span states (processors.model.sampling)
 
     @property
     def duration_ms(self) -> float:
@@ -106,6 +109,7 @@ def requests_of(trace: ClosedTrace) -> tuple[Request, ...]:
 def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
     out: list[Request] = []
     children: dict[str, list[Span]] | None = None
+    kept: Sampling | None = None  # the trace's, for a span that states none (Jaeger's attributes: on the root only)
     for span in trace.spans:
         if span.kind != SpanKind.SERVER and span.parent_id:
             continue
@@ -120,9 +124,12 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
             exception, function = _origin(span, children)
             signature = error_signature(label, exception, span.http_status)
         r = span.resource
+        sampling = span.sampling
+        if not sampling.source:
+            kept = sampling = trace_sampling(trace) if kept is None else kept
         out.append(Request(trace.trace_id, span.span_id, r.service, r.version, r.revision, span.route or span.name,
                            label, span.start_ns, span.end_ns, error, exception, span.http_status, signature,
-                           function))  # fmt: skip
+                           function, sampling))  # fmt: skip
     return tuple(out)
 
 

@@ -49,6 +49,7 @@ accesses = st.builds(
     idempotency_key=text,
     links=st.lists(text, max_size=3).map(tuple),
     set_exprs=st.lists(text, max_size=3).map(tuple),
+    trace_sampling=st.none() | st.floats(min_value=0.0, max_value=1.0),
 )
 changes = st.builds(
     RowChange,

@@ -202,6 +202,8 @@ class Access:
     set_columns: tuple[str, ...] = ()
     unbound: tuple[tuple[str, str], ...] = ()
     unbound_key: bool = False
+    # The probability its trace was kept with (``processors.model.sampling``; None: unknown, not the same as 1).
+    trace_sampling: float | None = None
 
 
 class Keying(StrEnum):

@@ -38,6 +38,7 @@ class AccessInfo(Frozen):
     keying: str = "bound"
     key_candidates: int = 1  # rows it may be (> 1: ambiguous, none of them shown as fact)
     key_confidence: float = 1.0
+    sampling: float | None = None  # the probability its trace was kept with; None: unknown (no tracestate, no sampler)
 
 
 class CommitInfo(Frozen):
@@ -84,3 +85,7 @@ class IncidentEvent(Published):
     adya: str = ""  # Adya's phenomenon: G-single, G2-item, G2
     entities: list[str] = []  # every row involved (two for write skew, phantoms and read skew)
     correlated: bool = True  # False: the row changes were not credited to the traces; classified by statements
+    # The chance a pair like this one is observed at all: the product of culprit's and victim's sampling, an unknown
+    # one counted as 1 (then an upper bound: ``pair_sampling_known`` False). 0.01: a hundred such pairs per one seen.
+    pair_probability: float = 1.0
+    pair_sampling_known: bool = False

@@ -12,6 +12,7 @@ from dataclasses import FrozenInstanceError
 from typing import Any, NamedTuple, Protocol
 
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.sampling import UNKNOWN, Sampling
 
 
 class SpanDetail(NamedTuple):
@@ -31,6 +32,7 @@ class SpanDetail(NamedTuple):
     links: tuple[str, ...] = ()  # trace ids this span links to
     idempotency_key: str = ""  # configured attribute, e.g. app.idempotency_key
     exception_stacktrace: str = ""  # first exception event's exception.stacktrace (where no code.* is sent)
+    sampling: Sampling = UNKNOWN  # tracestate ``ot=th:`` / Jaeger sampler attributes (processors.model.sampling)
 
 
 NO_DETAIL = SpanDetail()
@@ -93,7 +95,7 @@ class Span(_SpanSlots):
     __match_args__ = (
         "trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "resource", "route",
         "http_status", "exception_type", "exception_message", "code_function", "code_file", "code_line", "db",
-        "links", "idempotency_key", "exception_stacktrace",
+        "links", "idempotency_key", "exception_stacktrace", "sampling",
     )  # fmt: skip
 
     def __init__(
@@ -118,10 +120,11 @@ class Span(_SpanSlots):
         links: tuple[str, ...] = (),
         idempotency_key: str = "",
         exception_stacktrace: str = "",
+        sampling: Sampling = UNKNOWN,
     ) -> None:
         detail = SpanDetail(
             route, http_status, exception_type, exception_message, code_function, code_file, code_line, db, links,
-            idempotency_key, exception_stacktrace,
+            idempotency_key, exception_stacktrace, sampling,
         )  # fmt: skip
         values = (trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail, None, None)
         for slot, value in zip(_SpanSlots.__slots__, values, strict=True):
@@ -181,6 +184,10 @@ class Span(_SpanSlots):
     @property
     def exception_stacktrace(self) -> str:
         return _detail(self).exception_stacktrace
+
+    @property
+    def sampling(self) -> Sampling:
+        return _detail(self).sampling
 
     @property
     def duration_ms(self) -> float:

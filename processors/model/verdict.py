@@ -30,6 +30,9 @@ class Receipt(Frozen):
     baseline_slow: int | None = None  # latency: slow requests of the build before the regression
     baseline_requests: int | None = None
     baseline_p_value: float | None = None  # latency: the test of "still slower than the baseline build"
+    # The sampling each compared build's requests were kept with, by version: "1", "0.1", "unknown" (no sampling
+    # information on the spans: not the same as 1), or "mixed: 0.1 (900 requests, 2 errors), 1 (...)".
+    sampling: dict[str, str] = {}
 
 
 class VerdictEvent(Published):

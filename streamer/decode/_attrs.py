@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode
+from processors.model.sampling import UNKNOWN, Sampling, span_sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,8 @@ MAX_DEPTH = 32  # array/kvlist nesting kept when a value is flattened to text
 # Span attribute slots.
 ROUTE, HTTP_STATUS, CODE_FUNC, CODE_NS, CODE_FILE, CODE_LINE = range(6)
 DB_SYSTEM, DB_TEXT, DB_NS, DB_COLL, DB_OP, DB_PARAMS, TX_ID, ROW_VERSION, IDEM_KEY = range(6, 15)
-N = 15
+SAMPLER_TYPE, SAMPLER_PARAM = 15, 16  # Jaeger clients' sampler attributes (processors.model.sampling)
+N = 17
 SPAN_SLOTS = 2 * N
 # Slots whose value is text even when sent as bytes (psycopg2's ``execute_values`` statement is ``bytes``).
 TEXT_SLOTS = frozenset({DB_TEXT, DB_TEXT + N})
@@ -69,6 +71,8 @@ _CURRENT_KEYS = {
     "db.operation.name": DB_OP,
     "db.statement.parameters": DB_PARAMS,
     "code.namespace": CODE_NS,  # older only: joined with the older code.function
+    "sampler.type": SAMPLER_TYPE,
+    "sampler.param": SAMPLER_PARAM,
 }
 _LEGACY_KEYS = {
     "http.status_code": HTTP_STATUS,
@@ -106,6 +110,13 @@ def span_keys(opts: DecodeOptions) -> dict[str, int]:
     keys[opts.row_version_attribute] = ROW_VERSION
     keys[opts.idempotency_key_attribute] = IDEM_KEY
     return keys
+
+
+def sampling_of(tracestate: str, vals: list[Any] | None) -> Sampling:
+    """A span's sampling from its tracestate and, when that states none, its Jaeger sampler attributes."""
+    if not tracestate and (vals is None or vals[SAMPLER_TYPE] is None):
+        return UNKNOWN
+    return span_sampling(tracestate, *((None, None) if vals is None else (vals[SAMPLER_TYPE], vals[SAMPLER_PARAM])))
 
 
 def to_text(value: Any) -> str:

@@ -37,6 +37,7 @@ from streamer.decode._attrs import (
     DecodeStats,
     Extractor,
     is_db,
+    sampling_of,
 )
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
@@ -191,10 +192,22 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
                 break
     pb_links = sp.links
     links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
-    if vals is None and not exc_type and not exc_stack and not links:
+    trace_state = sp.trace_state
+    if vals is None and not exc_type and not exc_stack and not links and not trace_state:
         return NO_DETAIL
     return SpanDetail(
-        fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links, fields[5], exc_stack
+        fields[0],
+        fields[1],
+        exc_type,
+        exc_message,
+        fields[2],
+        fields[3],
+        fields[4],
+        db,
+        links,
+        fields[5],
+        exc_stack,
+        sampling_of(trace_state, vals),
     )
 
 

@@ -32,6 +32,7 @@ from streamer.decode._attrs import (
     DecodeStats,
     Extractor,
     is_db,
+    sampling_of,
 )
 from streamer.decode.errors import DecodeError
 from streamer.decode.jsontext import loads
@@ -112,6 +113,12 @@ def _str(obj: dict[str, Any], names: _Names, where: str) -> str:
     if not isinstance(v, str):
         raise DecodeError(_INVALID, f"{where}.{names[0]} is not a string")
     return _utf8(v)
+
+
+def _trace_state(sp: dict[str, Any]) -> str:
+    """The span's W3C tracestate; anything but text reads as none (it only ever informs, never refuses a span)."""
+    v = _get(sp, ("traceState", "trace_state"))
+    return _utf8(v) if isinstance(v, str) else ""
 
 
 def _int(value: Any, where: str) -> int:
@@ -282,6 +289,7 @@ def _span(ext: Extractor, sp: dict[str, Any], resource: Resource, where: str) ->
         links=links,
         idempotency_key=fields[5],
         exception_stacktrace=exc_stack,
+        sampling=sampling_of(_trace_state(sp), vals),
     )
 
 

@@ -298,6 +298,7 @@ class IngestStage(Stage):
         if trace.late:
             self.metrics.late.labels("trace").inc()
         self.calls.add(trace)
+        self.metrics.sampled.add(trace)  # kept vs represented traffic (processors.sampled_traffic)
         for processor in self.processors:
             self.call(processor, processor.on_trace, trace, accesses)
 

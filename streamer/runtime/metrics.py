@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from processors.model.anomaly import Anomaly
+from processors.sampled_traffic import SampledTraffic
 from processors.telemetry import Telemetry
 
 
@@ -63,6 +64,30 @@ class ComponentCollector(Collector):
         return iter(())
 
 
+class SampledTrafficCollector(Collector):
+    """Kept and represented traces (``processors.sampled_traffic``) by service, version and sampling, when scraped."""
+
+    def __init__(self, traffic: SampledTraffic) -> None:
+        self.traffic = traffic
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["service", "version", "sampling"]
+        kept = CounterMetricFamily(
+            "trace_repro_traces_kept", "Traces kept (received), by their sampling", labels=labels
+        )
+        what = "Traces the kept ones represent (sum of 1/p, the adjusted counts; unknown sampling counts 1)"
+        represented = CounterMetricFamily("trace_repro_traces_represented", what, labels=labels)
+        for key, n in dict(self.traffic.kept).items():
+            kept.add_metric(list(key), n)
+        for key, weight in dict(self.traffic.represented).items():
+            represented.add_metric(list(key), weight)
+        yield kept
+        yield represented
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 _BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -86,6 +111,7 @@ class Metrics:
         "pinned_offsets",
         "published",
         "registry",
+        "sampled",
         "sink_healthy",
         "sink_parked",
         "telemetry",
@@ -97,6 +123,8 @@ class Metrics:
         r = self.registry = registry or CollectorRegistry()
         self.telemetry = Telemetries()
         r.register(ComponentCollector(self.telemetry))
+        self.sampled = SampledTraffic(telemetry=self.telemetry("sampling"))
+        r.register(SampledTrafficCollector(self.sampled))
         self.consumed = Counter("trace_repro_consumed_messages", "Kafka messages consumed", ["topic"], registry=r)
         self.decoded = Counter("trace_repro_decoded_events", "Events decoded from messages", ["kind"], registry=r)
         self.dlq = Counter("trace_repro_dlq_messages", "Messages sent to the dead-letter topic", ["reason"], registry=r)

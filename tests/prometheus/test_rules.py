@@ -17,6 +17,10 @@ import pytest
 import yaml
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
 
+from processors.model.events import Resource, SpanKind, StatusCode
+from processors.model.sampling import Sampling
+from processors.model.span import Span
+from processors.traces import ClosedTrace
 from streamer.mcp.metrics import FAMILIES
 from streamer.runtime.metrics import Metrics
 
@@ -51,6 +55,13 @@ def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProc
     )
 
 
+def _sampled_trace() -> ClosedTrace:
+    res = Resource("shop", "1.0", "test", "")
+    span = Span("1" * 32, "2" * 16, "", "GET /", SpanKind.SERVER, 1, 2, StatusCode.UNSET, res,
+                sampling=Sampling(0.5, "tracestate"))  # fmt: skip
+    return ClosedTrace(span.trace_id, (span,))
+
+
 def populated_metrics() -> Metrics:
     """The daemon's metrics with one sample in every family, labelled ones included (they are empty at start)."""
     metrics = Metrics()
@@ -63,6 +74,9 @@ def populated_metrics() -> Metrics:
             t.drop("max_open_traces")
             t.count("closed")
             t.gauge("open", 1)
+            continue
+        if attribute == "sampled":  # kept and represented traces: one trace kept at 0.5
+            metric.add(_sampled_trace())
             continue
         labels = {name: "x" for name in metric._labelnames}
         child = metric.labels(**labels) if labels else metric
@@ -171,8 +185,9 @@ def test_daemon_metrics_follow_prometheus_conventions() -> None:
     metrics = populated_metrics()
     exposition = generate_latest(metrics.registry)
     families = [f for f in metrics.registry.collect() if f.samples]
-    # every prometheus-client metric of Metrics, plus the three families of the components' telemetry
-    assert len(families) == len(Metrics.__slots__) - 2 + 3
+    # every prometheus-client metric of Metrics, plus the three families of the components' telemetry and the two of
+    # the sampled traffic (kept, represented)
+    assert len(families) == len(Metrics.__slots__) - 3 + 3 + 2
     result = promtool("check", "metrics", stdin=exposition)
     problems = (result.stdout + result.stderr).strip()
     assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from processors.connectors.proofs.contracts import contract_from_incident
-from processors.connectors.proofs.judge import ProofJudge, verdicts_by_version
-from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE
+from processors.connectors.proofs.judge import ProofJudge
+from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE, verdicts_by_version
 from processors.model.contract import ProofContract
 from processors.model.events import LogRecord, SpanKind, StatusCode
 from processors.model.outputs import IncidentEvent, VerdictEvent

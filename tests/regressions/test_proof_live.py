@@ -15,8 +15,8 @@ from aiokafka.structs import ConsumerRecord
 from bench.shop.proof.service import EVENT, revision_of
 from bench.shop.proof.traffic import BuildRun, run_scenario
 from processors.connectors.proofs.contracts import contract_from_regression
-from processors.connectors.proofs.judge import ProofJudge, verdicts_by_version
-from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE
+from processors.connectors.proofs.judge import ProofJudge
+from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE, verdicts_by_version
 from processors.detectors.regressions.detector import RegressionDetector
 from processors.detectors.regressions.stats import ServiceStats
 from processors.model.contract import ProofContract

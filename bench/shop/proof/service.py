@@ -29,6 +29,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from bench.shop.kafka_exporter import KafkaSpanExporter
@@ -105,11 +106,12 @@ class BuildTelemetry:
         self.logs.shutdown()
 
 
-def start_build(bootstrap: str, version: str, *, spans_topic: str, logs_topic: str) -> BuildTelemetry:
+def start_build(bootstrap: str, version: str, *, spans_topic: str, logs_topic: str,
+                sampler: Sampler | None = None) -> BuildTelemetry:  # fmt: skip
     resource = Resource.create({"service.name": SERVICE, "service.version": version,
                                 "deployment.environment.name": "proof",
                                 "vcs.ref.head.revision": revision_of(version)})  # fmt: skip
-    spans = TracerProvider(resource=resource)
+    spans = TracerProvider(resource=resource, sampler=sampler)
     spans.add_span_processor(BatchSpanProcessor(KafkaSpanExporter(bootstrap, spans_topic), schedule_delay_millis=100))
     logs = LoggerProvider(resource=resource)
     logs.add_log_record_processor(SimpleLogRecordProcessor(KafkaLogExporter(bootstrap, logs_topic)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from opentelemetry.sdk.trace.sampling import Sampler
+
 from bench.shop.proof.service import BuildTelemetry, SplitService, start_build
 from bench.shop.proof.split import BUILDS
 
@@ -51,15 +53,18 @@ class BuildRun:
 
 
 def run_scenario(bootstrap: str, *, spans_topic: str, logs_topic: str,
-                 sequence: tuple[tuple[str, int], ...] = SEQUENCE) -> dict[str, BuildRun]:  # fmt: skip
-    """Run every build of ``sequence`` in order, export its spans and logs, and return what each served."""
+                 sequence: tuple[tuple[str, int], ...] = SEQUENCE,
+                 samplers: dict[str, Sampler] | None = None) -> dict[str, BuildRun]:  # fmt: skip
+    """Run every build of ``sequence`` in order, export its spans and logs, and return what each served (a build
+    in ``samplers`` exports the spans its sampler keeps)."""
     runs: dict[str, BuildRun] = {}
     telemetry: dict[str, BuildTelemetry] = {}
     try:
         services: dict[str, SplitService] = {}
         counters: dict[str, int] = {}
         for version, n in sequence:
-            telemetry[version] = start_build(bootstrap, version, spans_topic=spans_topic, logs_topic=logs_topic)
+            telemetry[version] = start_build(bootstrap, version, spans_topic=spans_topic, logs_topic=logs_topic,
+                                             sampler=(samplers or {}).get(version))  # fmt: skip
             services[version] = SplitService(BUILDS[version], telemetry[version])
             runs[version] = BuildRun(version)
             counters[version] = 0

@@ -48,6 +48,7 @@ from processors.connectors.proofs.contracts import (
 )
 from processors.connectors.proofs.latency import judge_latency, slow_requests
 from processors.connectors.proofs.ledger import Ledger
+from processors.connectors.proofs.sampling import compared, gate
 from processors.connectors.proofs.tallies import Bound, Build, Contribution, Matched, PartKey, Tally, Watch
 from processors.connectors.proofs.verdicts import (
     FIXED,
@@ -130,6 +131,8 @@ class ProofJudge:
             build = self._build(req.service, req.version, req.start_ns, req.revision)
             t = self.ledger.slice(build, req.start_ns, part)
             t.requests += 1
+            if self._bump(t.sampled, label := req.sampling.label) and req.error:  # see proofs.sampling
+                t.sampled_errors[label] = t.sampled_errors.get(label, 0) + 1
             if self._bump(t.routes, (req.label, req.operation)):
                 buckets = t.latency.setdefault((req.label, req.operation), {})
                 bucket = latency_bucket(req.end_ns - req.start_ns)
@@ -332,6 +335,9 @@ class ProofJudge:
             out += self._latency(bound, build, earlier, watch, now, must, over)
         elif not out:
             out += self._signature(bound, build, earlier, watch, now, t, must, reached, over)
+        others = compared(earlier, (bound.version, c.baseline_version), self.ledger.settled,
+                          lambda b: self._matched(bound, self.ledger.settled(b)).count > 0)  # fmt: skip
+        out = gate(out, bound, build, t, others, watch.emitted)
         watch.emitted.extend(v.outcome for v in out)
         watch.closed = watch.closed or over
         return out
@@ -409,11 +415,3 @@ class ProofJudge:
                 for where, m in t.sites.get((label, op, error), {label: n}).items():
                     places[where] = places.get(where, 0) + m
         return ranked(places)
-
-
-def verdicts_by_version(verdicts: Iterable[VerdictEvent]) -> dict[str, list[str]]:
-    """Outcomes per version, in emission order (a reading aid for logs and tests)."""
-    out: dict[str, list[str]] = {}
-    for v in verdicts:
-        out.setdefault(v.version, []).append(v.outcome)
-    return out

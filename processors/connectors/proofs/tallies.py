@@ -32,6 +32,8 @@ class Tally:
     collision_sites: dict[str, dict[str, int]] = field(default_factory=dict)
     mixed: dict[str, int] = field(default_factory=dict)  # signature -> occurrences with another build
     latency: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)  # route -> grid bucket -> requests
+    sampled: dict[str, int] = field(default_factory=dict)  # sampling label ("0.1", "unknown") -> requests
+    sampled_errors: dict[str, int] = field(default_factory=dict)  # sampling label -> failed requests
 
     def merge(self, other: Tally) -> None:
         self.requests += other.requests
@@ -41,6 +43,8 @@ class Tally:
         add_counts(self.events, other.events)
         add_counts(self.collisions, other.collisions)
         add_counts(self.mixed, other.mixed)
+        add_counts(self.sampled, other.sampled)
+        add_counts(self.sampled_errors, other.sampled_errors)
         for k, places in other.sites.items():
             add_counts(self.sites.setdefault(k, {}), places)
         for s, places in other.collision_sites.items():
@@ -56,7 +60,7 @@ class Tally:
             "failures": [[*k, n] for k, n in sorted(self.failures.items())],
             "sites": [[*k, places] for k, places in sorted(self.sites.items())],
             "events": self.events, "collisions": self.collisions, "collision_sites": self.collision_sites,
-            "mixed": self.mixed,
+            "mixed": self.mixed, "sampled": self.sampled, "sampled_errors": self.sampled_errors,
             "latency": [[*k, sorted(buckets.items())] for k, buckets in sorted(self.latency.items())],
         }, sort_keys=True)  # fmt: skip
 
@@ -76,6 +80,8 @@ class Tally:
             latency={
                 (str(a), str(b)): {int(k): int(n) for k, n in buckets} for a, b, buckets in doc.get("latency", [])
             },  # (absent from contributions stored before)
+            sampled={str(k): int(n) for k, n in doc.get("sampled", {}).items()},  # (absent before sampling was read)
+            sampled_errors={str(k): int(n) for k, n in doc.get("sampled_errors", {}).items()},
         )
 
 

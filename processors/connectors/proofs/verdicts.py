@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally
 from processors.model.contract import ProofContract
@@ -114,6 +115,14 @@ def requests_for_share(slow_before: int, requests_before: int, share: float, alp
     p = bdtr(slow, slow_before + slow, n / (requests_before + n))
     hits = np.flatnonzero(p <= alpha)
     return int(hits[0]) + 1 if hits.size else None
+
+
+def verdicts_by_version(verdicts: Iterable[VerdictEvent]) -> dict[str, list[str]]:
+    """Outcomes per version, in emission order (a reading aid for logs and tests)."""
+    out: dict[str, list[str]] = {}
+    for v in verdicts:
+        out.setdefault(v.version, []).append(v.outcome)
+    return out
 
 
 def ranked(places: dict[str, int]) -> list[str]:

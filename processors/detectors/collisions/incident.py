@@ -38,6 +38,7 @@ def _access(a: Access, origin_ns: int) -> AccessInfo:
         keying=a.keying,
         key_candidates=a.key_candidates,
         key_confidence=a.key_confidence,
+        sampling=a.trace_sampling,
     )
 
 
@@ -107,9 +108,33 @@ def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
         writers=[_access(a, origin) for a in c.writers],
         accesses=[_access(a, origin) for a in c.accesses],
         commits=[_commit(x, origin) for x in c.commits],
-        evidence=[*c.evidence, *keying_evidence(c)],
+        evidence=[*c.evidence, *keying_evidence(c), *sampling_evidence(c)],
         detected_at_unix_ms=watermark_ns / 1e6,
         adya=c.adya,
         entities=list(c.entities or (c.entity,)),
         correlated=c.correlated,
+        pair_probability=_kept(c.culprit) * _kept(c.victim),
+        pair_sampling_known=c.culprit.trace_sampling is not None and c.victim.trace_sampling is not None,
     )
+
+
+def _kept(a: Access) -> float:
+    return 1.0 if a.trace_sampling is None else a.trace_sampling
+
+
+def sampling_evidence(c: Collision) -> list[str]:
+    """What sampling hides: a line when either party's trace was kept with a probability below 1, or one's is stated
+    and the other's unknown, with the chance a pair like this one is observed."""
+    p1, p2 = c.culprit.trace_sampling, c.victim.trace_sampling
+    if (p1 is None and p2 is None) or (p1 == 1.0 and p2 == 1.0):
+        return []
+    pair = _kept(c.culprit) * _kept(c.victim)
+    unknown = p1 is None or p2 is None
+    seen = f"about {1 / pair:.3g} such collisions per one seen" if pair > 0 else "none is ever seen"
+    bound = " at most (unknown counted as 1)" if unknown else ""
+    return [f"sampling: the culprit's trace was kept with probability {_label(p1)}, the victim's with {_label(p2)}; "
+            f"a pair like this is observed with probability {pair:.3g}{bound}: {seen}"]  # fmt: skip
+
+
+def _label(p: float | None) -> str:
+    return "unknown" if p is None else f"{p:g}"

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from processors.critical_path import shift
+from processors.detectors.regressions.sampling import sampling_differs
 from processors.detectors.regressions.stats import OpStats, StatsKey, StatsWindow, merge
 from processors.model.regression import Evidence, PathShare, RegressionEvent
 from processors.model.units import MS_NS
@@ -130,6 +131,8 @@ class RegressionDetector:
         insufficient: list[InsufficientData] = []
         for key, current in sorted(window.ops.items()):
             for comparison, before, ids in self._baselines(key, window):
+                if self._sampling(key, comparison, before, current, insufficient):
+                    continue
                 self._count_tests(key, comparison, before, ids, current, candidates, insufficient)
                 self._latency_test(key, comparison, before, ids, current, candidates, insufficient)
         adjusted = benjamini_hochberg([c.result.p_value for c in candidates])
@@ -161,6 +164,16 @@ class RegressionDetector:
             if prev is not None:
                 out.append(("version", prev, tuple(w.window_id for w in theirs)))
         return out
+
+    def _sampling(self, key: StatsKey, comparison: str, before: OpStats, after: OpStats,
+                  insufficient: list[InsufficientData]) -> bool:  # fmt: skip
+        """True (and the comparison reported insufficient) when the two sides' sampling forbids the tests."""
+        reason = sampling_differs(before, after, comparison)
+        if reason:
+            self.telemetry.count("sampling_mismatches", 1)
+            insufficient.append(InsufficientData(*key, comparison, "sampling", "", after.requests, 0, before.requests,
+                                                 0, 0, reason))  # fmt: skip
+        return bool(reason)
 
     def _count_tests(self, key: StatsKey, comparison: str, before: OpStats, ids: tuple[str, ...], after: OpStats,
                      out: list[_Candidate], insufficient: list[InsufficientData]) -> None:  # fmt: skip

@@ -46,6 +46,7 @@ class Share(BaseModel):
     first_ns: int
     path_ns: dict[str, int]
     path_traces: NonNegativeInt
+    sampled: dict[str, NonNegativeInt] = {}  # (absent from the shares of a daemon that did not read sampling)
 
     def op(self, reservoir_size: int) -> OpStats:
         if len(self.bins) != len(self.bin_counts):
@@ -56,6 +57,7 @@ class Share(BaseModel):
             latency=LatencySketch.from_row(self.bins, self.bin_counts, self.min, self.max),
             samples=Reservoir(reservoir_size, list(self.samples[:reservoir_size]), self.seen),
             first_ns=self.first_ns, path_ns=dict(self.path_ns), path_traces=self.path_traces,
+            sampled=dict(self.sampled),
         )  # fmt: skip
 
 
@@ -71,6 +73,7 @@ def shares(window: StatsWindow) -> list[Relay]:
                 requests=op.requests, errors=op.errors, signatures=op.signatures, bins=sketch["bins"],
                 bin_counts=sketch["bin_counts"], min=sketch["min"], max=sketch["max"], samples=op.samples.values,
                 seen=op.samples.seen, first_ns=op.first_ns, path_ns=op.path_ns, path_traces=op.path_traces,
+                sampled=op.sampled,
             )  # fmt: skip
             out.append(Relay(COMPONENT, KEY, window.end_ns, share.model_dump()))
     return out

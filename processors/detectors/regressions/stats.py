@@ -117,6 +117,7 @@ class OpStats:
     # Filled when the window closes: critical-path ns per owner over the slowest (p95+) requests.
     path_ns: dict[str, int] = field(default_factory=dict)
     path_traces: int = 0
+    sampled: dict[str, int] = field(default_factory=dict)  # sampling label -> requests (detectors.regressions.sampling)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -128,6 +129,7 @@ class OpStats:
 
 
 StatsKey = tuple[str, str, str]  # (service, operation, version)
+MAX_SAMPLING_LABELS = 8  # sampling probabilities counted apart per key and window
 Ops = dict[StatsKey, OpStats]
 Parts = dict[str, Ops]  # input partition -> its statistics in the window (see processors.calls)
 
@@ -167,7 +169,7 @@ class ServiceStats:
         self.max_signatures = max_signatures
         self.max_sites = max_sites
         self._rng = random.Random(seed)
-        self.telemetry = (telemetry or Telemetry("stats")).declare("max_signatures", "max_sites")
+        self.telemetry = (telemetry or Telemetry("stats")).declare("max_signatures", "max_sites", "max_sampling_labels")
         self._windows: TumblingWindows[Parts] = TumblingWindows(
             "stats",
             size_ns,
@@ -200,6 +202,11 @@ class ServiceStats:
                                     first_ns=req.start_ns)  # fmt: skip
         self.telemetry.count("requests")
         op.requests += 1
+        label = req.sampling.label
+        if label not in op.sampled and len(op.sampled) >= MAX_SAMPLING_LABELS:
+            self.telemetry.drop("max_sampling_labels")  # folded into one label: a mix either way
+            label = "(other)"
+        op.sampled[label] = op.sampled.get(label, 0) + 1
         op.first_ns = min(op.first_ns, req.start_ns)
         op.revision = op.revision or req.revision
         ms = req.duration_ms
@@ -277,6 +284,8 @@ def merge(parts: Iterable[OpStats], rng: random.Random, reservoir_size: int) -> 
         for k, v in p.path_ns.items():
             out.path_ns[k] = out.path_ns.get(k, 0) + v
         out.path_traces += p.path_traces
+        for label, n in p.sampled.items():
+            out.sampled[label] = out.sampled.get(label, 0) + n
     out.samples = Reservoir.merged([p.samples for p in items], reservoir_size, rng)
     return out
 
