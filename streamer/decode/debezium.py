@@ -4,17 +4,21 @@ Row values are production data of any size: a column value longer than ``max_val
 replaced by Debezium's own placeholder for a value it did not send (``__debezium_unavailable_value``, which every
 comparison treats as unknown) and counted, so that one megabyte column costs neither the row change nor the internal
 topic's message size; so is a value nested deeper than ``MAX_NESTING`` (no serializer downstream need follow it). A
-key, table or transaction id that long refuses the message (a row cannot be named by it).
+key, table or transaction id that long refuses the message (a row cannot be named by it). The other forms Debezium
+is run with (precise decimals, the unwrapped record, heartbeats, transaction metadata) are read as
+:mod:`streamer.decode.debezium_forms` describes.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from processors.model.events import CdcOp, RowChange, Scalar
 from processors.sql.values import UNAVAILABLE
+from streamer.decode.debezium_forms import HEARTBEAT_PREFIX, convert_row, converters, is_transaction_event, unwrapped
 from streamer.decode.errors import DecodeError
 from streamer.decode.jsontext import loads
 
@@ -25,17 +29,20 @@ _MISSING = "debezium_missing_field"
 _INVALID = "debezium_invalid_field"
 
 
-def _load(data: bytes, what: str) -> Any:
-    """Parse JSON and drop a ``{"schema": ..., "payload": ...}`` wrapper (``schemas.enable=true``)."""
+def _load(data: bytes, what: str) -> tuple[Any, Any]:
+    """Parse JSON into (payload, schema): a ``{"schema": ..., "payload": ...}`` wrapper (``schemas.enable=true``)
+    split, anything else with schema None."""
     doc = loads(data, "debezium_invalid_json", what)
     if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
-        return doc["payload"]
-    return doc
+        return doc["payload"], doc["schema"]
+    return doc, None
 
 
 def _scalar(value: Any) -> Scalar:
     if value is None or isinstance(value, str | int | float | bool):
         return value
+    if isinstance(value, Decimal):
+        return str(value)  # a key's precise decimal, with its scale
     return json.dumps(value, separators=(",", ":"), sort_keys=True)  # e.g. a variable-scale decimal struct
 
 
@@ -102,8 +109,10 @@ def _row_key(
     key: bytes | None, op: CdcOp, before: dict[str, Any] | None, after: dict[str, Any] | None
 ) -> tuple[tuple[str, Scalar], ...]:
     """Primary key columns from the message key, else the row's ``id`` column."""
-    doc = _load(key, "message key") if key else None
+    doc, schema = _load(key, "message key") if key else (None, None)
     if isinstance(doc, dict) and doc:
+        doc, _ = convert_row(doc, converters(schema, None))
+        assert doc is not None
         return tuple((str(column), _scalar(value)) for column, value in doc.items())
     if doc is not None and not isinstance(doc, dict):
         raise DecodeError(_INVALID, f"message key is not a JSON object: {doc!r:.40}")
@@ -117,9 +126,26 @@ def _row_key(
 
 @dataclass(slots=True)
 class ChangeStats:
-    """What decoding row changes left out: row values over ``max_value_bytes``."""
+    """What decoding row changes left out or saw: row values over ``max_value_bytes`` (or decimals too long);
+    changes without a schema (a precise decimal's scale unknown); unwrapped changes (no before-image of an
+    update); heartbeats and transaction BEGIN/END events (no row)."""
 
     oversize_values: int = 0
+    schemaless: int = 0
+    unwrapped: int = 0
+    heartbeats: int = 0
+    transactions: int = 0
+
+
+def _tx_id(source: dict[str, Any], envelope: dict[str, Any]) -> Any:
+    """``source.txId``; else the id of the change's ``transaction`` block (``provide.transaction.metadata``). The
+    PostgreSQL connector's block id is ``<txId>:<lsn>`` with each event's own LSN, so it is no better a key than
+    ``source.txId``, which it always sends."""
+    tx_id = source.get("txId")
+    block = envelope.get("transaction")
+    if tx_id is None and isinstance(block, dict):
+        return block.get("id")
+    return tx_id
 
 
 def decode_row_change(
@@ -136,14 +162,26 @@ def decode_row_change(
     ``max_value_bytes`` is replaced by ``UNAVAILABLE`` and counted in ``stats``; a key over it refuses the message."""
     if not value:
         return None
-    envelope = _load(value, "value")
+    stats = ChangeStats() if stats is None else stats
+    envelope, value_schema = _load(value, "value")
     if envelope is None:
         return None  # a null payload in a schema wrapper is a tombstone too
     if not isinstance(envelope, dict):
         raise DecodeError("debezium_invalid_json", "value is not a JSON object")
+    if topic.startswith(HEARTBEAT_PREFIX) or is_transaction_event(envelope):
+        stats.heartbeats += topic.startswith(HEARTBEAT_PREFIX)
+        stats.transactions += not topic.startswith(HEARTBEAT_PREFIX)
+        return None
+    flat = unwrapped(envelope, topic)
+    if flat is not None:
+        stats.unwrapped += 1
+        envelope, row_field = flat, None
+    else:
+        row_field = "after"
+    stats.schemaless += value_schema is None
     op = envelope.get("op")
     if op is None:
-        raise DecodeError(_MISSING, f"missing field 'op' (topic {topic})")
+        raise DecodeError(_MISSING, f"missing field 'op' (topic {topic}; an unwrapped record needs add.fields=op)")
     try:
         cdc_op = CdcOp(op)
     except ValueError:
@@ -160,6 +198,9 @@ def decode_row_change(
     if not schema:
         raise DecodeError(_MISSING, "missing field 'source.schema'")
     before, after = _row(envelope, "before"), _row(envelope, "after")
+    decimals = converters(value_schema, row_field)  # before and after share one row schema
+    (before, n_before), (after, n_after) = convert_row(before, decimals), convert_row(after, decimals)
+    stats.oversize_values += n_before + n_after
     row_key = _row_key(key, cdc_op, before, after)
     if any(_over(c, max_value_bytes) or _over(v, max_value_bytes) for c, v in row_key):
         raise DecodeError("debezium_oversize_key", f"a key column or value is over {max_value_bytes} bytes")
@@ -168,9 +209,8 @@ def decode_row_change(
         _bounded(before, max_value_bytes, size),
         _bounded(after, max_value_bytes, size),
     )
-    if stats is not None:
-        stats.oversize_values += n_before + n_after
-    tx_id = source.get("txId")
+    stats.oversize_values += n_before + n_after
+    tx_id = _tx_id(source, envelope)
     return RowChange(
         table=_text(schema, "source.schema", max_value_bytes) + "." + _text(table, "source.table", max_value_bytes),
         op=cdc_op,

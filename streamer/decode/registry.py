@@ -116,7 +116,12 @@ def _debezium(config: DecodeConfig, telemetry: Telemetry) -> Decode:
         change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
                                    offset=record.offset, max_value_bytes=limit, stats=stats)  # fmt: skip
         telemetry.drop("oversize_values", stats.oversize_values)
-        telemetry.count("tombstones" if change is None else "row_changes")
+        telemetry.count("schemaless_changes", stats.schemaless)  # a precise decimal's scale was not in the message
+        telemetry.count("unwrapped_changes", stats.unwrapped)  # no before-image of an update
+        telemetry.count("heartbeats", stats.heartbeats)
+        telemetry.count("transaction_events", stats.transactions)
+        if not (stats.heartbeats or stats.transactions):
+            telemetry.count("tombstones" if change is None else "row_changes")
         return () if change is None else (change,)
 
     return row_changes
