@@ -63,7 +63,7 @@ def rest_url(state: EngineState) -> str:
     return f"http://127.0.0.1:{state.port}"
 
 
-def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+def request(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(  # noqa: S310 - an http:// URL we built
         url, data=data, method=method, headers={"Content-Type": "application/json"}
@@ -74,11 +74,34 @@ def _request(url: str, method: str = "GET", body: dict[str, Any] | None = None) 
 
 def healthy(state: EngineState) -> bool:
     try:
-        info = _request(rest_url(state) + "/")
-        plugins = _request(rest_url(state) + "/connector-plugins")
+        info = request(rest_url(state) + "/")
+        plugins = request(rest_url(state) + "/connector-plugins")
     except (urllib.error.URLError, OSError, ValueError):
         return False
     return "version" in info and any(p.get("class", "").endswith("PostgresConnector") for p in plugins)
+
+
+# Forms of Debezium's output teams run, on top of ``connector_config`` (the decoder's fixtures are recorded with these
+# and ``tests/runtime/test_debezium_forms_live.py`` reads them live): precise decimals with schemas, transaction
+# metadata and heartbeats; and the unwrapped record (``ExtractNewRecordState``) with its added fields.
+FORMS: dict[str, dict[str, str]] = {
+    "precise": {
+        "decimal.handling.mode": "precise",
+        "key.converter.schemas.enable": "true",
+        "value.converter.schemas.enable": "true",
+        "provide.transaction.metadata": "true",
+        "heartbeat.interval.ms": "500",
+    },
+    "unwrap": {
+        "decimal.handling.mode": "string",
+        "key.converter.schemas.enable": "false",
+        "value.converter.schemas.enable": "false",
+        "transforms": "unwrap",
+        "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+        "transforms.unwrap.add.fields": "op,table,lsn,source.ts_ms",
+        "transforms.unwrap.delete.tombstone.handling.mode": "rewrite",
+    },
+}
 
 
 def connector_config(pg_port: int, tables: Sequence[str], topic_prefix: str, database: str) -> dict[str, str]:
@@ -122,15 +145,15 @@ def capture(
     """
     config = connector_config(pg_port, tables, topic_prefix, database)
     base = f"{rest_url(state)}/connectors/{CONNECTOR}"
-    if CONNECTOR in _request(f"{rest_url(state)}/connectors"):
-        _request(f"{base}/stop", "PUT")
+    if CONNECTOR in request(f"{rest_url(state)}/connectors"):
+        request(f"{base}/stop", "PUT")
         wait_until(lambda: _status(state).get("connector", {}).get("state") == "STOPPED",
                    what="the Debezium connector's stop", timeout_s=timeout_s)  # fmt: skip
-        _request(f"{base}/offsets", "DELETE")
-        _request(f"{base}/config", "PUT", config)
-        _request(f"{base}/resume", "PUT")
+        request(f"{base}/offsets", "DELETE")
+        request(f"{base}/config", "PUT", config)
+        request(f"{base}/resume", "PUT")
     else:
-        _request(f"{base}/config", "PUT", config)
+        request(f"{base}/config", "PUT", config)
     # _running raises at once when the connector's task failed; the slot turns active once it streams.
     wait_until(lambda: _running(state) and _slot_active(pg_dsn), what="Debezium streaming", timeout_s=timeout_s,
                log=Path(state.log))  # fmt: skip
@@ -138,7 +161,7 @@ def capture(
 
 def _status(state: EngineState) -> Any:
     try:
-        return _request(f"{rest_url(state)}/connectors/{CONNECTOR}/status")
+        return request(f"{rest_url(state)}/connectors/{CONNECTOR}/status")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return {"error": str(exc)}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.request
 import uuid
 from typing import Any
 
@@ -23,38 +22,13 @@ import pytest
 
 from processors.model.events import RowChange
 from streamer.decode import internal as wire
-from streamer.engines import LocalEngines
+from streamer.engines import LocalEngines, connect
+from streamer.engines.connect import FORMS
 from tests.harness import Harness, harness_settings
 
 pytestmark = pytest.mark.engines
 DROP_SLOT = "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{}'"
 DATABASE = "debezium_forms"  # a database of its own: other tests reset the shop's tables in "postgres"
-
-FORMS = {
-    "precise": {
-        "decimal.handling.mode": "precise",
-        "key.converter.schemas.enable": "true",
-        "value.converter.schemas.enable": "true",
-        "provide.transaction.metadata": "true",
-        "heartbeat.interval.ms": "500",
-    },
-    "unwrap": {
-        "decimal.handling.mode": "string",
-        "key.converter.schemas.enable": "false",
-        "value.converter.schemas.enable": "false",
-        "transforms": "unwrap",
-        "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
-        "transforms.unwrap.add.fields": "op,table,lsn,source.ts_ms",
-        "transforms.unwrap.delete.tombstone.handling.mode": "rewrite",
-    },
-}
-
-
-def _rest(url: str, method: str = "GET", body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read() or b"null")
 
 
 def _sql(dsn: str, *statements: str) -> list[Any]:
@@ -99,7 +73,7 @@ async def test_daemon_reads_a_connector_it_did_not_configure(
     settings = harness_settings(kafka_bootstrap, falkordb_url, kafka__cdc_pattern=pattern)
     harness = Harness(settings, kafka_bootstrap, falkordb_url)
     try:
-        await asyncio.to_thread(_rest, f"{url}/connectors/{tag}/config", "PUT", connector)
+        await asyncio.to_thread(connect.request, f"{url}/connectors/{tag}/config", "PUT", connector)
         await asyncio.to_thread(_until, "the connector to stream", lambda: _sql(dsn, slot_active) == [(1,)])
         await harness.create_topics(f"{tag}.public.{table}")
         await harness.start()
@@ -145,7 +119,7 @@ async def test_daemon_reads_a_connector_it_did_not_configure(
         assert harness.metric_total("trace_repro_dropped_total") == 0
     finally:
         await harness.stop()
-        await asyncio.to_thread(_rest, f"{url}/connectors/{tag}", "DELETE")
+        await asyncio.to_thread(connect.request, f"{url}/connectors/{tag}", "DELETE")
         await asyncio.to_thread(_until, "the slot released", lambda: _sql(dsn, slot_active) == [(0,)], 60)
         await asyncio.to_thread(_sql, dsn, DROP_SLOT.format(tag),
                                 f"DROP PUBLICATION IF EXISTS {tag}", f"DROP TABLE {table}")  # fmt: skip
