@@ -199,10 +199,12 @@ class CollisionDetector(Processor):
     def _past_history(self, key: str, event_ns: int) -> None:
         """Input so late that its row's history, which it should have been judged with, is gone (the row kept only
         statements a window or more away from it, if any): counted."""
+        if event_ns >= self._pruned_ns:
+            return  # on time: nothing to look at (the scan below is for late input only, off the hot path)
         state = self._entities.get(key)
-        kept = state is not None and any(abs(a.end_ns - event_ns) <= self.window_ns for a in state.accesses)
-        if (event_ns < self._pruned_ns and not kept
-                and (key.endswith(":*") or scope_key(key.partition(":")[0]) not in self._entities)):  # fmt: skip
+        if state is not None and any(abs(a.end_ns - event_ns) <= self.window_ns for a in state.accesses):
+            return
+        if key.endswith(":*") or scope_key(key.partition(":")[0]) not in self._entities:
             self.telemetry.count("late_past_history")  # (not a row a held scope's predicates may still cover)
 
     def _rejudge(self, state: EntityHistory, commit: Commit, at: int) -> None:
