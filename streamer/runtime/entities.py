@@ -226,6 +226,7 @@ class EntityStage(Stage):
         # change of its row: commit order needs the row's changes and their writers together (``_still_tied``).
         tied: dict[str, list[tuple[PendingKey, RowChange]]] = {}
         until: dict[PendingKey, int] = {}
+        settled = False  # some change credited to a writer in this pass
         for group, members in groups.items():
             credited = self._credit_group(group, members)
             unresolved = self.correlator.unresolved_until
@@ -235,10 +236,15 @@ class EntityStage(Stage):
                     until[key] = self._tied.get(key, min(unresolved[id(change)] + self.credit_after_ns,
                                                          event_time_ns + self._tie_wait_ns))  # fmt: skip
                 else:
+                    settled = settled or correlation is not None
                     self._settle(key, change, correlation, out)
+        # Credited again, together: a lone change too when this pass credited some writer, which is no longer the
+        # candidate of another row's change when its statement writes one row (rows are credited one by one, in
+        # commit order, so an earlier row's change tied with a writer a later row's change then settled).
         for group, members in same_transaction(tied).items():
-            pooled = self._credit_group(group, members) if len(members) > 1 else [(k, c, None) for k, c in members]
-            unresolved = self.correlator.unresolved_until if len(members) > 1 else {id(c): 0 for _, c in members}
+            again = len(members) > 1 or settled
+            pooled = self._credit_group(group, members) if again else [(k, c, None) for k, c in members]
+            unresolved = self.correlator.unresolved_until if again else {id(c): 0 for _, c in members}
             for key, change, correlation in pooled:
                 if not self._still_tied(key, correlation is None and id(change) in unresolved, until[key],
                                         event_time_ns):  # fmt: skip

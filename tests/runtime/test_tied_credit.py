@@ -192,3 +192,26 @@ def test_tied_rows_that_more_than_one_assignment_fits_stay_tied() -> None:
                for i, row in enumerate(("x", "x", "y", "y"))]  # fmt: skip
     outs = [p.send(*accesses, *changes), p.upstream(10)]
     assert {strength for _, strength in credits(outs).values()} <= {"none", "tied"}
+
+
+def test_a_tie_another_rows_change_settles_in_the_same_batch_is_credited_again_before_it_is_settled() -> None:
+    """Write skew on the Java service under load (a miss seen under CPU burners): A writes row x and commits at the end
+    of its request; B's UPDATE of row y starts within the skew tolerance of that commit, so x's change ties between A
+    and B. y's change, 8 ms later, only B can have made. Event time jumps past both due times in one batch: x's row is
+    credited first (tied), then y's (B). B has made another row's change and its statement writes one row, so x's
+    change must be credited again then (A), not settled uncorrelated because its writers' wait is already over."""
+    p = Pipe()
+    accesses = [
+        access(READ, A, "a-read", 1006, 1007, 1014),
+        access(WRITE, A, "a-write", 1009, 1010, 1014),
+        access(READ, B, "b-read", 999, 1000, 1023),
+        access(WRITE, B, "b-write", 1013, 1015, 1023),
+    ]
+    x = replace(change(100, 0, 1013, 10), key=(("id", "x"),), before={"id": "x", "balance": 100},
+                after={"id": "x", "balance": 0})  # fmt: skip
+    y = replace(change(100, 0, 1021, 11), key=(("id", "y"),), before={"id": "y", "balance": 100},
+                after={"id": "y", "balance": 0})  # fmt: skip
+    outs = [p.send(*accesses, x, y), p.upstream(10)]
+    assert credits(outs) == {10: ("a-write", "values_time"), 11: ("b-write", "values_time")}
+    assert p.metric("trace_repro_row_changes_correlated_total", strength="none") == 0
+    assert p.pending() == 0
