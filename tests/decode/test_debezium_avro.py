@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,45 +23,20 @@ from streamer.decode.debezium import ChangeStats
 from streamer.decode.errors import DecodeUnavailable
 from streamer.decode.registry import DECODERS, Record
 from streamer.decode.schema_registry import SchemaRegistry
+from tests.decode.registry_server import Served, registry_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SCHEMAS: dict[str, str] = json.loads((FIXTURES / "debezium_avro_schemas.json").read_text())
-
-
-class _Registry(BaseHTTPRequestHandler):
-    """The subset of the Confluent API the decoder asks: ``GET /schemas/ids/{id}``; ``status`` forces an answer."""
-
-    status = 200
-    asked: list[str] = []
-    expect_auth = ""
-
-    def do_GET(self) -> None:
-        type(self).asked.append(self.path)
-        schema = SCHEMAS.get(self.path.rsplit("/", 1)[-1]) if self.path.startswith("/api/schemas/ids/") else None
-        status = type(self).status if type(self).status != 200 else (200 if schema else 404)
-        if type(self).expect_auth and self.headers.get("Authorization") != type(self).expect_auth:
-            status = 401
-        body = json.dumps({"schema": schema} if status == 200 else {"error_code": 40403}).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
-def registry_url() -> Iterator[str]:
-    _Registry.status, _Registry.asked, _Registry.expect_auth = 200, [], ""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/api"
-    finally:
-        server.shutdown()
-        server.server_close()
+def served() -> Iterator[Served]:
+    with registry_server() as found:
+        yield found
+
+
+@pytest.fixture
+def registry_url(served: Served) -> str:
+    return served.url
 
 
 def _records(form: str) -> list[dict[str, Any]]:
@@ -114,7 +87,7 @@ def test_avro_unwrapped_decodes_without_before_image(registry_url: str) -> None:
     assert stats.unwrapped == 4
 
 
-def test_each_schema_fetched_once_and_counted(registry_url: str) -> None:
+def test_each_schema_fetched_once_and_counted(registry_url: str, served: Served) -> None:
     telemetry = Telemetry("decode.debezium")
     config = DecodeConfig(schema_registry=SchemaRegistryConfig(url=registry_url))
     decode = DECODERS["debezium"](config, telemetry)
@@ -123,8 +96,8 @@ def test_each_schema_fetched_once_and_counted(registry_url: str) -> None:
     asyncio.run(decode.prepare(records))  # type: ignore[attr-defined]  # (cached: nothing asked again)
     for record in records:
         decode(record)
-    assert telemetry.events["row_changes"] == 8 and telemetry.events["schemas_fetched"] == len(_Registry.asked)
-    assert len(_Registry.asked) == len(set(_Registry.asked)) == 6  # key and value of the table, beats, transactions
+    assert telemetry.events["row_changes"] == 8 and telemetry.events["schemas_fetched"] == len(served.asked)
+    assert len(served.asked) == len(set(served.asked)) == 6  # key and value of the table, beats, transactions
 
 
 def test_unknown_schema_id_refused_with_reason(registry_url: str) -> None:
@@ -137,19 +110,19 @@ def test_unknown_schema_id_refused_with_reason(registry_url: str) -> None:
     assert err.value.reason == "avro_unknown_schema"
 
 
-def test_registry_away_or_failing_is_retryable_not_a_dead_letter(registry_url: str) -> None:
+def test_registry_away_or_failing_is_retryable_not_a_dead_letter(registry_url: str, served: Served) -> None:
     """A 5xx (or no registry listening) raises DecodeUnavailable: the runner pauses and asks again."""
     record = _records("avro")[0]
-    _Registry.status = 503
+    served.status = 503
     with pytest.raises(DecodeUnavailable):
         asyncio.run(_registry(registry_url).prepare([record["value"]]))
     with pytest.raises(DecodeUnavailable):
         asyncio.run(_registry("http://127.0.0.1:9/api", timeout_s=2).prepare([record["value"]]))
 
 
-def test_credentials_sent_and_never_in_the_error(registry_url: str) -> None:
+def test_credentials_sent_and_never_in_the_error(registry_url: str, served: Served) -> None:
     record = _records("avro")[0]
-    _Registry.expect_auth = "Basic " + base64.b64encode(b"team:s3cret-pass").decode()
+    served.auth = "Basic " + base64.b64encode(b"team:s3cret-pass").decode()
     with pytest.raises(DecodeUnavailable) as err:
         asyncio.run(_registry(registry_url, username="team", password="wrong-pass").prepare([record["value"]]))
     assert "wrong-pass" not in str(err.value) and "401" in str(err.value)
@@ -173,3 +146,15 @@ def test_schema_cache_bounded_evictions_counted(registry_url: str) -> None:
                                  registry=registry) for r in records]  # fmt: skip
     assert len([c for c in changes if c is not None]) == 4
     assert registry.telemetry.dropped["schema_cache"] == 5
+
+
+def test_apicurio_framing_by_global_id(registry_url: str) -> None:
+    """``wire=apicurio``: magic byte, 8-byte global id, ``GET {url}/ids/globalIds/{id}`` answering the schema text."""
+    record = next(r for r in _records("avro") if r["topic"].endswith(".prices") and r["value"])
+    key, value = (
+        b"\x00" + int.from_bytes(d[1:5], "big").to_bytes(8, "big") + d[5:] for d in (record["key"], record["value"])
+    )
+    registry = _registry(registry_url, wire="apicurio")
+    asyncio.run(registry.prepare([key, value]))
+    change = decode_row_change(key, value, topic=record["topic"], partition=0, offset=0, registry=registry)
+    assert change is not None and change.after is not None and str(change.after["amount"]) == "12.50"
