@@ -2,11 +2,12 @@
 
 ``io.apicurio:apicurio-registry-app:<VERSION>:zip:all`` (a Quarkus runner jar and its ``lib/``) is downloaded once
 into ``<cache>/apicurio/``, checked against the SHA-512 pinned here (the digest Central publishes next to it),
-unpacked, and started with in-memory storage on a free port. It serves its own API (``/apis/registry/v2``) and the
-Confluent-compatible one (``/apis/ccompat/v7``) that the daemon's ``decode.schema_registry`` reads; Debezium writes
-to it through Apicurio's Kafka Connect converter (``config/maven/apicurio-converter-pom.xml``, on the Connect worker's
-plugin path). It is started on demand (``trace-repro local up registry``, and by the tests that need it): a JVM and a
-large first download that most runs have no use for.
+unpacked (the archive then removed), and started with in-memory storage on a free port. It serves its own API
+(``/apis/registry/v2``) and the Confluent-compatible one (``/apis/ccompat/v7``) that the daemon's
+``decode.schema_registry`` reads; Debezium writes to it through Apicurio's Kafka Connect converter
+(``config/maven/apicurio-converter-pom.xml``, on the Connect worker's plugin path). It is started on demand
+(``trace-repro local up --registry``, and by the tests that need it): a JVM and a large first download that most
+runs have no use for.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def install(cache_dir: Path, *, repository: str = CENTRAL, sha512: str = SHA512)
             staging.rename(home)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    archive.unlink(missing_ok=True)  # unpacked and marked complete: the archive is not needed again
     return home
 
 
