@@ -51,7 +51,7 @@ def registry_server() -> Iterator[Served]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     served.url = f"http://127.0.0.1:{server.server_port}{ROOT}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield served
