@@ -26,14 +26,14 @@ from pathlib import Path
 
 from streamer import config_check, contract_cli, gate
 from streamer.doctor import command as doctor
-from streamer.engines import ALL, EngineError, LocalEngines
+from streamer.engines import ALL, KNOWN, EngineError, LocalEngines
 
 
 def _local(args: argparse.Namespace) -> int:
     local = LocalEngines()
     match args.action:
         case "up":
-            local.up(args.engines or ALL)
+            local.up([*(args.engines or ALL), *(["registry"] if args.registry else [])])
             if args.capture:
                 local.capture(args.capture, topic_prefix=args.topic_prefix)
             for name, seconds in local.timings.items():
@@ -131,7 +131,9 @@ def parser() -> argparse.ArgumentParser:
     local = sub.add_parser("local", help="start, inspect and stop the local engines")
     actions = local.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="start Kafka, FalkorDB, PostgreSQL and Kafka Connect + Debezium")
-    up.add_argument("engines", nargs="*", metavar="ENGINE", help=f"a subset of: {', '.join(ALL)} (default: all)")
+    up.add_argument("engines", nargs="*", metavar="ENGINE", help=f"a subset of: {', '.join(KNOWN)} (default: all "
+                    "but the registry)")  # fmt: skip
+    up.add_argument("--registry", action="store_true", help="also start the schema registry (Debezium's Avro form)")
     up.add_argument("--env-file", help="also write the TRACE_REPRO_* addresses to this file as shell exports")
     up.add_argument("--capture", nargs="+", metavar="SCHEMA.TABLE", help="tables for Debezium to capture")
     up.add_argument("--topic-prefix", default="shop", help="Debezium topic.prefix (default: shop)")

@@ -93,3 +93,21 @@ def test_daemon_refuses_a_typo_inside_a_section_naming_the_closest_key() -> None
     assert "kafka.auto_offset_reste: Extra inputs are not permitted; did you mean kafka.auto_offset_reset?" in str(
         refused.value
     )
+
+
+def test_schema_registry_names_known_and_a_typo_named(tmp_path: Path) -> None:
+    """``[decode.schema_registry]`` by environment and TOML; a misspelt key gets the closest valid name; a URL that is
+    not http(s) is refused by key."""
+    env = {"TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL": "http://127.0.0.1:8081",
+           "TRACE_REPRO_DECODE__SCHEMA_REGISTRY__PASSWORD": "s3cret"}  # fmt: skip
+    assert problems(None, env) == []
+    typo = unknown_env({"TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URI": "x"}, config.settings_model())
+    assert typo == [("TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URI", "TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL")]
+    path = tmp_path / "c.toml"
+    path.write_text('[decode.schema_registry]\nurl = "file:///etc/passwd"\nmax_schema = 3\n')
+    found = problems(path, {})
+    assert any(p.startswith("decode.schema_registry.url:") for p in found)
+    assert (
+        f"{path}: unknown key decode.schema_registry.max_schema; did you mean decode.schema_registry.max_schemas?"
+        in found
+    )

@@ -6,7 +6,9 @@ comparison treats as unknown) and counted, so that one megabyte column costs nei
 topic's message size; so is a value nested deeper than ``MAX_NESTING`` (no serializer downstream need follow it). A
 key, table or transaction id that long refuses the message (a row cannot be named by it). The other forms Debezium
 is run with (precise decimals, the unwrapped record, heartbeats, transaction metadata) are read as
-:mod:`streamer.decode.debezium_forms` describes.
+:mod:`streamer.decode.debezium_forms` describes. A key or value in a schema registry's Avro framing (magic byte 0) is
+read with :mod:`streamer.decode.avro` into the same documents the JSON converter writes, so that the envelope, the
+unwrapped record, heartbeats and transaction events take one path whatever the converter.
 """
 
 from __future__ import annotations
@@ -18,20 +20,30 @@ from typing import Any
 
 from processors.model.events import CdcOp, RowChange, Scalar
 from processors.sql.values import UNAVAILABLE
+from streamer.decode.avro import read
 from streamer.decode.debezium_forms import HEARTBEAT_PREFIX, convert_row, converters, is_transaction_event, unwrapped
 from streamer.decode.errors import DecodeError
 from streamer.decode.jsontext import loads
+from streamer.decode.schema_registry import SchemaRegistry
 
 __all__ = ["ChangeStats", "decode_row_change"]
 
 MAX_NESTING = 32  # objects and arrays in a row value (as for an OTLP attribute value)
 _MISSING = "debezium_missing_field"
 _INVALID = "debezium_invalid_field"
+AVRO = "avro"  # the schema of an Avro document: typed by its registry schema, its decimals decoded already
 
 
-def _load(data: bytes, what: str) -> tuple[Any, Any]:
-    """Parse JSON into (payload, schema): a ``{"schema": ..., "payload": ...}`` wrapper (``schemas.enable=true``)
-    split, anything else with schema None."""
+def _load(data: bytes, what: str, registry: SchemaRegistry | None) -> tuple[Any, Any]:
+    """Parse a message into (payload, schema): Avro in a registry's framing with ``AVRO`` as its schema (its decimals
+    are decoded already); JSON with a ``{"schema": ..., "payload": ...}`` wrapper (``schemas.enable=true``) split,
+    anything else with schema None."""
+    if data[:1] == b"\x00":  # a registry's magic byte: never the first byte of JSON
+        if registry is None:
+            raise DecodeError("avro_no_registry", f"the {what} is Avro in a registry's framing and "
+                              "decode.schema_registry.url is not set")  # fmt: skip
+        schema, datum = registry.datum(data)
+        return read(schema, datum), AVRO
     doc = loads(data, "debezium_invalid_json", what)
     if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
         return doc["payload"], doc["schema"]
@@ -43,7 +55,7 @@ def _scalar(value: Any) -> Scalar:
         return value
     if isinstance(value, Decimal):
         return str(value)  # a key's precise decimal, with its scale
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)  # e.g. a variable-scale decimal struct
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)  # e.g. a struct
 
 
 def _row(envelope: dict[str, Any], field: str) -> dict[str, Any] | None:
@@ -59,7 +71,8 @@ def _over(value: Any, limit: int) -> bool:
     if isinstance(value, str):
         return 4 * len(value) > limit and len(value.encode("utf-8", "surrogatepass")) > limit
     if isinstance(value, dict | list):
-        return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > limit
+        text = json.dumps(value, ensure_ascii=False, default=str)  # (an Avro array's decimals as their text)
+        return len(text.encode("utf-8", "surrogatepass")) > limit
     return False
 
 
@@ -106,16 +119,20 @@ def _int(obj: dict[str, Any], field: str, where: str) -> int:
 
 
 def _row_key(
-    key: bytes | None, op: CdcOp, before: dict[str, Any] | None, after: dict[str, Any] | None
+    key: bytes | None,
+    op: CdcOp,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    registry: SchemaRegistry | None,
 ) -> tuple[tuple[str, Scalar], ...]:
     """Primary key columns from the message key, else the row's ``id`` column."""
-    doc, schema = _load(key, "message key") if key else (None, None)
+    doc, schema = _load(key, "message key", registry) if key else (None, None)
     if isinstance(doc, dict) and doc:
         doc, _ = convert_row(doc, converters(schema, None))
         assert doc is not None
         return tuple((str(column), _scalar(value)) for column, value in doc.items())
     if doc is not None and not isinstance(doc, dict):
-        raise DecodeError(_INVALID, f"message key is not a JSON object: {doc!r:.40}")
+        raise DecodeError(_INVALID, f"message key is not an object: {doc!r:.40}")
     row = after if after is not None else before
     if row is not None and "id" in row:
         return (("id", _scalar(row["id"])),)
@@ -157,17 +174,19 @@ def decode_row_change(
     offset: int,
     max_value_bytes: int = 65_536,
     stats: ChangeStats | None = None,
+    registry: SchemaRegistry | None = None,
 ) -> RowChange | None:
-    """Decode one Debezium change event; a tombstone (null or empty value) gives None. A row value over
-    ``max_value_bytes`` is replaced by ``UNAVAILABLE`` and counted in ``stats``; a key over it refuses the message."""
+    """Decode one Debezium change event, JSON or (with ``registry``, which has fetched its schemas) Avro; a tombstone
+    (null or empty value) gives None. A row value over ``max_value_bytes`` is replaced by ``UNAVAILABLE`` and counted
+    in ``stats``; a key over it refuses the message."""
     if not value:
         return None
     stats = ChangeStats() if stats is None else stats
-    envelope, value_schema = _load(value, "value")
+    envelope, value_schema = _load(value, "value", registry)
     if envelope is None:
         return None  # a null payload in a schema wrapper is a tombstone too
     if not isinstance(envelope, dict):
-        raise DecodeError("debezium_invalid_json", "value is not a JSON object")
+        raise DecodeError("debezium_invalid_json", "value is not an object")
     if topic.startswith(HEARTBEAT_PREFIX) or is_transaction_event(envelope):
         stats.heartbeats += topic.startswith(HEARTBEAT_PREFIX)
         stats.transactions += not topic.startswith(HEARTBEAT_PREFIX)
@@ -201,10 +220,11 @@ def decode_row_change(
     decimals = converters(value_schema, row_field)  # before and after share one row schema
     (before, n_before), (after, n_after) = convert_row(before, decimals), convert_row(after, decimals)
     stats.oversize_values += n_before + n_after
-    row_key = _row_key(key, cdc_op, before, after)
+    row_key = _row_key(key, cdc_op, before, after, registry)
     if any(_over(c, max_value_bytes) or _over(v, max_value_bytes) for c, v in row_key):
         raise DecodeError("debezium_oversize_key", f"a key column or value is over {max_value_bytes} bytes")
-    size = len(value) > max_value_bytes  # a value's JSON text is no longer than the message: only then can one be over
+    # A value's JSON text is no longer than a JSON message: only then can one be over (Avro's can be: base64, digits).
+    size = value_schema is AVRO or len(value) > max_value_bytes
     (before, n_before), (after, n_after) = (
         _bounded(before, max_value_bytes, size),
         _bounded(after, max_value_bytes, size),

@@ -13,3 +13,7 @@ class DecodeError(ValueError):
 
     def __str__(self) -> str:
         return self.reason if self.message == self.reason else f"{self.reason}: {self.message}"
+
+
+class DecodeUnavailable(RuntimeError):
+    """What decoding needs from another service (a schema registry) cannot be had now: retry the batch later."""

@@ -33,6 +33,7 @@ from streamer.decode.otlp import (
     decode_traces_json,
     decode_traces_proto,
 )
+from streamer.decode.schema_registry import SchemaRegistry
 from streamer.decode.strings import SharedStrings
 
 
@@ -107,14 +108,26 @@ def _logs(decode: Callable[..., Any]) -> DecoderFactory:
     return factory
 
 
-def _debezium(config: DecodeConfig, telemetry: Telemetry) -> Decode:
-    telemetry.declare("oversize_values")
-    limit = config.max_attribute_bytes
+class _Debezium:
+    """The Debezium decoder, JSON or Avro; with ``decode.schema_registry.url`` set, :meth:`prepare` fetches the
+    schemas a batch's Avro messages name before it is decoded."""
 
-    def row_changes(record: Record) -> Sequence[Any]:
-        stats = ChangeStats()
+    def __init__(self, config: DecodeConfig, telemetry: Telemetry) -> None:
+        telemetry.declare("oversize_values")
+        self.limit = config.max_attribute_bytes
+        self.telemetry = telemetry
+        registry = config.schema_registry
+        self.registry = SchemaRegistry(registry, telemetry) if registry.url else None
+
+    async def prepare(self, records: Sequence[Record]) -> None:
+        if self.registry is not None:
+            await self.registry.prepare(data for r in records for data in (r.key, r.value))
+
+    def __call__(self, record: Record) -> Sequence[Any]:
+        stats, telemetry = ChangeStats(), self.telemetry
         change = decode_row_change(record.key, record.value, topic=record.topic, partition=record.partition,
-                                   offset=record.offset, max_value_bytes=limit, stats=stats)  # fmt: skip
+                                   offset=record.offset, max_value_bytes=self.limit, stats=stats,
+                                   registry=self.registry)  # fmt: skip
         telemetry.drop("oversize_values", stats.oversize_values)
         telemetry.count("schemaless_changes", stats.schemaless)  # a precise decimal's scale was not in the message
         telemetry.count("unwrapped_changes", stats.unwrapped)  # no before-image of an update
@@ -123,8 +136,6 @@ def _debezium(config: DecodeConfig, telemetry: Telemetry) -> Decode:
         if not (stats.heartbeats or stats.transactions):
             telemetry.count("tombstones" if change is None else "row_changes")
         return () if change is None else (change,)
-
-    return row_changes
 
 
 def _events(config: DecodeConfig, telemetry: Telemetry) -> Decode:
@@ -160,7 +171,7 @@ DECODERS: dict[str, DecoderFactory] = {
     "otlp_json.traces": _traces(decode_traces_json),
     "otlp_proto.logs": _logs(decode_logs_proto),
     "otlp_json.logs": _logs(decode_logs_json),
-    "debezium": _debezium,
+    "debezium": _Debezium,
     "events": _events,
     "internal": _internal,
 }
@@ -206,3 +217,14 @@ class Inputs:
 
     def decode(self, source: Input, record: Record) -> Sequence[Any]:
         return self._decode[source.decoder](record)
+
+    async def prepare(self, records: Sequence[Record]) -> None:
+        """Before a batch is decoded: what its decoders need from other services (a schema registry's schemas);
+        raises :class:`~streamer.decode.errors.DecodeUnavailable` while one is away."""
+        wanted: dict[str, list[Record]] = {}
+        for record in records:
+            source = self.lookup(record.topic)
+            if source is not None and hasattr(self._decode[source.decoder], "prepare"):
+                wanted.setdefault(source.decoder, []).append(record)
+        for decoder, batch in wanted.items():
+            await self._decode[decoder].prepare(batch)  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ A message the daemon would dead-letter is counted by the reason the daemon would
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from processors.model.events import RowChange
@@ -14,6 +15,7 @@ from processors.sql import SqlAccessExtractor
 from processors.telemetry import Telemetry
 from streamer.config import CoreSettings
 from streamer.decode import DECODERS, DecodeError, Record
+from streamer.decode.errors import DecodeUnavailable
 from streamer.doctor import services, tables
 from streamer.doctor.report import Report
 from streamer.doctor.wire import WireCensus
@@ -26,10 +28,17 @@ def diagnose(records: Sequence[Record], settings: CoreSettings, notes: Sequence[
     decode_spans = DECODERS[f"{kafka.span_encoding}.traces"](settings.decode, telemetry)
     decode_logs = DECODERS[f"{kafka.span_encoding}.logs"](settings.decode, telemetry)
     decode_change = DECODERS["debezium"](settings.decode, telemetry)
+    notes = list(notes)
+    if settings.decode.schema_registry.url:  # Avro changes: the schemas they name, from the registry first
+        try:
+            asyncio.run(decode_change.prepare([r for r in records if r.topic not in (kafka.spans_topic,  # type: ignore[attr-defined]
+                                                                                     kafka.logs_topic)]))  # fmt: skip
+        except DecodeUnavailable as exc:
+            notes.append(f"Avro changes not read: {exc}")
     sql = settings.sql
     extractor = SqlAccessExtractor(sql.key_columns, sql.version_columns, sql.insert_identity,
                                    sql.statement_cache, max_tables=sql.max_tables)  # fmt: skip
-    report = Report(notes=list(notes))
+    report = Report(notes=notes)
     wire, cdc = WireCensus(), tables.TableCensus()
     spans: list[Span] = []
     for r in records:

@@ -1,5 +1,8 @@
 """Kafka Connect standalone with the Debezium PostgreSQL connector (pgoutput), from Maven-resolved jars.
 
+Its plugin path holds Debezium and Apicurio Registry's converter, so that one worker runs JSON connectors (its default
+converters) and Avro ones (per-connector ``key.converter``/``value.converter``: :func:`registry.converter_config`).
+
 The worker starts with no connector; :func:`capture` registers one over the REST API for the tables to
 capture, once they exist (``publication.autocreate.mode=filtered`` creates the publication for exactly those
 tables), and waits until its replication slot is active so that no later change is missed.
@@ -43,11 +46,12 @@ def worker_properties(bootstrap: str, rest_port: int, offsets: str, plugin_path:
 def start(layout: Layout, *, bootstrap: str, port: int | None = None) -> EngineState:
     classpath = jars.resolve(layout, "kafka-pom.xml")
     plugins = jars.resolve(layout, "debezium-pom.xml", subdir="debezium-connector-postgres")
+    avro = jars.resolve(layout, "apicurio-converter-pom.xml", subdir="apicurio-converter")  # Avro with a registry
     base = layout.run_dir / "connect"
     base.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     props = base / "worker.properties"
-    props.write_text(worker_properties(bootstrap, port, str(base / "offsets.dat"), str(plugins)))
+    props.write_text(worker_properties(bootstrap, port, str(base / "offsets.dat"), f"{plugins},{avro}"))
     log4j = base / "log4j2.properties"
     log4j.write_text(LOG4J2.format(level="INFO"))
     log = layout.log_dir / "connect.log"
@@ -81,6 +85,15 @@ def healthy(state: EngineState) -> bool:
     return "version" in info and any(p.get("class", "").endswith("PostgresConnector") for p in plugins)
 
 
+def serves_avro(url: str) -> bool:
+    """Whether the worker at ``url`` has Apicurio's Avro converter (a worker started before it joined the plugin path
+    has not)."""
+    plugins = request(f"{url}/connector-plugins?connectorsOnly=false")
+    return any(p.get("class") == AVRO_CONVERTER for p in plugins)
+
+
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+
 # Forms of Debezium's output teams run, on top of ``connector_config`` (the decoder's fixtures are recorded with these
 # and ``tests/runtime/test_debezium_forms_live.py`` reads them live): precise decimals with schemas, transaction
 # metadata and heartbeats; and the unwrapped record (``ExtractNewRecordState``) with its added fields.
@@ -96,6 +109,22 @@ FORMS: dict[str, dict[str, str]] = {
         "decimal.handling.mode": "string",
         "key.converter.schemas.enable": "false",
         "value.converter.schemas.enable": "false",
+        "transforms": "unwrap",
+        "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+        "transforms.unwrap.add.fields": "op,table,lsn,source.ts_ms",
+        "transforms.unwrap.delete.tombstone.handling.mode": "rewrite",
+    },
+}
+# The same through a schema registry's Avro converter (its key.converter/value.converter settings come from the
+# registry: ``registry.converter_config``): the envelope with precise decimals, and the unwrapped record.
+AVRO_FORMS: dict[str, dict[str, str]] = {
+    "avro": {
+        "decimal.handling.mode": "precise",
+        "provide.transaction.metadata": "true",
+        "heartbeat.interval.ms": "500",
+    },
+    "avro_unwrap": {
+        "decimal.handling.mode": "precise",
         "transforms": "unwrap",
         "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
         "transforms.unwrap.add.fields": "op,table,lsn,source.ts_ms",

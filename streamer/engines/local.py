@@ -1,7 +1,9 @@
 """The four local engines as one unit: ``up``, ``status``, ``down``, and the addresses other processes use.
 
 Used by ``trace-repro local up|down|status``, ``make demo`` and the test fixtures. Kafka starts first (the JVM is
-the slowest), FalkorDB and PostgreSQL start while it boots, Kafka Connect last.
+the slowest), FalkorDB and PostgreSQL start while it boots, Kafka Connect last. The schema registry (Apicurio, for
+Debezium's Avro form) is a fifth engine started only when named (``trace-repro local up registry``): a JVM and a
+large first download that the default set has no use for.
 """
 
 from __future__ import annotations
@@ -12,18 +14,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from streamer.engines import connect, falkordb, jars, kafka, postgres
+from streamer.engines import connect, falkordb, jars, kafka, postgres, registry
 from streamer.engines import state as state_file
 from streamer.engines.layout import Layout
 from streamer.engines.process import EngineError, alive, kill, stop
 from streamer.engines.state import EngineState
 
-ALL = ("kafka", "falkordb", "postgres", "connect")
+ALL = ("kafka", "falkordb", "postgres", "connect")  # what `local up` starts by default
+KNOWN = (*ALL, "registry")  # in start order; the registry on demand
 _HEALTH: dict[str, Callable[[EngineState], bool]] = {
     "kafka": kafka.healthy,
     "falkordb": falkordb.healthy,
     "postgres": postgres.healthy,
     "connect": connect.healthy,
+    "registry": registry.healthy,
 }
 
 
@@ -51,12 +55,12 @@ class LocalEngines:
 
     def up(self, names: Sequence[str] = ALL) -> dict[str, EngineState]:
         """Start the named engines that are not already running and healthy; returns all their states."""
-        unknown = set(names) - set(ALL)
+        unknown = set(names) - set(KNOWN)
         if unknown:
-            raise EngineError(f"unknown engine(s) {sorted(unknown)}; choose from {list(ALL)}")
-        if {"kafka", "connect"} & set(names):
+            raise EngineError(f"unknown engine(s) {sorted(unknown)}; choose from {list(KNOWN)}")
+        if {"kafka", "connect", "registry"} & set(names):
             jars.require_java()
-        wanted = [n for n in ALL if n in names or (n == "kafka" and "connect" in names)]
+        wanted = [n for n in KNOWN if n in names or (n == "kafka" and "connect" in names)]
         running = {n: s for n, s in self.engines.items() if alive(s.pid) and (n not in wanted or _HEALTH[n](s))}
         started: list[str] = []
         try:
@@ -88,6 +92,8 @@ class LocalEngines:
             return falkordb.start(self.layout, port=port)
         if name == "postgres":
             return postgres.start(self.layout, port=port)
+        if name == "registry":
+            return registry.start(self.layout, port=port)
         return connect.start(self.layout, bootstrap=kafka.bootstrap(running["kafka"]), port=port)
 
     def stop_engine(self, name: str) -> None:
@@ -112,7 +118,7 @@ class LocalEngines:
         """Stop every engine (Connect first, Kafka last); returns the PIDs that were stopped."""
         stopped = []
         engines = self.engines
-        for name in reversed(ALL):
+        for name in reversed(KNOWN):
             engine = engines.get(name)
             if engine is not None:
                 stop(engine.pid)
@@ -124,8 +130,10 @@ class LocalEngines:
 
     def status(self) -> list[EngineStatus]:
         out = []
-        for name in ALL:
+        for name in KNOWN:
             engine = self.engines.get(name)
+            if engine is None and name not in ALL:
+                continue  # an on-demand engine never started
             if engine is None:
                 out.append(EngineStatus(name, 0, False, False, "-"))
                 continue
@@ -142,6 +150,8 @@ class LocalEngines:
                 return falkordb.url(engine)
             case "postgres":
                 return postgres.dsn(engine)
+            case "registry":
+                return registry.url(engine)
             case _:
                 return connect.rest_url(engine)
 
@@ -152,8 +162,9 @@ class LocalEngines:
             "falkordb": "TRACE_REPRO_FALKORDB_URL",
             "postgres": "TRACE_REPRO_POSTGRES_DSN",
             "connect": "TRACE_REPRO_CONNECT_URL",
+            "registry": "TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL",  # the daemon's own setting: it reads Avro at once
         }
-        return {keys[n]: self.address(n) for n in ALL if n in self.engines}
+        return {keys[n]: self.address(n) for n in KNOWN if n in self.engines}
 
     def capture(self, tables: Sequence[str], *, topic_prefix: str = "shop", database: str = "postgres") -> None:
         """Have Debezium capture ``tables`` (``schema.table``) of the local PostgreSQL into Kafka."""

@@ -45,6 +45,7 @@ from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
 from sinks.kafka.client import client_kwargs
 from streamer.config import CoreSettings
+from streamer.decode.errors import DecodeUnavailable
 from streamer.decode.registry import Record
 from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
@@ -65,6 +66,7 @@ class RunnableStage(Protocol):
     def forget(self, tp: Hashable) -> None: ...
     def assign(self, tps: Iterable[tuple[str, int]]) -> None: ...
     async def sync(self) -> None: ...
+    async def prepare(self, records: list[Record]) -> None: ...
 
     broadcast_topic: str | None
     broadcast_partitions: int
@@ -132,6 +134,7 @@ class StageRunner:
         self._read_since: dict[TopicPartition, float] = {}  # since when its fetches have been answering (ms)
         self._looked_ms = 0.0  # when _caught_up last looked
         self._broken: Exception | None = None  # what a rebalance callback raised: the loop ends on it
+        self._stop = asyncio.Event()  # the daemon's stop request (set by run)
         self.batches = 0
         self._assigned_before = False  # (kafka.auto_offset_reset: see start_positions)
 
@@ -153,6 +156,7 @@ class StageRunner:
     async def run(self, stop: asyncio.Event) -> None:
         if self.stage.broadcast_topic:
             self.stage.broadcast_partitions = await self.producer.partitions(self.stage.broadcast_topic)
+        self._stop = stop
         consumer = self.consumer = self._consumer()
         consumer.subscribe(pattern=self.stage.topics_pattern, listener=_Rebalance(self))
         await consumer.start()
@@ -171,7 +175,7 @@ class StageRunner:
                     raise self._broken
                 async with self._lock:
                     await self._handle(batch)
-        except (WriteAborted, ProduceAborted) as exc:
+        except (WriteAborted, ProduceAborted, DecodeUnavailable) as exc:
             log.warning("stage.aborted", stage=self.name, reason=str(exc))
         except BaseException as exc:
             if exc is not self._broken and not (isinstance(exc, asyncio.CancelledError) and stop.is_set()):
@@ -226,6 +230,7 @@ class StageRunner:
         if self._inflight is not None and self._inflight[0].done():
             await self._settle()
         await self.stage.sync()
+        await self._prepare(records)
         self.stage.progress(await self._caught_up())
         if self._inflight is None:
             out = self.stage.process(records)
@@ -236,6 +241,26 @@ class StageRunner:
         self._inflight = (asyncio.create_task(self._durable(out)), out, positions)
         self.batches += 1
         self.metrics.batch_seconds.labels(self.name).observe(time.perf_counter() - begin)
+
+    async def _prepare(self, records: list[Record]) -> None:
+        """What decoding the batch needs from other services (a schema registry), asked again after a jittered
+        backoff while they are away: consumption pauses here, nothing of the batch is processed or committed. If the
+        daemon stops meanwhile, :class:`DecodeUnavailable` ends the loop (the batch is replayed after restart)."""
+        r = self.settings.decode.schema_registry
+        backoff = Backoff(r.retry_backoff_s, r.max_retry_backoff_s)
+        while True:
+            try:
+                await self.stage.prepare(records)
+                return
+            except DecodeUnavailable as exc:
+                if self._stop.is_set():
+                    raise
+                self.metrics.telemetry("decode").count("prepare_retries")
+                delay = backoff.next()
+                log.warning("stage.decode_unavailable", stage=self.name, detail=str(exc)[:300],
+                            attempt=backoff.attempt, backoff_s=round(delay, 3))  # fmt: skip
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
 
     async def _caught_up(self) -> set[tuple[str, int]]:
         """The partitions read to their end: position at the high-water mark of a fetch response younger than

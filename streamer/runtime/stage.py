@@ -206,6 +206,11 @@ class Stage:
                     log.warning("processor.sync_failed", processor=processor.name, error=type(exc).__name__,
                                 exc_info=exc)  # fmt: skip
 
+    async def prepare(self, records: Sequence[Record]) -> None:
+        """Before a batch: what decoding it needs from other services (schemas from a registry); raises
+        :class:`~streamer.decode.errors.DecodeUnavailable` while one is away (the runner retries)."""
+        await self.inputs.prepare(records)
+
     # ---- runtime hooks ----------------------------------------------------------------------------------------
 
     def release(self, sources: Iterable[Source]) -> None:

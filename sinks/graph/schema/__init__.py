@@ -75,6 +75,7 @@ def create_index(label: str, prop: str) -> str:
 # ---- stage upserts: one per GraphBatch field (processors.model.graph.UPSERTS) ----------------------------------
 
 # The last event time a node was touched at (retention deletes by it); a replay of older input never moves it back.
+_NEWER = "(e.lsn IS NULL OR r.lsn >= e.lsn)"  # a change row at least as new as the entity's image (e.lsn last)
 _SEEN_MAX = "{n}.seen = CASE WHEN {n}.seen IS NULL OR {at} > {n}.seen THEN {at} ELSE {n}.seen END"
 
 # An access row names its span and its Entity: the Entity is merged (as the entity's first access creates it, whether
@@ -164,11 +165,15 @@ UPSERTS: dict[str, str] = {
         "SET c.count = r.count, c.errors = r.errors, c.bins = r.bins, c.bin_counts = r.bin_counts, c.n = r.n, "
         "c.min = r.min, c.max = r.max, c.end = r.end, c.stamp = r.stamp"
     ),
-    # Committed row changes (stage 2): the entity's last image; the WROTE edge gets the commit facts and the
+    # Committed row changes (stage 2): the entity's last image (that of the highest LSN: FalkorDB does not apply
+    # one UNWIND's SETs on a node in row order, so a row's insert and update in one batch would leave either image;
+    # and a replayed older change never overwrites a newer one); the WROTE edge gets the commit facts and the
     # strength of the correlation. MERGE on the Span creates a placeholder if stage 1 has not written it yet.
     "changes": (
         "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) "
-        "SET e.table = r.table, e.lsn = r.lsn, e.image = coalesce(r.after, r.before), e.deleted = (r.op = 'd'), "
+        f"SET e.table = r.table, e.image = CASE WHEN {_NEWER} THEN coalesce(r.after, r.before) ELSE e.image END, "
+        f"e.deleted = CASE WHEN {_NEWER} THEN r.op = 'd' ELSE e.deleted END, "
+        f"e.lsn = CASE WHEN {_NEWER} THEN r.lsn ELSE e.lsn END, "
         f"{_SEEN_MAX.format(n='e', at='r.commit_ms')} WITH e, r WHERE r.span IS NOT NULL "
         "MERGE (s:Span {id: r.span}) ON CREATE SET s.seen = r.commit_ms MERGE (s)-[w:WROTE]->(e) "
         "SET w.lsn = r.lsn, w.tx = r.tx, w.commit_ms = r.commit_ms, w.before = r.before, w.after = r.after, "
