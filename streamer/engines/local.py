@@ -22,6 +22,14 @@ from streamer.engines.state import EngineState
 
 ALL = ("kafka", "falkordb", "postgres", "connect")  # what `local up` starts by default
 KNOWN = (*ALL, "registry")  # in start order; the registry on demand
+# The variable `local env` writes for each engine's address (names the daemon's settings or the tools read).
+ENVIRONMENT = {
+    "kafka": "TRACE_REPRO_KAFKA_BOOTSTRAP",
+    "falkordb": "TRACE_REPRO_FALKORDB_URL",
+    "postgres": "TRACE_REPRO_POSTGRES_DSN",
+    "connect": "TRACE_REPRO_CONNECT_URL",
+    "registry": "TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL",  # the daemon's own setting: it reads Avro at once
+}
 _HEALTH: dict[str, Callable[[EngineState], bool]] = {
     "kafka": kafka.healthy,
     "falkordb": falkordb.healthy,
@@ -157,14 +165,7 @@ class LocalEngines:
 
     def environment(self) -> dict[str, str]:
         """``TRACE_REPRO_*`` variables naming the running engines, for other processes."""
-        keys = {
-            "kafka": "TRACE_REPRO_KAFKA_BOOTSTRAP",
-            "falkordb": "TRACE_REPRO_FALKORDB_URL",
-            "postgres": "TRACE_REPRO_POSTGRES_DSN",
-            "connect": "TRACE_REPRO_CONNECT_URL",
-            "registry": "TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL",  # the daemon's own setting: it reads Avro at once
-        }
-        return {keys[n]: self.address(n) for n in KNOWN if n in self.engines}
+        return {ENVIRONMENT[n]: self.address(n) for n in KNOWN if n in self.engines}
 
     def capture(self, tables: Sequence[str], *, topic_prefix: str = "shop", database: str = "postgres") -> None:
         """Have Debezium capture ``tables`` (``schema.table``) of the local PostgreSQL into Kafka."""
