@@ -111,7 +111,7 @@ def findings(topic: str, t: TableStats, undecodable: dict[str, int], trace_colum
     table = t.table or topic
     out: list[Finding] = []
     forms = ", ".join(f"{FORMS[f]} x{n}" for f, n in t.forms.most_common())
-    schemas = "schemas on" if t.schemas[True] else "schemas off"
+    schemas = "schemas from the registry" if t.forms["registry"] else "schemas on" if t.schemas[True] else "schemas off"
     if undecodable:
         reasons = ", ".join(f"{r} x{n}" for r, n in undecodable.items())
         status = Status.PARTIAL if t.changes else Status.MISSING

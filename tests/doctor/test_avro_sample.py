@@ -28,5 +28,7 @@ def test_avro_changes_read_through_the_registry_and_refused_without_one() -> Non
     assert topic not in report.undecodable
     captured = next(f for f in report.findings if f.capability == "cdc: captured")
     assert captured.detail == "4 change(s) (c:2 d:1 u:1)"
+    form = next(f for f in report.findings if f.capability == "cdc: converter form")
+    assert form.detail.endswith("; schemas from the registry"), form.detail  # (not "schemas off": they are by id)
     plain = diagnose(_records(), config.load(None, env={"TRACE_REPRO_KAFKA__CDC_PATTERN": "^i33dbz"}))
     assert plain.undecodable[topic] == {"avro_no_registry": 4}
