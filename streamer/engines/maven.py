@@ -13,15 +13,13 @@ POM resolves to the same jars on every machine, which the jar cache (keyed by th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tarfile
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from streamer.engines import download
 from streamer.engines.process import EngineError
 
 VERSION = "3.9.16"
@@ -65,8 +63,10 @@ def bootstrap(
         return mvn
     tools_dir.mkdir(parents=True, exist_ok=True)
     archive = tools_dir / archive_name()
-    if not (archive.exists() and _sha512(archive) == sha512):
-        _download(archive_url(repository), archive, sha512, env=os.environ if env is None else env)
+    if not (archive.exists() and download.sha512_of(archive) == sha512):
+        url = archive_url(repository)
+        explain = _unreachable(url, archive, os.environ if env is None else env)
+        download.pinned(url, archive, sha512, unreachable=explain)
     staging = tools_dir / f".unpack-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -86,33 +86,14 @@ def bootstrap(
     return mvn
 
 
-def _download(url: str, target: Path, sha512: str, *, env: Mapping[str, str]) -> None:
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    digest = hashlib.sha512()
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(partial, "wb") as out:  # noqa: S310 - https URL
-            while chunk := resp.read(1 << 16):
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.URLError, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        reason = getattr(exc, "reason", exc)
+def _unreachable(url: str, target: Path, env: Mapping[str, str]) -> Callable[[object], str]:
+    def explain(reason: object) -> str:
         system = shutil.which("mvn", path=env.get("PATH", os.defpath))
         alternative = f", or set TRACE_REPRO_MVN={system} to use the Maven installed here" if system else ""
-        raise EngineError(
+        return (
             f"could not download Apache Maven {VERSION} from {url}: {reason}. The local engines resolve the Kafka "
             f"and Debezium jars with it, and none is cached in {target.parent} yet: connect to the network once "
             f"(the download and the jars are then cached){alternative}"
-        ) from exc
-    if digest.hexdigest() != sha512:
-        partial.unlink(missing_ok=True)
-        raise EngineError(f"{url} does not match its pinned SHA-512 (got {digest.hexdigest()[:16]}…): not used")
-    partial.replace(target)
+        )
 
-
-def _sha512(path: Path) -> str:
-    digest = hashlib.sha512()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return explain

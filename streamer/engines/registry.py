@@ -12,7 +12,6 @@ runs have no use for.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import urllib.error
@@ -20,7 +19,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from streamer.engines import jars
+from streamer.engines import download, jars
 from streamer.engines.connect import AVRO_CONVERTER
 from streamer.engines.layout import Layout
 from streamer.engines.maven import CENTRAL
@@ -49,8 +48,11 @@ def install(cache_dir: Path, *, repository: str = CENTRAL, sha512: str = SHA512)
         return home
     tools.mkdir(parents=True, exist_ok=True)
     archive = tools / f"apicurio-registry-app-{VERSION}-all.zip"
-    if not (archive.exists() and _sha512(archive) == sha512):
-        _download(archive_url(repository), archive, sha512)
+    if not (archive.exists() and download.sha512_of(archive) == sha512):
+        url = archive_url(repository)
+        download.pinned(url, archive, sha512, unreachable=lambda reason: (
+            f"could not download Apicurio Registry {VERSION} from {url}: {reason}. The local schema registry "
+            f"(Debezium's Avro form) needs it once; it is then cached in {archive.parent}"))  # fmt: skip
     staging = tools / f".unpack-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -70,34 +72,6 @@ def install(cache_dir: Path, *, repository: str = CENTRAL, sha512: str = SHA512)
         shutil.rmtree(staging, ignore_errors=True)
     archive.unlink(missing_ok=True)  # unpacked and marked complete: the archive is not needed again
     return home
-
-
-def _download(url: str, target: Path, sha512: str) -> None:
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    digest = hashlib.sha512()
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(partial, "wb") as out:  # noqa: S310 - https URL
-            while chunk := resp.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.URLError, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        raise EngineError(
-            f"could not download Apicurio Registry {VERSION} from {url}: {getattr(exc, 'reason', exc)}. The local "
-            f"schema registry (Debezium's Avro form) needs it once; it is then cached in {target.parent}"
-        ) from exc
-    if digest.hexdigest() != sha512:
-        partial.unlink(missing_ok=True)
-        raise EngineError(f"{url} does not match its pinned SHA-512 (got {digest.hexdigest()[:16]}…): not used")
-    partial.replace(target)
-
-
-def _sha512(path: Path) -> str:
-    digest = hashlib.sha512()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def start(layout: Layout, *, port: int | None = None) -> EngineState:
