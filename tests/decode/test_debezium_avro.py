@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -24,6 +23,7 @@ from streamer.decode.errors import DecodeUnavailable
 from streamer.decode.registry import DECODERS, Record
 from streamer.decode.schema_registry import SchemaRegistry
 from tests.decode.registry_server import Served, registry_server
+from tests.decode.test_debezium_forms import recorded
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -39,20 +39,12 @@ def registry_url(served: Served) -> str:
     return served.url
 
 
-def _records(form: str) -> list[dict[str, Any]]:
-    return [
-        {"topic": r["topic"], "key": r["key"] and base64.b64decode(r["key"]),
-         "value": r["value"] and base64.b64decode(r["value"])}
-        for r in json.loads((FIXTURES / f"debezium_{form}.json").read_text())
-    ]  # fmt: skip
-
-
 def _registry(url: str, **config: Any) -> SchemaRegistry:
     return SchemaRegistry(SchemaRegistryConfig(url=url, **config), Telemetry("decode.debezium"))
 
 
 def _decode(form: str, url: str) -> tuple[list[RowChange], ChangeStats]:
-    records, registry, stats = _records(form), _registry(url), ChangeStats()
+    records, registry, stats = recorded(form), _registry(url), ChangeStats()
     asyncio.run(registry.prepare(d for r in records for d in (r["key"], r["value"])))
     out = [decode_row_change(r["key"], r["value"], topic=r["topic"], partition=0, offset=i, stats=stats,
                              registry=registry) for i, r in enumerate(records)]  # fmt: skip
@@ -91,7 +83,7 @@ def test_each_schema_fetched_once_and_counted(registry_url: str, served: Served)
     telemetry = Telemetry("decode.debezium")
     config = DecodeConfig(schema_registry=SchemaRegistryConfig(url=registry_url))
     decode = DECODERS["debezium"](config, telemetry)
-    records = [Record(r["topic"], 0, i, r["key"], r["value"]) for i, r in enumerate(_records("avro") * 2)]
+    records = [Record(r["topic"], 0, i, r["key"], r["value"]) for i, r in enumerate(recorded("avro") * 2)]
     asyncio.run(decode.prepare(records))  # type: ignore[attr-defined]
     asyncio.run(decode.prepare(records))  # type: ignore[attr-defined]  # (cached: nothing asked again)
     for record in records:
@@ -101,7 +93,7 @@ def test_each_schema_fetched_once_and_counted(registry_url: str, served: Served)
 
 
 def test_unknown_schema_id_refused_with_reason(registry_url: str) -> None:
-    record = next(r for r in _records("avro") if r["topic"].endswith(".prices") and r["value"])
+    record = next(r for r in recorded("avro") if r["topic"].endswith(".prices") and r["value"])
     value = b"\x00" + (999).to_bytes(4, "big") + record["value"][5:]
     registry = _registry(registry_url)
     asyncio.run(registry.prepare([record["key"], value]))
@@ -112,7 +104,7 @@ def test_unknown_schema_id_refused_with_reason(registry_url: str) -> None:
 
 def test_registry_away_or_failing_is_retryable_not_a_dead_letter(registry_url: str, served: Served) -> None:
     """A 5xx (or no registry listening) raises DecodeUnavailable: the runner pauses and asks again."""
-    record = _records("avro")[0]
+    record = recorded("avro")[0]
     served.status = 503
     with pytest.raises(DecodeUnavailable):
         asyncio.run(_registry(registry_url).prepare([record["value"]]))
@@ -121,7 +113,7 @@ def test_registry_away_or_failing_is_retryable_not_a_dead_letter(registry_url: s
 
 
 def test_credentials_sent_and_never_in_the_error(registry_url: str, served: Served) -> None:
-    record = _records("avro")[0]
+    record = recorded("avro")[0]
     served.auth = "Basic " + base64.b64encode(b"team:s3cret-pass").decode()
     with pytest.raises(DecodeUnavailable) as err:
         asyncio.run(_registry(registry_url, username="team", password="wrong-pass").prepare([record["value"]]))
@@ -130,7 +122,7 @@ def test_credentials_sent_and_never_in_the_error(registry_url: str, served: Serv
 
 
 def test_avro_without_a_registry_refused_with_the_setting_to_set() -> None:
-    record = _records("avro")[0]
+    record = recorded("avro")[0]
     with pytest.raises(DecodeError) as err:
         decode_row_change(record["key"], record["value"], topic=record["topic"], partition=0, offset=0)
     assert err.value.reason == "avro_no_registry" and "decode.schema_registry.url" in err.value.message
@@ -138,7 +130,7 @@ def test_avro_without_a_registry_refused_with_the_setting_to_set() -> None:
 
 def test_schema_cache_bounded_evictions_counted(registry_url: str) -> None:
     """Past ``max_schemas`` the least recently used is evicted (counted); the batch's own schemas stay usable."""
-    records = [r for r in _records("avro") if r["value"]]
+    records = [r for r in recorded("avro") if r["value"]]
     registry = _registry(registry_url, max_schemas=1)
     asyncio.run(registry.prepare(d for r in records for d in (r["key"], r["value"])))
     stats = ChangeStats()
@@ -150,7 +142,7 @@ def test_schema_cache_bounded_evictions_counted(registry_url: str) -> None:
 
 def test_apicurio_framing_by_global_id(registry_url: str) -> None:
     """``wire=apicurio``: magic byte, 8-byte global id, ``GET {url}/ids/globalIds/{id}`` answering the schema text."""
-    record = next(r for r in _records("avro") if r["topic"].endswith(".prices") and r["value"])
+    record = next(r for r in recorded("avro") if r["topic"].endswith(".prices") and r["value"])
     key, value = (
         b"\x00" + int.from_bytes(d[1:5], "big").to_bytes(8, "big") + d[5:] for d in (record["key"], record["value"])
     )

@@ -24,7 +24,8 @@ from streamer.decode.registry import DECODERS, Record
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _records(form: str) -> list[dict[str, Any]]:
+def recorded(form: str) -> list[dict[str, Any]]:
+    """A fixture file's recorded messages (key and value decoded from base64)."""
     return [
         {"topic": r["topic"], "key": r["key"] and base64.b64decode(r["key"]),
          "value": r["value"] and base64.b64decode(r["value"])}
@@ -35,7 +36,7 @@ def _records(form: str) -> list[dict[str, Any]]:
 def _decode(form: str) -> tuple[list[RowChange], ChangeStats]:
     stats = ChangeStats()
     out = [decode_row_change(r["key"], r["value"], topic=r["topic"], partition=0, offset=i, stats=stats)
-           for i, r in enumerate(_records(form))]  # fmt: skip
+           for i, r in enumerate(recorded(form))]  # fmt: skip
     return [c for c in out if c is not None], stats
 
 
@@ -73,7 +74,7 @@ def test_transaction_metadata_and_heartbeats_counted_not_refused() -> None:
 def test_precise_decimal_without_schema_kept_as_received() -> None:
     """Without schemas.enable the scale is nowhere: the base64 text stays, counted as schemaless; it compares with
     no number (unknown), never equal to a wrong value. The variable-scale struct describes itself and decodes."""
-    record = next(r for r in _records("precise") if r["topic"].endswith(".prices") and r["value"])
+    record = next(r for r in recorded("precise") if r["topic"].endswith(".prices") and r["value"])
     plain = json.dumps(json.loads(record["value"])["payload"]).encode()
     stats = ChangeStats()
     change = decode_row_change(None, plain, topic=record["topic"], partition=0, offset=0, stats=stats)
@@ -97,7 +98,7 @@ def test_unwrapped_records_decode_without_before_image() -> None:
 
 
 def test_unwrapped_record_without_op_refused_with_the_option_to_set() -> None:
-    record = _records("unwrap")[0]
+    record = recorded("unwrap")[0]
     doc = {k: v for k, v in json.loads(record["value"]).items() if not k.startswith("__")}
     doc["__table"] = "prices"
     with pytest.raises(DecodeError) as err:
@@ -133,7 +134,7 @@ def test_overlong_decimal_kept_unavailable_and_counted() -> None:
 def test_registry_counts_each_form() -> None:
     telemetry = Telemetry("decode.debezium")
     decode = DECODERS["debezium"](DecodeConfig(), telemetry)
-    for i, r in enumerate(_records("precise") + _records("unwrap")):
+    for i, r in enumerate(recorded("precise") + recorded("unwrap")):
         decode(Record(r["topic"], 0, i, r["key"], r["value"]))
     assert telemetry.events["row_changes"] == 8 and telemetry.events["unwrapped_changes"] == 4
     assert telemetry.events["heartbeats"] == 2 and telemetry.events["transaction_events"] == 6
