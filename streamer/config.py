@@ -43,6 +43,12 @@ class HttpConfig(Section):
 
     host: str = Field("127.0.0.1", description="listen address")
     port: int = Field(9464, ge=0, le=65535, description="/metrics, /healthz, /readyz; 0 = pick a free port")
+    max_service_labels: int = Field(
+        200,
+        ge=1,
+        description="distinct `service` label values of the findings metrics; later services count as "
+        "`other` (a drop service_label_overflow of component metrics)",
+    )
 
 
 class CoreSettings(BaseSettings):
@@ -51,6 +57,9 @@ class CoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRACE_REPRO_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
     environment: str = "local"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the least severe log lines written (`trace-repro run --log-level` overrides it)"
+    )
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         1, description="stage-1 worker processes of `trace-repro run` (one consumer group); auto = the cores"
     )
