@@ -53,8 +53,8 @@ async def test_a_regression_is_written_by_the_file_sink_and_filed_once_on_gitlab
             assert {e["occurrence"] for e in found} <= {e.get("occurrence") for e in on_topic}
             for fingerprint in {str(e["fingerprint"]) for e in found}:
                 label = fingerprint_label(fingerprint)
-                await h.wait_for(lambda label=label: len(gitlab.issues(label)) == 1, f"the issue {label}")
-                [issue] = gitlab.issues(label)
+                await h.wait_for(lambda label=label: len(gitlab.issues(tag=label)) == 1, f"the issue {label}")
+                [issue] = gitlab.issues(tag=label)
                 assert issue["title"].startswith("[trace-repro] Regression: ") and issue["state"] == "opened"
                 assert "xychart-beta" in issue["description"]
         finally:
