@@ -267,6 +267,16 @@ def test_referenced_metrics_and_labels_exist(source: str) -> None:
     assert used_names & names, f"no daemon metric found in the {source} expressions"
 
 
+def test_dashboard_shows_what_the_alerts_watch() -> None:
+    """Every daemon metric an alert fires on has a dashboard panel (drops, sinks and their backlog, incidents by
+    service, regressions, verdicts...), and the dashboard's job variable works whatever the job is called."""
+    alerted = {name for r in alert_rules() for name in selectors(r["expr"])[0]} - {"up", "trace_repro_build_info"}
+    shown = {name for expr in dashboard_exprs() for name in selectors(expr)[0]}
+    assert alerted <= shown, f"alerted but not on the dashboard: {sorted(alerted - shown)}"
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    assert variables["job"]["query"]["query"] == "label_values(trace_repro_build_info, job)"
+
+
 def test_selectors_finds_names_and_labels() -> None:
     """The expression scanner tells metric names from functions, keywords, label names, ranges and strings."""
     names, labels = selectors(
