@@ -276,7 +276,7 @@ class Issues:
             return
         test_link = self.upload(posixpath.basename(e.test_path) or "test_repro.py", e.test_source)
         patch_link = self.upload(f"trace-repro-{e.fingerprint}.patch", e.patch) if e.patch else None
-        self.note_once(ref, note_id, repro_note(e, test_link, patch_link))
+        self.note_once(ref, note_id, repro_note(e, test_link, patch_link, self.links))
 
 
 __all__ = ["LABEL_COLOUR", "IssueRef", "Issues"]

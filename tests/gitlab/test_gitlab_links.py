@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from bench.gitlab_server import FakeGitLab
-from sinks.gitlab import GitLabConfig, GitLabSink, markdown
+from sinks.gitlab import GitLabConfig, GitLabSink, body_repro, markdown
 from sinks.gitlab.links import Links
 from streamer import config
 from tests.gitlab.conftest import SinkFactory
-from tests.gitlab.helpers import LINKS, built_at, deliver, incident, occurrence, regression, state_of
+from tests.gitlab.helpers import LINKS, built_at, deliver, incident, occurrence, regression, repro, state_of
 from tests.gitlab.test_gitlab_factory import FakeContext, build
 
 TRACE = "3c907cae300581207f0af176bb5ddcd0"
@@ -52,6 +52,16 @@ def test_bad_url_templates_are_refused_naming_the_key() -> None:
     assert (
         config.load(env={"TRACE_REPRO_GITLAB__TRACE_URL": explore}).section("gitlab", GitLabConfig).trace_url == explore
     )
+
+
+def test_a_repaired_file_is_shown_relative_to_the_repository() -> None:
+    """The repro note names a repaired file by its path in the repository, not the build machine's."""
+    e = repro()
+    moved = e.model_copy(
+        update={"repairs": [r.model_copy(update={"file": f"/builds/shop/{r.file}"}) for r in e.repairs]}
+    )
+    note = body_repro.repro_note(moved, "t", None, LINKS)
+    assert f"(`{e.repairs[0].file}`)" in note and "/builds/shop" not in note
 
 
 async def test_the_filed_issue_links_traces_and_files_from_the_config(server: FakeGitLab) -> None:
