@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from processors.codeloc import CodeLocConfig
@@ -76,6 +76,11 @@ class CoreSettings(BaseSettings):
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None
     redaction_key: SecretStr | None = None  # TRACE_REPRO_REDACTION_KEY: the HMAC key of [redaction]'s hash rules
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _hash_needs_a_key(self) -> CoreSettings:

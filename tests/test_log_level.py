@@ -12,9 +12,11 @@ from streamer import cli, config, logs
 
 
 def test_the_setting_comes_from_the_environment_and_a_bad_one_names_the_key() -> None:
-    """``TRACE_REPRO_LOG_LEVEL`` sets ``log_level`` (default INFO); an unknown level is refused, naming the key."""
+    """``TRACE_REPRO_LOG_LEVEL`` sets ``log_level`` (default INFO, any case); an unknown level is refused, naming the
+    key."""
     assert config.load(env={}).log_level == "INFO"
     assert config.load(env={"TRACE_REPRO_LOG_LEVEL": "WARNING"}).log_level == "WARNING"
+    assert config.load(env={"TRACE_REPRO_LOG_LEVEL": "debug"}).log_level == "DEBUG"
     with pytest.raises(config.ConfigError, match="log_level"):
         config.load(env={"TRACE_REPRO_LOG_LEVEL": "LOUD"})
 
