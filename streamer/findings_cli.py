@@ -18,16 +18,10 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from mcp.server.fastmcp.exceptions import ToolError
-
-from sinks.graph.analytics import GraphReader
-from streamer.config import ConfigError
-from streamer.mcp.common import Tools
-from streamer.mcp.cypher import AgentCypher
-from streamer.mcp.settings import McpSettings, resolve
-from streamer.mcp.tools_findings import get_finding, list_findings
+if TYPE_CHECKING:
+    from streamer.mcp.settings import McpSettings
 
 SUMMARY_CHARS = 70
 
@@ -51,6 +45,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run the command (the MCP tools' modules are imported here: ``trace-repro run`` never loads them)."""
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    from streamer.config import ConfigError
+    from streamer.mcp.settings import resolve
+
     out = out or sys.stdout
     try:
         settings = resolve(args.config)
@@ -65,6 +65,11 @@ def main(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: McpSettings, out: TextIO) -> int:
+    from sinks.graph.analytics import GraphReader
+    from streamer.mcp.common import Tools
+    from streamer.mcp.cypher import AgentCypher
+    from streamer.mcp.tools_findings import get_finding, list_findings
+
     reader = GraphReader(settings.falkordb_url, settings.graph, timeout_ms=settings.timeout_ms)
     cypher = AgentCypher(settings.falkordb_url, settings.graph, max_result_bytes=settings.max_result_bytes,
                          socket_timeout_s=settings.timeout_ms / 1000 + 5)  # fmt: skip
