@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -240,9 +241,9 @@ class Demo:
         say("summary")
         issues = {}
         for issue in self.issues():
-            for label in issue["labels"]:
-                if label.startswith("trace-repro::fp::"):
-                    issues[label.rsplit("::", 1)[1]] = issue
+            tags = re.findall(r"trace-repro::fp::([A-Za-z0-9_.-]+)", issue.get("description") or "")
+            if tags:  # the fingerprint tag in the issue's footer
+                issues[tags[-1]] = issue
         print(f"   {'defect':<20} {'fingerprint':<17} {'occ.':>4}  {'issue':<6} {'RED':<6} {'GREEN':<6} "
               f"{'verdict':<10} issue state")  # fmt: skip
         for fp in dict.fromkeys(e["fingerprint"] for e in incidents):

@@ -3,11 +3,11 @@
 It implements exactly the ``/api/v4`` endpoints the sink uses, shaped the way python-gitlab expects them: the
 project; issues (list with ``labels``/``state``/``search``/``iids[]`` filters and GitLab's pagination headers
 ``X-Total``, ``X-Page``, ``X-Next-Page`` and ``Link``; create; get; update with ``state_event``, ``description``,
-``labels``); labels; issue notes; uploads (multipart); branches; repository files (raw); commits with
-``actions``; merge requests. Issue and merge-request iids count per project; every request needs a
-``PRIVATE-TOKEN`` header (401 without it, or with a wrong one when the server was given a token); unknown things
-are 404s with GitLab's ``{"message": ...}`` bodies. Issues and uploads are also served as plain pages
-(``/<project>/-/issues/<iid>``), so the URLs the sink prints open.
+``labels``, ``add_labels``, ``remove_labels``); labels (list, create, delete); issue notes; uploads (multipart);
+branches; repository files (raw); commits with ``actions``; merge requests. Issue and merge-request iids count per
+project; every request needs a ``PRIVATE-TOKEN`` header (401 without it, or with a wrong one when the server was
+given a token); unknown things are 404s with GitLab's ``{"message": ...}`` bodies. Issues and uploads are also
+served as plain pages (``/<project>/-/issues/<iid>``), so the URLs the sink prints open.
 
 Fault injection, in-process (:meth:`FakeGitLab.inject`) or over HTTP (``POST /__faults`` with the same fields as
 JSON; ``DELETE /__faults`` clears): the next ``count`` requests whose path matches the regex ``path`` (and
@@ -268,6 +268,7 @@ class FakeGitLab:
                 ("POST", r"/issues/(?P<iid>\d+)/notes", self._create_note),
                 ("GET", "/labels", self._list_labels),
                 ("POST", "/labels", self._create_label),
+                ("DELETE", "/labels/(?P<name>[^/]+)", self._delete_label),
                 ("POST", "/uploads", self._upload),
                 ("GET", "/repository/branches", self._list_branches),
                 ("GET", "/repository/branches/(?P<branch>[^/]+)", self._get_branch),
@@ -387,12 +388,13 @@ class FakeGitLab:
 
     # ---- in-process inspection --------------------------------------------------------------------------------
 
-    def issues(self, label: str | None = None) -> list[Json]:
+    def issues(self, label: str | None = None, *, tag: str | None = None) -> list[Json]:
+        """The issues (with ``label``; whose description holds the text ``tag``), in creation order."""
         with self.store.lock:
             return [
                 self._issue_json(i, self.url)
                 for i in self.store.data["issues"]
-                if label is None or label in i["labels"]
+                if (label is None or label in i["labels"]) and (tag is None or tag in (i["description"] or ""))
             ]
 
     def notes(self, iid: int, *, system: bool = False) -> list[Json]:
@@ -744,6 +746,22 @@ class FakeGitLab:
         if label is None:
             raise HttpError(409, "Label already exists")
         return 201, label, {}
+
+    def _delete_label(self, *, name: str, **_: Any) -> Reply:
+        """As GitLab: the label is gone from the project and from every issue that had it."""
+        name = unquote(name)
+        labels = self.store.data["labels"]
+        if not any(lb["name"] == name for lb in labels):
+            raise HttpError(404, "404 Label Not Found")
+        self.store.data["labels"] = [lb for lb in labels if lb["name"] != name]
+        for issue in self.store.data["issues"]:
+            issue["labels"] = [lb for lb in issue["labels"] if lb != name]
+        return 204, b"", {}
+
+    def labels(self) -> list[str]:
+        """The names of the project's labels."""
+        with self.store.lock:
+            return sorted(lb["name"] for lb in self.store.data["labels"])
 
     def _upload(self, *, data: Json, **_: Any) -> Reply:
         item = data.get("file")

@@ -14,19 +14,24 @@ trace-repro mcp [--config FILE] [--transport stdio|http]            the MCP serv
 trace-repro config check [--config FILE]                           validate a config; name the closest key of a typo
 trace-repro doctor [--config FILE] [--messages N] [--seconds S]    what the telemetry lacks, per service and table,
                    [--from end|beginning] [--json]                 and what to turn on
+trace-repro findings list [--service S] [--since 2h] [--json]      the findings the daemon keeps (its graph)
+trace-repro findings show FINGERPRINT [--json]                     one finding's evidence, repro and verdicts
+trace-repro --version                                              the installed version
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamer import config_check, contract_cli, gate
+from streamer import config_check, contract_cli, findings_cli, gate
 from streamer.doctor import command as doctor
 from streamer.engines import ALL, KNOWN, EngineError, LocalEngines
+from streamer.version import __version__
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -75,6 +80,8 @@ def _exports(local: LocalEngines) -> str:
 def _run(args: argparse.Namespace) -> int:
     from streamer.daemon import run
 
+    if args.log_level:  # over the file and the environment, and inherited by the worker processes
+        os.environ["TRACE_REPRO_LOG_LEVEL"] = args.log_level
     stages = ("ingest", "entities") if args.stage == "all" else (args.stage,)
     return run(args.config, stages, args.workers)
 
@@ -126,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trace-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--version", action="version", version=f"trace-repro {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     local = sub.add_parser("local", help="start, inspect and stop the local engines")
@@ -150,6 +158,7 @@ def parser() -> argparse.ArgumentParser:
     _mcp_parser(sub)  # trace-repro mcp [--transport stdio|http] ...
     config_check.add_parser(sub)  # trace-repro config check [--config F]
     doctor.add_parser(sub)  # trace-repro doctor [--messages N] [--seconds S] [--from end|beginning] [--json]
+    findings_cli.add_parser(sub)  # trace-repro findings list|show [...] [--json]
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="TOML config file (default: TRACE_REPRO_* environment only)")
     run.add_argument(
@@ -165,6 +174,8 @@ def parser() -> argparse.ArgumentParser:
         help="stage 1 as N worker processes of one consumer group under a supervisor (stage 2 in one more); "
         "1 = everything in this process; default: the `workers` setting, auto = the cores",
     )
+    run.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                     help="the least severe log lines written (default: the `log_level` setting, INFO)")  # fmt: skip
     return p
 
 
@@ -173,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "local":
             return _local(args)
-        if args.command in ("contract", "gate", "config", "doctor"):
+        if args.command in ("contract", "gate", "config", "doctor", "findings"):
             return int(args.handler(args))
         if args.command == "mcp":
             return _mcp(args)

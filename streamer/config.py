@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from processors.codeloc import CodeLocConfig
@@ -43,6 +43,12 @@ class HttpConfig(Section):
 
     host: str = Field("127.0.0.1", description="listen address")
     port: int = Field(9464, ge=0, le=65535, description="/metrics, /healthz, /readyz; 0 = pick a free port")
+    max_service_labels: int = Field(
+        200,
+        ge=1,
+        description="distinct `service` label values of the findings metrics; later services count as "
+        "`other` (a drop service_label_overflow of component metrics)",
+    )
 
 
 class CoreSettings(BaseSettings):
@@ -51,6 +57,9 @@ class CoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRACE_REPRO_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
     environment: str = "local"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the least severe log lines written (`trace-repro run --log-level` overrides it)"
+    )
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         1, description="stage-1 worker processes of `trace-repro run` (one consumer group); auto = the cores"
     )
@@ -67,6 +76,11 @@ class CoreSettings(BaseSettings):
     postgres_dsn: str = ""
     gitlab_token: SecretStr | None = None
     redaction_key: SecretStr | None = None  # TRACE_REPRO_REDACTION_KEY: the HMAC key of [redaction]'s hash rules
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _hash_needs_a_key(self) -> CoreSettings:

@@ -1,4 +1,9 @@
-"""structlog set-up: JSON lines when stderr is not a terminal, a readable console otherwise."""
+"""structlog set-up: JSON lines when stderr is not a terminal, a readable console otherwise.
+
+``level`` (the ``log_level`` setting, ``TRACE_REPRO_LOG_LEVEL``, ``trace-repro run --log-level``) filters the daemon's
+lines when they are made (structlog's filtering bound logger: a filtered call costs a method lookup); library lines
+(aiokafka) pass at WARNING and above, or at ``level`` when it is stricter.
+"""
 
 from __future__ import annotations
 
@@ -26,4 +31,5 @@ def configure(level: str = "INFO") -> None:
         cache_logger_on_first_use=True,
     )
     # Library loggers (aiokafka) go through the standard library at WARNING and above.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    library = max(logging.WARNING, logging.getLevelNamesMapping()[level])
+    logging.basicConfig(level=library, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")

@@ -1,6 +1,8 @@
 """Markdown of an incident's issue: its title, its description with a Mermaid sequence diagram, and its notes.
 
-Pure functions of the events: the same event renders the same text, byte for byte (golden-file tested). Every
+Pure functions of the events (and the :class:`~sinks.gitlab.links.Links` of the config): the same event renders the
+same text, byte for byte (golden-file tested). Trace ids are shown whole, linked to the trace UI; code locations
+relative to the repository, linked at the deployed ref. Every
 untrusted string goes through :mod:`sinks.gitlab.escape`: code spans in the Markdown, inert look-alikes in the
 diagram, no live reference in the title. The description ends with the hidden state of :mod:`sinks.gitlab.state`;
 every note starts with the marker of :mod:`sinks.gitlab.markdown`.
@@ -13,6 +15,7 @@ from typing import Any
 
 from processors.model.outputs import AccessInfo, IncidentEvent
 from sinks.gitlab.escape import code, mermaid_alias, mermaid_text, plain, title_text
+from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, fingerprint_label, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
 
@@ -66,7 +69,7 @@ def _ms(value: float) -> str:
     return f"{value:+.1f}"
 
 
-def _overview(e: IncidentEvent) -> list[str]:
+def _overview(e: IncidentEvent, links: Links) -> list[str]:
     state = "manifest (the damage happened)" if e.manifest else "latent (the race happened, no damage seen yet)"
     return [
         "| | |",
@@ -77,12 +80,14 @@ def _overview(e: IncidentEvent) -> list[str]:
         f"| **Entity** | {code(e.entity, cell=True)} |",
         f"| **Causal window** | {e.window_ms:.1f} ms |",
         f"| **Confidence** | {e.confidence:.2f} |",
+        f"| **Culprit trace** | {links.trace(e.culprit.trace_id, cell=True)} ({code(e.culprit.service, cell=True)}) |",
+        f"| **Victim trace** | {links.trace(e.victim.trace_id, cell=True)} ({code(e.victim.service, cell=True)}) |",
         f"| **Fingerprint** | {code(e.fingerprint, cell=True)} |",
         f"| **First occurrence** | {code(e.occurrence, cell=True)}, judged at {iso(e.detected_at_unix_ms)} |",
     ]
 
 
-def _writers(e: IncidentEvent) -> list[str]:
+def _writers(e: IncidentEvent, links: Links) -> list[str]:
     lines = [
         "| Role | Function | File | Route | Lock | Statement | Parameters | Trace |",
         "|---|---|---|---|---|---|---|---|",
@@ -91,12 +96,12 @@ def _writers(e: IncidentEvent) -> list[str]:
         cells = [
             _role(w.trace_id, e),
             code(_who(w), cell=True),
-            code(w.file, cell=True),
+            links.file(w.file, w.line, version=w.version, service=w.service, cell=True),
             code(w.route, cell=True),
             code(w.lock, cell=True),
             code(w.statement, cell=True),
             code(_params(w), cell=True, limit=120),
-            code(w.trace_id[:8], cell=True),
+            links.trace(w.trace_id, cell=True),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -152,8 +157,9 @@ def mermaid(e: IncidentEvent) -> str:
     return "\n".join(lines)
 
 
-def description(e: IncidentEvent, state: IssueState | None = None) -> str:
+def description(e: IncidentEvent, state: IssueState | None = None, links: Links | None = None) -> str:
     """The issue description of the incident ``e`` (the occurrence that filed it)."""
+    links = links or Links()
     state = state or IssueState.first(e)
     damage = code(e.damage) if e.damage else "_None observed: the collision is latent._"
     parts = [
@@ -161,7 +167,7 @@ def description(e: IncidentEvent, state: IssueState | None = None) -> str:
         "",
         f"> {code(e.summary, limit=400)}",
         "",
-        *_overview(e),
+        *_overview(e, links),
         "",
         occurrences_line(state),
         "",
@@ -171,7 +177,7 @@ def description(e: IncidentEvent, state: IssueState | None = None) -> str:
         "",
         "### Writers",
         "",
-        *_writers(e),
+        *_writers(e, links),
         "",
         "### Timeline",
         "",
@@ -197,15 +203,18 @@ def description(e: IncidentEvent, state: IssueState | None = None) -> str:
 # ---- notes ------------------------------------------------------------------------------------------------------
 
 
-def occurrence_note(e: IncidentEvent, number: int, *, last: bool) -> str:
+def occurrence_note(e: IncidentEvent, number: int, *, last: bool, links: Links | None = None) -> str:
     """A note for a repeated occurrence (only the first few repeats get one)."""
+    links = links or Links()
     state = "manifest" if e.manifest else "latent"
     lines = [
         marker(event_id(e)),
         f"**Occurrence {number}** on {code(e.entity)} at {iso(e.culprit.start_unix_ms)}: {code(e.severity)} ({state}).",
         "",
-        f"- culprit {code(_who(e.culprit))} ({code(e.culprit.route)}, build {code(e.culprit.version)})",
-        f"- victim {code(_who(e.victim))} ({code(e.victim.route)}) at {_ms(e.victim.offset_ms)} ms",
+        f"- culprit {code(_who(e.culprit))} ({code(e.culprit.route)}, build {code(e.culprit.version)}), trace "
+        f"{links.trace(e.culprit.trace_id)}",
+        f"- victim {code(_who(e.victim))} ({code(e.victim.route)}) at {_ms(e.victim.offset_ms)} ms, trace "
+        f"{links.trace(e.victim.trace_id)}",
         f"- damage: {code(e.damage) if e.damage else 'none observed'}",
     ]
     if last:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from processors.model.outputs import ReproEvent
 from sinks.gitlab import ci_job
 from sinks.gitlab.escape import code, one_line, plain, title_text
+from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import event_id, marker
 
 
@@ -20,8 +21,10 @@ def _run(status: str, duration_ms: float, failure: str) -> str:
     return f"**{colour}** ({code(status, cell=True)}, {duration_ms:.1f} ms){why}"
 
 
-def repro_note(e: ReproEvent, test_link: str, patch_link: str | None) -> str:
-    """A reproduction: RED before the repair, GREEN after it, the divergence report, and the attachments."""
+def repro_note(e: ReproEvent, test_link: str, patch_link: str | None, links: Links | None = None) -> str:
+    """A reproduction: RED before the repair, GREEN after it, the divergence report, and the attachments (a repaired
+    file's path relative to the repository, as ``links`` makes it)."""
+    links = links or Links()
     verdict = "proven" if e.proven else "not proven"
     green = _run(e.green.status, e.green.duration_ms, e.green.failure) if e.green else "not run"
     d = e.divergence
@@ -52,8 +55,9 @@ def repro_note(e: ReproEvent, test_link: str, patch_link: str | None) -> str:
         lines += ["**Repairs**", ""]
         for r in e.repairs:
             lines.append(
-                f"- {code(r.strategy)} in {code(r.function)} ({code(r.file)}): {code(r.statement_before)} → "
-                f"{code(r.statement_after)} (lock {code(r.lock_before)} → {code(r.lock_after)})"
+                f"- {code(r.strategy)} in {code(r.function)} ({code(links.relative(r.file))}): "
+                f"{code(r.statement_before)} → {code(r.statement_after)} "
+                f"(lock {code(r.lock_before)} → {code(r.lock_after)})"
             )
         lines.append("")
     attachments = [test_link] + ([patch_link] if patch_link else [])

@@ -8,9 +8,28 @@ sink off.
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 
 from processors.component import Section
+
+_TRACE_FIELDS = {"trace_id"}
+_SOURCE_FIELDS = {"ref", "path", "line", "service"}
+_PLACEHOLDER = re.compile(r"\{(\w*)\}")
+
+
+def _template(value: str, allowed: set[str], required: str) -> str:
+    """A URL template: http(s), only ``allowed`` placeholders, ``required`` among them. Other braces pass (a Grafana
+    Explore URL holds JSON): placeholders are replaced as text, never through ``str.format``."""
+    if not value:
+        return value
+    if not value.startswith(("https://", "http://")):
+        raise ValueError("expected an http(s) URL template")
+    names = set(_PLACEHOLDER.findall(value))
+    if required not in names or not names <= allowed:
+        raise ValueError(f"expected the placeholder {{{required}}} and only {', '.join(sorted(allowed))}")
+    return value
 
 
 class GitLabConfig(Section):
@@ -18,7 +37,26 @@ class GitLabConfig(Section):
 
     url: str = Field("", description="GitLab base URL (https://gitlab.example.com); empty = sink off")
     project: str = Field("", description='project path "group/name" or numeric id')
-    labels: list[str] = Field(default_factory=lambda: ["trace-repro"], description="labels on every issue")
+    labels: list[str] = Field(
+        default_factory=lambda: ["trace-repro"],
+        description="labels on every issue; trace-repro adds only anomaly::<class> and severity::<high|low>, a fixed "
+        "set (an issue is found by the fingerprint in its description, not by a label)",
+    )
+    trace_url: str = Field(
+        "", description="trace UI link of a trace id, {trace_id} (https://tempo.example.com/trace/{trace_id}); "
+        "empty = full ids, not linked"
+    )  # fmt: skip
+    source_url: str = Field(
+        "", description="link of a code location: {path} and optionally {ref}, {line}, {service} "
+        "(https://gitlab.example.com/shop/shop/-/blob/{ref}/{path}#L{line}); empty = paths, not linked"
+    )  # fmt: skip
+    source_ref: str = Field(
+        "", description="the {ref} of source_url (a branch, tag or commit); empty = the span's service.version"
+    )
+    source_roots: list[str] = Field(
+        default_factory=list, description="absolute source directories of the build machines (/app, /builds/shop), "
+        "stripped from code.file.path so files show and link relative to the repository"
+    )  # fmt: skip
     timeout_s: float = Field(10.0, gt=0, description="per-request connect/read timeout")
     max_attempts: int = Field(5, ge=1, description="attempts per step on 429/5xx/timeouts/connection errors")
     backoff_s: float = Field(0.5, gt=0, description="first retry delay; doubles per attempt, with jitter")
@@ -40,6 +78,16 @@ class GitLabConfig(Section):
     confidential: bool = Field(
         False, description="file issues as confidential (only project members see them; existing issues unchanged)"
     )
+
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_template(cls, value: str) -> str:
+        return _template(value, _TRACE_FIELDS, "trace_id")
+
+    @field_validator("source_url")
+    @classmethod
+    def _source_template(cls, value: str) -> str:
+        return _template(value, _SOURCE_FIELDS, "path")
 
 
 __all__ = ["GitLabConfig"]

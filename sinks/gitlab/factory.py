@@ -15,6 +15,7 @@ from pydantic import SecretStr
 
 from processors.component import Context, Factory
 from sinks.gitlab.config import GitLabConfig
+from sinks.gitlab.links import Links
 
 if TYPE_CHECKING:
     from sinks.gitlab.sink import GitLabSink
@@ -49,6 +50,7 @@ def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
         max_queued=config.max_queued,
         token_file=config.token_file or None,
         confidential=config.confidential,
+        links=Links(config.trace_url, config.source_url, config.source_ref, tuple(config.source_roots)),
         telemetry=ctx.telemetry("gitlab"),
     )
 

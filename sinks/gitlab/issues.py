@@ -1,12 +1,16 @@
 """One issue per fingerprint: find it, file it (create-then-verify), close duplicates, count, reopen, close, note.
 
-**Finding.** Every issue carries the scoped label ``trace-repro::fp::<fingerprint>``. To find the issue of a
-fingerprint (also after a restart, when the in-memory cache is empty) :meth:`Issues.lookup` lists the issues with
-that label, open or closed; the one with the *lowest iid* is the issue. Creation is *create-then-verify*: look
-up; if none, create; then list again. Two daemon instances that raced both see every issue created for the
-fingerprint, both pick the lowest iid, and whoever finds an open issue that is not the winner closes it with a
-note "duplicate of #N" (the label stays, so the choice stays the same forever). Any later lookup that still sees
-an open duplicate (an instance crashed before closing its own) closes it too.
+**Finding.** Every issue's description carries the fingerprint tag ``trace-repro::fp::<fingerprint>``
+(:func:`~sinks.gitlab.markdown.fingerprint_label`). To find the issue of a fingerprint (also after a restart, when
+the in-memory cache is empty) :meth:`Issues.lookup` searches the issues for the fingerprint, open or closed, and
+keeps those whose description carries the tag (or, filed by an older release, whose labels do); the one with the
+*lowest iid* is the issue. An issue still labelled with its tag is migrated to the bounded label scheme
+(:func:`~sinks.gitlab.markdown.issue_labels`): the tag label is removed and deleted from the project.
+
+Creation is *create-then-verify*: look up; if none, create; then list again. Two daemon instances that raced both
+see every issue created for the fingerprint, both pick the lowest iid, and whoever finds an open issue that is not
+the winner closes it with a note "duplicate of #N" (the tag stays, so the choice stays the same forever). Any later
+lookup that still sees an open duplicate (an instance crashed before closing its own) closes it too.
 
 **Occurrences.** Incidents and regressions file issues alike. A later occurrence updates the count in the
 description (the hidden state of :mod:`sinks.gitlab.state`) and gets a note only for the first
@@ -34,7 +38,21 @@ from processors.model.outputs import IncidentEvent, ReproEvent, VerdictEvent
 from processors.telemetry import Telemetry
 from sinks.gitlab import body_incident, body_regression
 from sinks.gitlab.body_repro import repro_note
-from sinks.gitlab.markdown import Filed, duplicate_note, event_id, fingerprint_label, marker, reopen_id
+from sinks.gitlab.links import Links
+from sinks.gitlab.markdown import (
+    FP_LABEL_PREFIX,
+    Filed,
+    anomaly_label,
+    duplicate_note,
+    event_id,
+    fingerprint_label,
+    fingerprint_of,
+    issue_labels,
+    marker,
+    reopen_id,
+    scheme_labels,
+    severity_label,
+)
 from sinks.gitlab.state import IssueState, evidence, occurred_at, with_state
 
 log = structlog.get_logger("trace_repro.gitlab")
@@ -55,14 +73,27 @@ def _title(e: Filed) -> str:
     return body_incident.title(e) if isinstance(e, IncidentEvent) else body_regression.title(e)
 
 
-def _description(e: Filed) -> str:
-    return body_incident.description(e) if isinstance(e, IncidentEvent) else body_regression.description(e)
-
-
-def _occurrence_note(e: Filed, number: int, *, last: bool) -> str:
+def _description(e: Filed, links: Links) -> str:
     if isinstance(e, IncidentEvent):
-        return body_incident.occurrence_note(e, number, last=last)
+        return body_incident.description(e, links=links)
+    return body_regression.description(e)
+
+
+def _occurrence_note(e: Filed, number: int, *, last: bool, links: Links) -> str:
+    if isinstance(e, IncidentEvent):
+        return body_incident.occurrence_note(e, number, last=last, links=links)
     return body_regression.occurrence_note(e, number, last=last)
+
+
+def _tagged(issue: Any, fingerprint: str) -> bool:
+    """Whether ``issue`` is the fingerprint's (exactly, not one the search matched inside another): its description's
+    footer tag or hidden state names it, or (older releases) its labels do."""
+    tag = fingerprint_label(fingerprint)
+    text = str(issue.description or "")
+    if fingerprint_of(text) == tag.removeprefix(FP_LABEL_PREFIX) or tag in list(issue.labels or []):
+        return True
+    state = IssueState.parse(text)
+    return state is not None and state.fingerprint == fingerprint
 
 
 def _reopen_note(e: Filed, fixed_after_ms: float | None) -> str:
@@ -75,9 +106,10 @@ class Issues:
     """The issues of one project, by fingerprint; see the module docstring. ``project`` is set by the sink."""
 
     def __init__(self, *, labels: tuple[str, ...], occurrence_notes: int, telemetry: Telemetry,
-                 confidential: bool = False) -> None:  # fmt: skip
+                 confidential: bool = False, links: Links | None = None) -> None:  # fmt: skip
         self.project: Any = None  # python-gitlab's Project, loaded by the sink's first step
         self.labels = labels
+        self.links = links or Links()
         self.confidential = confidential  # file issues only project members can see
         self.occurrence_notes = occurrence_notes
         self.telemetry = telemetry
@@ -85,8 +117,9 @@ class Issues:
         self._posted: set[tuple[int, str]] = set()  # (iid, note id) known to be posted
 
     def ensure_labels(self) -> None:
+        """Create the configured labels and the scheme's (a fixed set) that the project lacks."""
         existing = {lb.name for lb in self.project.labels.list(get_all=True)}
-        for name in self.labels:
+        for name in dict.fromkeys([*self.labels, *scheme_labels()]):
             if name not in existing:
                 try:
                     self.project.labels.create({"name": name, "color": LABEL_COLOUR,
@@ -96,15 +129,16 @@ class Issues:
                         raise
 
     def lookup(self, fingerprint: str, *, only: int | None = None) -> IssueRef | None:
-        """The lowest-iid issue carrying the fingerprint's label; closes open duplicates of it (or just ``only``)."""
-        issues = sorted(
-            self.project.issues.list(labels=[fingerprint_label(fingerprint)], state="all", get_all=True),
-            key=lambda i: int(i.iid),
-        )
+        """The lowest-iid issue tagged with the fingerprint; closes open duplicates of it (or just ``only``), and
+        migrates a tag label of an older release away."""
+        found = self.project.issues.list(search=fingerprint, state="all", get_all=True)
+        issues = sorted((i for i in found if _tagged(i, fingerprint)), key=lambda i: int(i.iid))
         if not issues:
             return None
         winner = issues[0]
         ref = IssueRef(int(winner.iid), str(winner.web_url))
+        for issue in issues:
+            self._migrate(issue)
         for other in issues[1:]:
             if other.state != "closed" and only in (None, int(other.iid)):
                 self.note_once(IssueRef(int(other.iid), str(other.web_url)), f"duplicate-of-{ref.iid}",
@@ -115,13 +149,28 @@ class Issues:
         self.known[fingerprint] = ref
         return ref
 
+    def _migrate(self, issue: Any) -> None:
+        """Remove the per-defect tag labels of an older release from ``issue`` and delete them from the project."""
+        old = [lb for lb in list(issue.labels or []) if lb.startswith(FP_LABEL_PREFIX)]
+        if not old:
+            return
+        self.project.issues.update(issue.iid, {"remove_labels": ",".join(old)})
+        for name in old:
+            try:
+                self.project.labels.delete(name)
+            except GitlabError as exc:
+                if exc.response_code != 404:  # deleted meanwhile
+                    raise
+        self.telemetry.count("labels_migrated")
+        log.info("gitlab.labels_migrated", iid=int(issue.iid), removed=len(old))
+
     def find_or_create(self, e: Filed) -> tuple[IssueRef, bool]:
         """The fingerprint's issue, and whether this call filed it (with ``e`` already counted in it)."""
         found = self.known.get(e.fingerprint) or self.lookup(e.fingerprint)
         if found is not None:
             return found, False
-        labels = [*self.labels, fingerprint_label(e.fingerprint)]
-        fields: dict[str, Any] = {"title": _title(e), "description": _description(e), "labels": labels}
+        labels = issue_labels(self.labels, e)
+        fields: dict[str, Any] = {"title": _title(e), "description": _description(e, self.links), "labels": labels}
         if self.confidential:
             fields["confidential"] = True
         issue = self.project.issues.create(fields)
@@ -148,17 +197,29 @@ class Issues:
         if reopen:
             self.note_once(ref, reopen_id(e), _reopen_note(e, state.fixed_after_ms))
         elif number - 1 <= self.occurrence_notes:
-            self.note_once(ref, event_id(e), _occurrence_note(e, number, last=number - 1 == self.occurrence_notes))
+            note = _occurrence_note(e, number, last=number - 1 == self.occurrence_notes, links=self.links)
+            self.note_once(ref, event_id(e), note)
         counted = state.with_occurrence(e)
         update: dict[str, Any] = {"description": with_state(text, counted)}
+        scopes = {lb.split("::", 1)[0] for lb in list(issue.labels or []) if "::" in lb}
+        add = [x for x in (anomaly_label(e), severity_label(e)) if x and x.split("::", 1)[0] not in scopes]
+        remove: list[str] = []
         if counted.better(e) and isinstance(e, IncidentEvent):
             # A better-evidenced occurrence (manifest, its row changes correlated, more confident) of the same
             # defect: the issue shows it from now on, instead of a new issue being opened.
             upgraded = replace(counted, evidence=evidence(e))
-            update["description"] = body_incident.description(e, upgraded)
+            update["description"] = body_incident.description(e, upgraded, self.links)
             update["title"] = _title(e)
+            severity = severity_label(e)
+            if severity is not None:  # a latent defect that did damage: severity::low becomes severity::high
+                add.append(severity)
+                remove += [x for x in scheme_labels() if x.startswith("severity::") and x != severity]
             self.note_once(ref, f"upgrade-{e.occurrence}", body_incident.upgrade_note(e))
             self.telemetry.count("upgraded")
+        if add:  # the scheme's labels an issue lacks (filed by an older release, or relabelled by a person)
+            update["add_labels"] = ",".join(dict.fromkeys(add))
+        if remove:
+            update["remove_labels"] = ",".join(remove)
         if reopen:
             update["state_event"] = "reopen"
         self.project.issues.update(ref.iid, update)
@@ -215,7 +276,7 @@ class Issues:
             return
         test_link = self.upload(posixpath.basename(e.test_path) or "test_repro.py", e.test_source)
         patch_link = self.upload(f"trace-repro-{e.fingerprint}.patch", e.patch) if e.patch else None
-        self.note_once(ref, note_id, repro_note(e, test_link, patch_link))
+        self.note_once(ref, note_id, repro_note(e, test_link, patch_link, self.links))
 
 
 __all__ = ["LABEL_COLOUR", "IssueRef", "Issues"]

@@ -1,6 +1,11 @@
-"""What every issue, note and body module shares: the fingerprint label, note ids and markers, times, names.
+"""What every issue, note and body module shares: the labels, the fingerprint tag, note ids and markers, times, names.
 
-An issue is found by the scoped label ``trace-repro::fp::<fingerprint>`` (:func:`fingerprint_label`). A note
+An issue is found by its fingerprint tag ``trace-repro::fp::<fingerprint>`` (:func:`fingerprint_label`), written in
+its description's footer: the sink searches the project's issues for the fingerprint and keeps those whose
+description (or, for issues filed before, labels) carry the tag. Its labels are a fixed set (:func:`issue_labels`):
+the configured ones, ``anomaly::<class>`` and, for incidents, ``severity::<high|low>``. Releases before this one
+made the tag a label, one per defect, so a project's label list grew without bound; an issue found with that label
+is migrated when the sink next touches it (the label is removed from the issue and deleted from the project). A note
 starts with the hidden marker ``<!-- trace-repro:event:<id> -->`` (:func:`marker`), so that the sink can tell it
 posted a note before; the id of the note an event adds is :func:`event_id` (the occurrence for incidents and
 regressions, a digest of the whole event for repros and verdicts), and :func:`reopen_id` names the note that
@@ -17,6 +22,8 @@ from processors.model.anomaly import Anomaly
 from processors.model.outputs import IncidentEvent, RegressionEvent, ReproEvent, VerdictEvent
 
 FP_LABEL_PREFIX = "trace-repro::fp::"
+SEVERITIES = ("high", "low")
+_TAG = re.compile(re.escape(FP_LABEL_PREFIX) + r"([A-Za-z0-9_.-]+)")
 _ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
 Event = IncidentEvent | RegressionEvent | ReproEvent | VerdictEvent
@@ -24,8 +31,40 @@ Filed = IncidentEvent | RegressionEvent  # the kinds that file (or update) the i
 
 
 def fingerprint_label(fingerprint: str) -> str:
-    """The scoped label that finds the one issue of a fingerprint."""
+    """The tag that finds the one issue of a fingerprint (in its description; a label before this release)."""
     return FP_LABEL_PREFIX + _ID.sub("_", fingerprint)
+
+
+def fingerprint_of(description: str | None) -> str | None:
+    """The fingerprint an issue's description is tagged with (the last tag: the footer's), or None."""
+    found = _TAG.findall(description or "")
+    return found[-1] if found else None
+
+
+def anomaly_label(e: Filed) -> str:
+    """``anomaly::<class>``: an :class:`Anomaly` value (``other`` for a class this build does not know)."""
+    if isinstance(e, RegressionEvent):
+        return f"anomaly::{Anomaly.REGRESSION.value}"
+    known = {a.value for a in Anomaly}
+    return f"anomaly::{e.anomaly if e.anomaly in known else 'other'}"
+
+
+def severity_label(e: Filed) -> str | None:
+    """``severity::high`` (manifest) or ``severity::low`` (latent) for an incident; None for a regression."""
+    if isinstance(e, RegressionEvent):
+        return None
+    return f"severity::{e.severity if e.severity in SEVERITIES else 'low'}"
+
+
+def issue_labels(base: tuple[str, ...], e: Filed) -> list[str]:
+    """The labels of ``e``'s issue: ``base`` (configured), its anomaly and severity; a fixed set in all."""
+    extra = [anomaly_label(e), severity_label(e)]
+    return list(dict.fromkeys([*base, *(x for x in extra if x)]))
+
+
+def scheme_labels() -> list[str]:
+    """Every label the sink adds besides the configured ones (created up front, with a description)."""
+    return [*(f"anomaly::{a.value}" for a in Anomaly), "anomaly::other", *(f"severity::{s}" for s in SEVERITIES)]
 
 
 def event_id(event: Event) -> str:
@@ -86,12 +125,17 @@ __all__ = [
     "FP_LABEL_PREFIX",
     "Event",
     "Filed",
+    "anomaly_label",
     "anomaly_name",
     "closed_since",
     "duplicate_note",
     "event_id",
     "fingerprint_label",
+    "fingerprint_of",
     "iso",
+    "issue_labels",
     "marker",
     "reopen_id",
+    "scheme_labels",
+    "severity_label",
 ]

@@ -63,6 +63,7 @@ from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
 from sinks.gitlab.issues import IssueRef, Issues
+from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import Event, Filed, event_id
 from sinks.gitlab.merge_requests import MergeRequests
 from sinks.gitlab.retry import (
@@ -123,6 +124,7 @@ class GitLabSink(Sink):
         max_queued: int = 1000,
         token_file: str | Path | None = None,
         confidential: bool = False,
+        links: Links | None = None,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
@@ -144,7 +146,7 @@ class GitLabSink(Sink):
         self._retrier = Retrier(policy, sleep=sleep, rng=rng, redact=self._redact,
                                 on_retry=lambda _op: self.telemetry.count("retries"))  # fmt: skip
         self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry,
-                              confidential=confidential)  # fmt: skip
+                              confidential=confidential, links=links)  # fmt: skip
         self._mrs = MergeRequests(self._issues, target_branch=target_branch, telemetry=self.telemetry)
         self._queue: deque[Event] = deque()
         self._queued: set[str] = set()  # event ids in the queue

@@ -54,6 +54,63 @@ def mermaid(parties: list[dict[str, Any]], timeline: list[dict[str, Any]], entit
     return "\n".join(lines)
 
 
+async def list_findings(
+    tools: Tools,
+    *,
+    service: str | None = None,
+    anomaly: str | None = None,
+    state: str | None = None,
+    since: str | None = None,
+    limit: int = 20,
+) -> dict[str, Any]:
+    """Incidents (and regressions), most recently seen first: ``list_incidents`` and ``trace-repro findings list``."""
+    params = {"service": service, "anomaly": anomaly, "state": state, "since": since_ms(since), "limit": limit + 1}
+    found = await rows(tools, q.INCIDENTS, params)
+    items = [{"fingerprint": r[0], "anomaly": r[1], "severity": r[2], "state": r[3], "summary": r[4],
+              "first_seen_unix_ms": r[5], "last_seen_unix_ms": r[6], "occurrences": r[7],
+              "on": [x for x in r[8] if x], "services": sorted({x for x in r[9] if x})} for r in found]  # fmt: skip
+    return page(items, limit)
+
+
+async def get_finding(tools: Tools, fingerprint: str, *, occurrences: int = 10, timeline_events: int = 50
+                      ) -> dict[str, Any]:  # fmt: skip
+    """One finding's evidence: ``get_incident`` and ``trace-repro findings show`` (:class:`ToolError` if unknown)."""
+    fp = {"fp": fingerprint}
+    head = await rows(tools, q.INCIDENT, fp)
+    if not head:
+        raise ToolError(f"no incident with fingerprint {fingerprint!r} (list_incidents shows the known ones)")
+    h = head[0]
+    occ = await rows(tools, q.OCCURRENCES, {**fp, "limit": occurrences + 1})
+    parties = [{"role": r[0].lower(), "span": r[1], "trace": r[2], "service": r[3], "version": r[4],
+                "function": r[5], "route": r[6]} for r in await rows(tools, q.PARTIES, fp)]  # fmt: skip
+    events = await rows(tools, q.TIMELINE, {**fp, "limit": timeline_events + 1})
+    timeline = [{"role": r[0].lower(), "trace": r[1], "service": r[2], "span": r[3], "access": r[4], "at": r[5],
+                 "lock": r[6], "op": r[7], "function": r[8], "commit_ms": r[9], "entity": r[10],
+                 "statement": clip(r[11], 500)["text"]} for r in events]  # fmt: skip
+    repro = await rows(tools, q.REPRO, fp)
+    contracts = await rows(tools, q.CONTRACTS_OF, fp)
+    on = [x for x in h[12] if x]
+    out: dict[str, Any] = {
+        "fingerprint": h[0], "anomaly": h[1], "severity": h[2], "state": h[3], "summary": h[4],
+        "first_seen_unix_ms": h[5], "last_seen_unix_ms": h[6], "occurrences_total": h[7], "table": h[8],
+        "window_ms": h[9], "metric": h[10], "signature": h[11], "on": on,
+        "occurrences": page([{"id": r[0], "at_unix_ms": r[1], "entity": r[2], "manifest": r[3],
+                              "writers": r[4], "version": r[5], "commit": r[6], "window": r[7],
+                              "p_adjusted": r[8]} for r in occ], occurrences),
+        "parties": parties,
+        "timeline": page(timeline, timeline_events),
+        "repro": [{"path": r[0], "status": r[1], "level": r[2], "faithful": r[3], "red": r[4], "green": r[5]}
+                  for r in repro],
+        "contracts": [{"signature": r[0], "service": r[1], "version": r[2], "issue": r[3],
+                       "verdicts": [v for v in r[4] if v]} for r in contracts],
+    }  # fmt: skip
+    if parties or timeline:
+        out["mermaid"] = mermaid(parties, timeline[:timeline_events], on[0] if on else "")
+    else:
+        out["mermaid"] = "flowchart LR\n    I[" + _m(h[1]) + "] --> O[" + _m(on[0] if on else "?") + "]"
+    return out
+
+
 def register(mcp: FastMCP, tools: Tools) -> None:
     """Add the findings tools to ``mcp``."""
     s = tools.settings
@@ -69,52 +126,14 @@ def register(mcp: FastMCP, tools: Tools) -> None:
         limit: Limit = 20,
     ) -> dict[str, Any]:
         """Incidents, most recently seen first: class, severity, state, summary, what they are on, services."""
-        params = {"service": service, "anomaly": anomaly, "state": state, "since": since_ms(since), "limit": limit + 1}
-        found = await rows(tools, q.INCIDENTS, params)
-        items = [{"fingerprint": r[0], "anomaly": r[1], "severity": r[2], "state": r[3], "summary": r[4],
-                  "first_seen_unix_ms": r[5], "last_seen_unix_ms": r[6], "occurrences": r[7],
-                  "on": [x for x in r[8] if x], "services": sorted({x for x in r[9] if x})} for r in found]  # fmt: skip
-        return page(items, limit)
+        return await list_findings(tools, service=service, anomaly=anomaly, state=state, since=since, limit=limit)
 
     @mcp.tool()
     async def get_incident(fingerprint: Fingerprint, occurrences: Limit = 10, timeline_events: Limit = 50
                            ) -> dict[str, Any]:  # fmt: skip
         """One incident's evidence: occurrences (row images, writers), culprit and victim requests, the timeline of
         their accesses and commits on the row, a Mermaid sequence diagram, its repro, contracts and verdicts."""
-        fp = {"fp": fingerprint}
-        head = await rows(tools, q.INCIDENT, fp)
-        if not head:
-            raise ToolError(f"no incident with fingerprint {fingerprint!r} (list_incidents shows the known ones)")
-        h = head[0]
-        occ = await rows(tools, q.OCCURRENCES, {**fp, "limit": occurrences + 1})
-        parties = [{"role": r[0].lower(), "span": r[1], "trace": r[2], "service": r[3], "version": r[4],
-                    "function": r[5], "route": r[6]} for r in await rows(tools, q.PARTIES, fp)]  # fmt: skip
-        events = await rows(tools, q.TIMELINE, {**fp, "limit": timeline_events + 1})
-        timeline = [{"role": r[0].lower(), "trace": r[1], "service": r[2], "span": r[3], "access": r[4], "at": r[5],
-                     "lock": r[6], "op": r[7], "function": r[8], "commit_ms": r[9], "entity": r[10],
-                     "statement": clip(r[11], 500)["text"]} for r in events]  # fmt: skip
-        repro = await rows(tools, q.REPRO, fp)
-        contracts = await rows(tools, q.CONTRACTS_OF, fp)
-        on = [x for x in h[12] if x]
-        out: dict[str, Any] = {
-            "fingerprint": h[0], "anomaly": h[1], "severity": h[2], "state": h[3], "summary": h[4],
-            "first_seen_unix_ms": h[5], "last_seen_unix_ms": h[6], "occurrences_total": h[7], "table": h[8],
-            "window_ms": h[9], "metric": h[10], "signature": h[11], "on": on,
-            "occurrences": page([{"id": r[0], "at_unix_ms": r[1], "entity": r[2], "manifest": r[3],
-                                  "writers": r[4], "version": r[5], "commit": r[6], "window": r[7],
-                                  "p_adjusted": r[8]} for r in occ], occurrences),
-            "parties": parties,
-            "timeline": page(timeline, timeline_events),
-            "repro": [{"path": r[0], "status": r[1], "level": r[2], "faithful": r[3], "red": r[4], "green": r[5]}
-                      for r in repro],
-            "contracts": [{"signature": r[0], "service": r[1], "version": r[2], "issue": r[3],
-                           "verdicts": [v for v in r[4] if v]} for r in contracts],
-        }  # fmt: skip
-        if parties or timeline:
-            out["mermaid"] = mermaid(parties, timeline[:timeline_events], on[0] if on else "")
-        else:
-            out["mermaid"] = "flowchart LR\n    I[" + _m(h[1]) + "] --> O[" + _m(on[0] if on else "?") + "]"
-        return out
+        return await get_finding(tools, fingerprint, occurrences=occurrences, timeline_events=timeline_events)
 
     @mcp.tool()
     async def get_repro(fingerprint: Fingerprint) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class Daemon:
         self.components = components or default()
         for factory in self.components.factories:
             register(*factory.events)
-        self.metrics = Metrics()
+        self.metrics = Metrics(max_service_labels=settings.http.max_service_labels)
         self.stages = stages
         self.stop = asyncio.Event()
         f = settings.falkordb
@@ -290,5 +290,5 @@ def run_daemon(main: Coroutine[Any, Any, int]) -> int:
 
 def serve(settings: CoreSettings, stages: tuple[str, ...] = ("ingest", "entities"),
           components: Components | None = None) -> int:  # fmt: skip
-    logs.configure()
+    logs.configure(settings.log_level)
     return run_daemon(_main(settings, stages, components))

@@ -1,23 +1,28 @@
 """The daemon's own Prometheus metrics, on a registry per daemon (so tests can run several in one process).
 
 Names follow Prometheus conventions: ``trace_repro_`` prefix, ``_total`` for counters, base units (seconds,
-bytes). The runtime's own series are prometheus-client objects; every component's telemetry
-(``processors.telemetry.Telemetry``: drops by reason, events, state gauges) is read at scrape time by
-:class:`ComponentCollector` and exported with the component's name: every drop of the daemon is
-``trace_repro_dropped_total{component, reason}``.
+bytes), the unit in the name (``_seconds``, ``_messages``, ``_events``). The runtime's own series are
+prometheus-client objects; every component's telemetry (``processors.telemetry.Telemetry``: drops by reason, events,
+state gauges) is read at scrape time by :class:`ComponentCollector` and exported with the component's name: every
+drop of the daemon is ``trace_repro_dropped_total{component, reason}``.
+
+The findings counters (incidents, regressions, verdicts) carry a ``service`` label for alert routing, bounded by
+:class:`ServiceLabels` (the ``http.max_service_labels`` setting); ``trace_repro_build_info`` lets alert rules find
+the daemon's targets whatever their scrape job is called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from processors.model.anomaly import Anomaly
 from processors.sampled_traffic import SampledTraffic
 from processors.telemetry import Telemetry
+from streamer.version import __version__
 
 
 class Telemetries:
@@ -88,12 +93,38 @@ class SampledTrafficCollector(Collector):
         return iter(())
 
 
+class ServiceLabels:
+    """The ``service`` label of the findings counters, with bounded cardinality: the first ``limit`` service names
+    seen keep their name, later ones share ``other`` (counted as a drop ``service_label_overflow`` of component
+    ``metrics``). Services are the deployment's own (``service.name``), so the bound is a guard against a producer
+    that puts request data in the resource, not a limit a healthy deployment reaches."""
+
+    __slots__ = ("_known", "limit", "telemetry")
+
+    def __init__(self, limit: int, telemetry: Telemetry) -> None:
+        self.limit = limit
+        self.telemetry = telemetry.declare("service_label_overflow")
+        self._known: set[str] = set()
+
+    def __call__(self, service: str) -> str:
+        if service in self._known:
+            return service
+        if len(self._known) < self.limit:
+            self._known.add(service)
+            return service
+        self.telemetry.drop("service_label_overflow")
+        return OTHER_SERVICE
+
+
+OTHER_SERVICE = "other"
+MAX_SERVICE_LABELS = 200
 _BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
     __slots__ = (
         "batch_seconds",
+        "build_info",
         "committed_offset",
         "consumed",
         "correlated",
@@ -111,18 +142,26 @@ class Metrics:
         "pinned_offsets",
         "published",
         "registry",
+        "regressions",
         "sampled",
+        "service_label",
+        "sink_backlog",
         "sink_healthy",
         "sink_parked",
         "telemetry",
         "unkeyed",
+        "verdicts",
         "watermark",
     )
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, max_service_labels: int = MAX_SERVICE_LABELS) -> None:
         r = self.registry = registry or CollectorRegistry()
         self.telemetry = Telemetries()
         r.register(ComponentCollector(self.telemetry))
+        self.service_label = ServiceLabels(max_service_labels, self.telemetry("metrics"))
+        self.build_info = Gauge("trace_repro_build_info", "Always 1: the daemon's version (alerts select the daemon's "
+                                "targets by it, whatever their job name)", ["version"], registry=r)  # fmt: skip
+        self.build_info.labels(__version__).set(1)
         self.sampled = SampledTraffic(telemetry=self.telemetry("sampling"))
         r.register(SampledTrafficCollector(self.sampled))
         self.consumed = Counter("trace_repro_consumed_messages", "Kafka messages consumed", ["topic"], registry=r)
@@ -163,11 +202,15 @@ class Metrics:
             registry=r,
         )
         self.incidents = Counter(
-            "trace_repro_incidents", "New incident occurrences published", ["severity", "anomaly"], registry=r
+            "trace_repro_incidents",
+            "New incident occurrences published, by the culprit's service",
+            ["severity", "anomaly", "service"],
+            registry=r,
         )
-        for severity in ("high", "low"):  # present from the start, so increase() sees the first incident
-            for anomaly in Anomaly:
-                self.incidents.labels(severity, anomaly.value)
+        self.regressions = Counter(
+            "trace_repro_regressions", "Latency or error regressions published", ["service", "metric"], registry=r
+        )
+        self.verdicts = Counter("trace_repro_verdicts", "Proof verdicts published", ["service", "outcome"], registry=r)
         self.unkeyed = Counter(
             "trace_repro_unkeyed_statements", "Statements on a table that named no row by its key (predicate "
             "accesses: a range, a non-key column, an insert whose key the database assigns, a table whose key is not "
@@ -183,3 +226,19 @@ class Metrics:
         self.sink_parked = Gauge(
             "trace_repro_sink_parked", "1 while a sink is parked (its destination refuses it)", ["sink"], registry=r
         )
+        self.sink_backlog = Gauge(
+            "trace_repro_sink_backlog_messages",
+            "Output messages not yet delivered by a sink (its consumer group's lag on the output topics)",
+            ["sink"],
+            registry=r,
+        )
+
+    def finding(self, event: Any) -> None:
+        """Count one newly published finding (incidents by culprit service, regressions, verdicts)."""
+        kind = getattr(event, "kind", "")
+        if kind == "incident":
+            self.incidents.labels(event.severity, event.anomaly, self.service_label(event.culprit.service)).inc()
+        elif kind == "regression":
+            self.regressions.labels(self.service_label(event.service), event.metric).inc()
+        elif kind == "verdict":
+            self.verdicts.labels(self.service_label(event.service), event.outcome).inc()

@@ -331,8 +331,8 @@ class StageRunner:
             await self.produce([Message(self.settings.kafka.dlq_topic, d.key, d.value, d.headers) for d in dead])
 
     def _published(self, event: Any) -> None:
+        self.metrics.finding(event)
         if event.kind == "incident":
-            self.metrics.incidents.labels(event.severity, event.anomaly).inc()
             log.info("incident", fingerprint=event.fingerprint, anomaly=event.anomaly, severity=event.severity,
                      entity=event.entity, summary=event.summary)  # fmt: skip
         else:

@@ -66,6 +66,7 @@ BATCH = 200  # messages per poll
 FLUSH_GRACE_S = 15.0  # a flush under way when the daemon stops may finish within this
 PROBE_TIMEOUT_S = 10.0
 COMMIT_TIMEOUT_S = 5.0
+BACKLOG_EVERY_S = 5.0  # how often the backlog gauge asks the broker for the output topics' end offsets
 
 
 def event_key(event: Published) -> str:
@@ -92,6 +93,7 @@ class SinkRunner:
         max_probe_s: float = 60.0,
         max_held: int = 1000,
         max_retry_after_s: float = 3600.0,
+        backlog_every_s: float = BACKLOG_EVERY_S,
         rng: random.Random | None = None,
     ) -> None:
         if max_held < 1:
@@ -103,6 +105,7 @@ class SinkRunner:
         self.metrics = metrics
         self.max_held = max_held
         self.max_retry_after_s = max_retry_after_s
+        self.backlog_every_s = backlog_every_s
         self.telemetry = metrics.telemetry(f"sink.{name}").declare("invalid_event", "rejected")
         rng = rng or random.Random()
         self._retry = Backoff(backoff_s, max_backoff_s, rng)
@@ -119,6 +122,7 @@ class SinkRunner:
         self._error = ""  # type of the last failure, to log changes only
         self._flushing = asyncio.Lock()  # held while a flush and its commit are under way
         self.metrics.sink_parked.labels(name).set(0)
+        self._measured = 0.0  # monotonic time the backlog was last measured
 
     @property
     def group_id(self) -> str:
@@ -175,6 +179,27 @@ class SinkRunner:
                 await self._attempt(consumer, stop)
         elif time.monotonic() >= self._due:
             await self._attempt(consumer, stop)
+        if time.monotonic() - self._measured >= self.backlog_every_s:
+            await self._measure_backlog(consumer)
+
+    async def _measure_backlog(self, consumer: AIOKafkaConsumer) -> None:
+        """``trace_repro_sink_backlog_messages``: the end offsets (asked of the broker: a paused partition's
+        fetched high watermark is stale) minus what the sink has committed, over its partitions."""
+        self._measured = time.monotonic()
+        assigned = list(consumer.assignment())
+        if not assigned:
+            return
+        try:
+            ends = await asyncio.wait_for(consumer.end_offsets(assigned), PROBE_TIMEOUT_S)
+            backlog = 0
+            for tp, end in ends.items():
+                done = self._committed.get(tp)
+                if done is None:
+                    done = await consumer.committed(tp) or 0
+                backlog += max(0, end - done)
+        except (KafkaError, TimeoutError, IllegalStateError, AssertionError):
+            return  # measured again on the next step
+        self.metrics.sink_backlog.labels(self.name).set(backlog)
 
     async def _feed(self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[Any]], *, accept: bool
                     ) -> bool:  # fmt: skip

@@ -400,7 +400,7 @@ def assert_one_issue_per_fingerprint(gitlab: FakeGitLab, events: Sequence[dict[s
     issues = gitlab.issues()
     assert len(issues) == len(by_fp), [(i["iid"], i["title"], i["labels"]) for i in issues]
     for fingerprint, occurrence_ids in by_fp.items():
-        mine = gitlab.issues(fingerprint_label(fingerprint))
+        mine = gitlab.issues(tag=fingerprint_label(fingerprint))
         assert len(mine) == 1, [(i["iid"], i["state"]) for i in mine]
         state = IssueState.parse(mine[0]["description"])
         assert state is not None
@@ -412,7 +412,7 @@ def _issue_counts(gitlab: FakeGitLab, events: Sequence[dict[str, Any]]) -> dict[
     """Per fingerprint: (occurrences its issue counts, occurrences published); -1 when it has no issue."""
     out = {}
     for fingerprint, n in Counter(e["fingerprint"] for e in events).items():
-        mine = gitlab.issues(fingerprint_label(fingerprint))
+        mine = gitlab.issues(tag=fingerprint_label(fingerprint))
         state = IssueState.parse(mine[0]["description"]) if mine else None
         out[fingerprint] = (state.occurrences if state is not None else -1, n)
     return out

@@ -7,20 +7,39 @@ from pathlib import Path
 from typing import Any
 
 from bench.gitlab_server import FakeGitLab
-from processors.model.outputs import IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
+from processors.model.outputs import AccessInfo, IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
 from sinks.gitlab import GitLabSink
+from sinks.gitlab.links import Links
 from sinks.gitlab.state import IssueState
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
 TOKEN = "glpat-TEST-s3cr3t-9f8e7d6c5b4a"
 PROJECT = "trace-repro/shop"
+LINKS = Links(
+    trace_url="https://tempo.example.com/trace/{trace_id}",
+    source_url="https://gitlab.example.com/trace-repro/shop/-/blob/{ref}/{path}#L{line}",
+    source_roots=("/srv/other", "/builds/shop"),
+)
 
 
 def incident(name: str = "lost_update", **changes: Any) -> IncidentEvent:
     """A realistic incident from ``fixtures/incident_<name>.json``, with top-level fields replaced."""
     event = IncidentEvent.model_validate_json((FIXTURES / f"incident_{name}.json").read_text())
     return event.model_copy(update=changes)
+
+
+def built_at(e: IncidentEvent, root: str) -> IncidentEvent:
+    """``e`` as a build machine reports it: every access's ``code.file.path`` absolute under ``root`` (the culprit's
+    with a line number, the victim's without)."""
+
+    def moved(a: AccessInfo) -> AccessInfo:
+        line = 57 if a.trace_id == e.culprit.trace_id else 0
+        return a.model_copy(update={"file": f"{root}/{a.file}", "line": line}) if a.file else a
+
+    update = {"culprit": moved(e.culprit), "victim": moved(e.victim), "writers": [moved(w) for w in e.writers],
+              "accesses": [moved(a) for a in e.accesses]}  # fmt: skip
+    return e.model_copy(update=update)
 
 
 def occurrence(base: IncidentEvent, n: int, *, at_ms: float | None = None) -> IncidentEvent:

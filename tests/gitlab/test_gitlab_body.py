@@ -12,19 +12,26 @@ from hypothesis import strategies as st
 from processors.model.outputs import IncidentEvent
 from sinks.gitlab import body_incident, body_repro, body_verdict, markdown
 from sinks.gitlab.state import IssueState, with_state
-from tests.gitlab.helpers import check_golden, incident, occurrence, repro, verdict
+from tests.gitlab.helpers import LINKS, built_at, check_golden, incident, occurrence, repro, verdict
 
 
 @pytest.mark.parametrize("name", ["lost_update", "invariant_violation", "duplicate_apply"])
 def test_issue_description_matches_golden_file(name: str) -> None:
-    """The description of each anomaly class, rendered from a realistic event, is byte-for-byte the golden file."""
-    check_golden(f"issue_{name}.md", body_incident.description(incident(name)))
+    """The description of each anomaly class, rendered from a realistic event, is byte-for-byte the golden file: the
+    lost update with links configured and the build machine's absolute paths (whole trace ids linked to the trace UI,
+    files relative to the source root and linked at the build's version), the others without (whole ids, no link)."""
+    if name == "lost_update":
+        check_golden(
+            f"issue_{name}.md", body_incident.description(built_at(incident(name), "/builds/shop"), links=LINKS)
+        )
+    else:
+        check_golden(f"issue_{name}.md", body_incident.description(incident(name)))
 
 
 def test_notes_match_golden_files() -> None:
     """Occurrence, regression, reproduction, verdict and duplicate notes are byte-for-byte their golden files."""
     e = incident()
-    check_golden("note_occurrence.md", body_incident.occurrence_note(occurrence(e, 2), 2, last=False))
+    check_golden("note_occurrence.md", body_incident.occurrence_note(occurrence(e, 2), 2, last=False, links=LINKS))
     check_golden(
         "note_regression.md",
         body_incident.reopen_note(occurrence(e, 9, at_ms=1_800_000_700_000.0), 1_800_000_600_000.0),

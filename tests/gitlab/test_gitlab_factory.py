@@ -126,7 +126,7 @@ async def test_confidential_files_confidential_issues(server: FakeGitLab) -> Non
         try:
             e = incident(fingerprint=f"confidential-{confidential}")
             await deliver(sink, e)
-            [issue] = [i for i in server.issues() if f"confidential-{confidential}" in str(i["labels"])]
+            [issue] = server.issues(tag=f"trace-repro::fp::confidential-{confidential}`")
             assert issue["confidential"] is confidential
         finally:
             await sink.close()

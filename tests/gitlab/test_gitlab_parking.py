@@ -32,8 +32,7 @@ def distinct(n: int) -> list[IncidentEvent]:
 def filed(server: FakeGitLab) -> list[str]:
     """The fingerprints of the issues on the server, in the order they were filed (by iid)."""
     issues = sorted(server.issues(), key=lambda i: int(i["iid"]))
-    prefix = markdown.FP_LABEL_PREFIX
-    return [next(lb[len(prefix) :] for lb in i["labels"] if lb.startswith(prefix)) for i in issues]
+    return [str(markdown.fingerprint_of(i["description"])) for i in issues]
 
 
 @pytest.fixture

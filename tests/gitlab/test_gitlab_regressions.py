@@ -30,7 +30,7 @@ CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
 def one_issue(server: FakeGitLab, label: str = FP_LABEL) -> dict[str, Any]:
-    issues = server.issues(label)
+    issues = server.issues(tag=label)
     assert len(issues) == 1, [i["iid"] for i in issues]
     return issues[0]
 
@@ -42,20 +42,21 @@ def fixed(e: RegressionEvent, *, after_ms: float) -> VerdictEvent:
 
 
 async def test_a_regression_files_one_issue(server: FakeGitLab, make_sink: SinkFactory) -> None:
-    """The first occurrence files an issue titled from the summary, labelled by fingerprint, with the rendered body."""
+    """The first occurrence files an issue titled from the summary, tagged with its fingerprint, with the rendered
+    body."""
     sink = make_sink(labels=("trace-repro", "performance"))
     e = regression("latency")
     await deliver(sink, e, e)
     issue = one_issue(server, markdown.fingerprint_label(e.fingerprint))
     assert issue["title"] == body_regression.title(e) and issue["title"].startswith("[trace-repro] Regression: GET ")
-    assert issue["labels"] == ["trace-repro", "performance", markdown.fingerprint_label(e.fingerprint)]
+    assert issue["labels"] == ["trace-repro", "performance", "anomaly::regression"]
     assert issue["description"] == body_regression.description(e)
     assert "```mermaid\nxychart-beta\n" in issue["description"]
     assert issue["state"] == "opened" and user_notes(server, issue["iid"]) == []
     assert sink.issue_iid(e.fingerprint) == issue["iid"] and sink.telemetry.events["issues_created"] == 1
     assert state_of(issue).occurrences == 1  # the same event twice (a replay) was counted once
     await deliver(sink, incident())  # an incident is another fingerprint: another issue
-    assert len(server.issues()) == 2 and len(server.issues(FP_LABEL)) == 0
+    assert len(server.issues()) == 2 and len(server.issues(tag=FP_LABEL)) == 0
 
 
 async def test_later_occurrences_count_up_with_bounded_notes(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -88,7 +89,7 @@ async def test_racing_instances_end_with_one_open_issue(server: FakeGitLab, make
             t.join(timeout=30)
 
     await asyncio.to_thread(race)
-    issues = server.issues(FP_LABEL)
+    issues = server.issues(tag=FP_LABEL)
     assert len(issues) == 2  # both created: the barrier made sure both looked up before either created
     winner, loser = sorted(issues, key=lambda i: i["iid"])
     assert winner["state"] == "opened" and loser["state"] == "closed"
@@ -96,7 +97,7 @@ async def test_racing_instances_end_with_one_open_issue(server: FakeGitLab, make
     assert a.issue_iid(e.fingerprint) == b.issue_iid(e.fingerprint) == winner["iid"]
     assert state_of(winner).occurrences == 2  # the loser's occurrence was counted on the winner
     await deliver(make_sink(), recurrence(e, 3))  # later lookups keep choosing the winner
-    assert state_of(server.issues(FP_LABEL)[0]).occurrences == 3
+    assert state_of(server.issues(tag=FP_LABEL)[0]).occurrences == 3
 
 
 async def test_fixed_verdict_closes_and_a_recurrence_reopens(server: FakeGitLab, make_sink: SinkFactory) -> None:

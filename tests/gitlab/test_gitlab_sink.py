@@ -33,7 +33,7 @@ CLOSING = re.compile(r"(?i)\b(clos(e|es|ed|ing)|fix(es|ed|ing)?|resolv(e|es|ed|i
 
 
 def one_issue(server: FakeGitLab) -> dict[str, Any]:
-    issues = server.issues(FP_LABEL)
+    issues = server.issues(tag=FP_LABEL)
     assert len(issues) == 1, [i["iid"] for i in issues]
     return issues[0]
 
@@ -45,13 +45,13 @@ async def test_first_incident_files_one_issue(server: FakeGitLab, make_sink: Sin
     await deliver(sink, e)
     issue = one_issue(server)
     assert issue["title"] == body_incident.title(e)
-    assert issue["labels"] == ["trace-repro", "bug", FP_LABEL]
+    assert issue["labels"] == ["trace-repro", "bug", "anomaly::lost_update", "severity::high"]
     assert issue["description"] == body_incident.description(e)
     assert issue["state"] == "opened" and user_notes(server, issue["iid"]) == []
     assert sink.issue_url(e.fingerprint) == issue["web_url"] and sink.issue_iid(e.fingerprint) == 1
     assert sink.issue_url("unknown") is None
     labels = {lb["name"] for lb in server.store.data["labels"]}
-    assert {"trace-repro", "bug", FP_LABEL} <= labels
+    assert {"trace-repro", "bug", "anomaly::lost_update", "severity::high"} <= labels and FP_LABEL not in labels
 
 
 async def test_repeated_occurrences_count_up_with_bounded_notes(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -70,12 +70,16 @@ async def test_repeated_occurrences_count_up_with_bounded_notes(server: FakeGitL
 
 async def test_a_better_evidenced_occurrence_upgrades_the_issue(server: FakeGitLab, make_sink: SinkFactory) -> None:
     """A latent, uncorrelated first occurrence, then a manifest correlated one of the same defect: one issue, whose
-    description now shows the better one (with a note saying so); a weaker later one changes nothing shown."""
+    description now shows the better one (with a note saying so) and its label severity::high instead of
+    severity::low; a weaker later one changes nothing shown."""
     sink = make_sink()
     strong = incident()
-    weak = strong.model_copy(update={"manifest": False, "correlated": False, "damage": "", "confidence": 0.6})
+    weak = strong.model_copy(
+        update={"manifest": False, "correlated": False, "damage": "", "confidence": 0.6, "severity": "low"}
+    )
     await deliver(sink, weak)
     assert "_None observed: the collision is latent._" in one_issue(server)["description"]
+    assert "severity::low" in one_issue(server)["labels"]
     better = occurrence(strong, 2)
     await deliver(sink, better, occurrence(weak, 3))
     issue = one_issue(server)
@@ -87,7 +91,8 @@ async def test_a_better_evidenced_occurrence_upgrades_the_issue(server: FakeGitL
     assert (state.occurrences, state.manifest, state.evidence) == (3, 1, (1.0, 1.0, better.confidence))
     notes = user_notes(server, issue["iid"])
     assert sum(n.startswith(markdown.marker(f"upgrade-{better.occurrence}")) for n in notes) == 1
-    assert len(server.issues(FP_LABEL)) == 1
+    assert len(server.issues(tag=FP_LABEL)) == 1
+    assert [lb for lb in issue["labels"] if lb.startswith("severity::")] == ["severity::high"]
 
 
 async def test_replayed_events_change_nothing(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -132,7 +137,7 @@ async def test_racing_instances_end_with_one_open_issue(server: FakeGitLab, make
             t.join(timeout=30)
 
     await asyncio.to_thread(race)
-    issues = server.issues(FP_LABEL)
+    issues = server.issues(tag=FP_LABEL)
     assert len(issues) == 2  # both created: the barrier made sure both looked up before either created
     winner, loser = sorted(issues, key=lambda i: i["iid"])
     assert winner["state"] == "opened" and loser["state"] == "closed"
@@ -140,7 +145,7 @@ async def test_racing_instances_end_with_one_open_issue(server: FakeGitLab, make
     assert a.issue_iid(e.fingerprint) == b.issue_iid(e.fingerprint) == winner["iid"]
     assert state_of(winner).occurrences == 2  # the loser's occurrence was counted on the winner
     await deliver(make_sink(), occurrence(e, 3))  # later lookups keep choosing the winner
-    assert len(server.issues(FP_LABEL)) == 2 and state_of(server.issues(FP_LABEL)[0]).occurrences == 3
+    assert len(server.issues(tag=FP_LABEL)) == 2 and state_of(server.issues(tag=FP_LABEL)[0]).occurrences == 3
 
 
 async def test_deleted_issue_is_filed_again(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -164,7 +169,7 @@ async def test_open_duplicate_left_by_a_crash_is_closed(server: FakeGitLab, make
     server.store.data["issues"].append({**server.store.data["issues"][0], "id": 999, "iid": 2})
     sink = make_sink()
     await deliver(sink, occurrence(e, 2))
-    states = {i["iid"]: i["state"] for i in server.issues(FP_LABEL)}
+    states = {i["iid"]: i["state"] for i in server.issues(tag=FP_LABEL)}
     assert states == {1: "opened", 2: "closed"} and sink.telemetry.events["duplicates_closed"] == 1
     assert any("duplicate of #1" in n for n in user_notes(server, 2))
 
@@ -223,7 +228,7 @@ async def test_exhausted_retries_raise_retryable_and_keep_the_event(
     assert len(sleeps.waits) == 2 and 0.25 <= sleeps.waits[0] <= 0.5 and 0.5 <= sleeps.waits[1] <= 1.0
     server.clear_faults()
     await sink.flush()
-    assert sink.pending == 0 and len(server.issues(FP_LABEL)) == 1
+    assert sink.pending == 0 and len(server.issues(tag=FP_LABEL)) == 1
 
 
 async def test_long_retry_after_gives_up_at_once(

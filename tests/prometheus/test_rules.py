@@ -29,6 +29,7 @@ PROMETHEUS = ROOT / "config" / "prometheus"
 ALERTS = PROMETHEUS / "alerts.yml"
 ALERTS_TEST = PROMETHEUS / "alerts_test.yml"
 DASHBOARD = ROOT / "config" / "grafana" / "trace-repro.json"
+RUNBOOKS = "docs/runbooks"
 
 INSTALL = "apt-get install -y --no-install-recommends prometheus"
 # Series every scrape adds, and labels PromQL itself introduces.
@@ -67,7 +68,7 @@ def populated_metrics() -> Metrics:
     metrics = Metrics()
     for attribute in Metrics.__slots__:
         metric = getattr(metrics, attribute)
-        if attribute == "registry":
+        if attribute in ("registry", "service_label"):  # not a metric: the bounded service label helper
             continue
         if attribute == "telemetry":  # components' telemetry: a drop, an event and a state gauge of one component
             t = metric("traces")
@@ -152,16 +153,42 @@ def test_alert_rules_unit_tests_pass() -> None:
 
 
 def test_every_alert_has_labels_annotations_and_unit_tests() -> None:
-    """Every alert has a severity, summary, description and runbook, and is tested both firing and silent."""
+    """Every alert has a severity, summary, description and runbook_url, and is tested both firing and silent."""
     tests = yaml.safe_load(ALERTS_TEST.read_text())["tests"]
     checks = [c for t in tests for c in t.get("alert_rule_test", [])]
     for rule in alert_rules():
         name = rule["alert"]
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
-        assert {"summary", "description", "runbook"} <= set(rule["annotations"]), name
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
         mine = [c for c in checks if c["alertname"] == name]
         assert any(c.get("exp_alerts") for c in mine), f"{name}: no firing case"
         assert any(not c.get("exp_alerts") for c in mine), f"{name}: no silent case"
+
+
+def test_every_runbook_url_is_a_page_of_the_repository() -> None:
+    """Every alert's runbook_url ends in docs/runbooks/<alert>.md, that page exists and says what the alert means and
+    what to do, and every page there belongs to an alert."""
+    names = set()
+    for rule in alert_rules():
+        name = rule["alert"]
+        names.add(name)
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith("https://") and url.endswith(f"/{RUNBOOKS}/{name}.md"), f"{name}: {url}"
+        page = (ROOT / RUNBOOKS / f"{name}.md").read_text()
+        assert page.startswith(f"# {name}\n") and "## What it means" in page and "## What to do" in page, name
+    assert {p.stem for p in (ROOT / RUNBOOKS).glob("*.md")} == names
+
+
+def test_alerts_select_no_scrape_job_and_route_findings_by_service() -> None:
+    """No rule names a scrape job (the daemon's job name is the deployment's), and the findings alerts (incidents,
+    regressions, WORSE verdicts) keep the ``service`` label for routing."""
+    for rule in alert_rules():
+        assert not re.search(r"\bjob\s*(=|!=|=~|!~)", rule["expr"]), f"{rule['alert']}: {rule['expr']}"
+    findings = {r["alert"]: r for r in alert_rules() if r["alert"] in
+                {"TraceReproNewIncident", "TraceReproRegression", "TraceReproWorseVerdict"}}  # fmt: skip
+    assert len(findings) == 3
+    for name, rule in findings.items():
+        assert "service" in selectors(rule["expr"])[1], name
 
 
 def test_prometheus_config_is_valid(tmp_path: Path) -> None:
@@ -185,9 +212,9 @@ def test_daemon_metrics_follow_prometheus_conventions() -> None:
     metrics = populated_metrics()
     exposition = generate_latest(metrics.registry)
     families = [f for f in metrics.registry.collect() if f.samples]
-    # every prometheus-client metric of Metrics, plus the three families of the components' telemetry and the two of
-    # the sampled traffic (kept, represented)
-    assert len(families) == len(Metrics.__slots__) - 3 + 3 + 2
+    # every prometheus-client metric of Metrics (not the registry, the telemetries, the sampled traffic, the service
+    # label helper), plus the three families of the components' telemetry and the two of the sampled traffic
+    assert len(families) == len(Metrics.__slots__) - 4 + 3 + 2
     result = promtool("check", "metrics", stdin=exposition)
     problems = (result.stdout + result.stderr).strip()
     assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"
@@ -238,6 +265,16 @@ def test_referenced_metrics_and_labels_exist(source: str) -> None:
         assert uses <= labels, f"unknown label(s) {sorted(uses - labels)}: {expr}"
         used_names |= refers
     assert used_names & names, f"no daemon metric found in the {source} expressions"
+
+
+def test_dashboard_shows_what_the_alerts_watch() -> None:
+    """Every daemon metric an alert fires on has a dashboard panel (drops, sinks and their backlog, incidents by
+    service, regressions, verdicts...), and the dashboard's job variable works whatever the job is called."""
+    alerted = {name for r in alert_rules() for name in selectors(r["expr"])[0]} - {"up", "trace_repro_build_info"}
+    shown = {name for expr in dashboard_exprs() for name in selectors(expr)[0]}
+    assert alerted <= shown, f"alerted but not on the dashboard: {sorted(alerted - shown)}"
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    assert variables["job"]["query"]["query"] == "label_values(trace_repro_build_info, job)"
 
 
 def test_selectors_finds_names_and_labels() -> None:

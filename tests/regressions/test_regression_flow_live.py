@@ -36,6 +36,7 @@ from processors.connectors.proofs.contracts import parse_signature
 from processors.connectors.proofs.verdicts import FIXED, LATENCY_TEST, SIGNATURE_TEST
 from processors.model.outputs import VerdictEvent
 from processors.stat_tests import conditional_binomial
+from sinks.gitlab.markdown import fingerprint_label, fingerprint_of
 from streamer import config
 from tests.harness import Harness
 
@@ -158,15 +159,15 @@ async def test_a_regression_is_filed_then_closed_by_a_fixed_verdict_on_the_fixed
                 assert "| Owner | Before | After | Delta |" in text  # the critical-path shares table
             assert "Error rate of" in issues["errors"]["description"]
             assert "Latency of" in issues["latency"]["description"]
-            labels = {kind: next(lb for lb in i["labels"] if lb.startswith("trace-repro::fp::"))
-                      for kind, i in issues.items()}  # fmt: skip
+            labels = {kind: fingerprint_label(str(fingerprint_of(i["description"]))) for kind, i in issues.items()}
 
             # The fix, deployed now: its traffic over the last three minutes of event time.
             fixed_start = (time.time_ns() - 3 * WINDOW) // MS * MS
             await asyncio.to_thread(serve, kafka_bootstrap, k.spans_topic, FIXED_BUILD, fixed_start, 3)
 
             def closed() -> bool:
-                return all(i["state"] == "closed" for label in labels.values() for i in gitlab.issues(label))
+                mine = [gitlab.issues(tag=label) for label in labels.values()]
+                return all(len(found) == 1 and found[0]["state"] == "closed" for found in mine)
 
             await h.wait_for(closed, "both issues closed by FIXED verdicts", timeout_s=240)
             messages = await h.consume_all(k.verdicts_topic, expect=2)
@@ -195,7 +196,7 @@ async def test_a_regression_is_filed_then_closed_by_a_fixed_verdict_on_the_fixed
             assert r.baseline_requests and r.baseline_p_value is not None and r.baseline_p_value > r.alpha / r.looks
 
             for label in labels.values():
-                [issue] = gitlab.issues(label)
+                [issue] = gitlab.issues(tag=label)
                 notes = [n["body"] for n in gitlab.notes(issue["iid"])]
                 assert any("### Verdict: **`FIXED`**" in n for n in notes), notes
             contracts = h.graph_rows("MATCH (c:Contract) RETURN c.fingerprint, c.version")

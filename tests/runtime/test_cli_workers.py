@@ -54,8 +54,11 @@ def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float
 
 
 def test_merged_metrics_sum_counters_and_keep_the_slowest_watermark() -> None:
-    """Counters and histograms add up over workers; the watermark is the slowest one; sink health is the worst."""
-    one = """# TYPE trace_repro_consumed_messages_total counter
+    """Counters and histograms add up over workers; the watermark is the slowest one; sink health is the worst; the
+    build info stays 1 (alert rules find the daemon by it)."""
+    one = """# TYPE trace_repro_build_info gauge
+trace_repro_build_info{version="0.1.0"} 1.0
+# TYPE trace_repro_consumed_messages_total counter
 trace_repro_consumed_messages_total{topic="s"} 3.0
 # TYPE trace_repro_watermark_seconds gauge
 trace_repro_watermark_seconds{stage="ingest"} 100.0
@@ -77,3 +80,4 @@ trace_repro_open_traces 4.0
     assert merged[("trace_repro_batch_seconds_count", (("stage", "ingest"),))] == 4
     assert merged[("trace_repro_batch_seconds_bucket", (("le", "1.0"), ("stage", "ingest")))] == 4
     assert merged[("trace_repro_open_traces", ())] == 8
+    assert merged[("trace_repro_build_info", (("version", "0.1.0"),))] == 1

@@ -51,10 +51,18 @@ async def test_a_regression_is_written_by_the_file_sink_and_filed_once_on_gitlab
             assert len({e["occurrence"] for e in found}) == len(found)  # written once per occurrence
             on_topic = [json.loads(m.value) for m in await h.consume_all(k.incidents_topic, expect=len(found))]
             assert {e["occurrence"] for e in found} <= {e.get("occurrence") for e in on_topic}
+            regressions = [e for e in on_topic if e.get("kind") == "regression"]  # counted by service for alerts
+            await h.wait_for(lambda: h.metric_total("trace_repro_regressions_total") >= len(regressions), "the counts")
+            for e in regressions:
+                assert h.daemon is not None
+                sample = h.daemon.metrics.registry.get_sample_value(
+                    "trace_repro_regressions_total", {"service": str(e["service"]), "metric": str(e["metric"])}
+                )
+                assert sample is not None and sample >= 1
             for fingerprint in {str(e["fingerprint"]) for e in found}:
                 label = fingerprint_label(fingerprint)
-                await h.wait_for(lambda label=label: len(gitlab.issues(label)) == 1, f"the issue {label}")
-                [issue] = gitlab.issues(label)
+                await h.wait_for(lambda label=label: len(gitlab.issues(tag=label)) == 1, f"the issue {label}")
+                [issue] = gitlab.issues(tag=label)
                 assert issue["title"].startswith("[trace-repro] Regression: ") and issue["state"] == "opened"
                 assert "xychart-beta" in issue["description"]
         finally:

@@ -67,9 +67,8 @@ def incidents(n: int) -> list[IncidentEvent]:
 
 def filed(server: FakeGitLab) -> list[str]:
     """The fingerprints of the issues on the server, in the order they were filed."""
-    prefix = markdown.FP_LABEL_PREFIX
     issues = sorted(server.issues(), key=lambda i: int(i["iid"]))
-    return [next(lb[len(prefix) :] for lb in i["labels"] if lb.startswith(prefix)) for i in issues]
+    return [str(markdown.fingerprint_of(i["description"])) for i in issues]
 
 
 class Bench:
@@ -105,6 +104,9 @@ class Bench:
 
     def parked(self, runner: SinkRunner) -> float:
         return float(self.metrics.sink_parked.labels(runner.name)._value.get())
+
+    def backlog(self, runner: SinkRunner) -> float:
+        return float(self.metrics.sink_backlog.labels(runner.name)._value.get())
 
     @asynccontextmanager
     async def running(self, runner: SinkRunner) -> AsyncIterator[asyncio.Task[None]]:
@@ -211,24 +213,26 @@ async def test_file_sink_buffer_does_not_grow_across_retry_cycles(bench: Bench, 
 async def test_a_parked_gitlab_sink_keeps_everything_and_resumes_on_its_own(
     bench: Bench, gitlab: FakeGitLab, logged: io.StringIO
 ) -> None:
-    """The token expires: the sink is parked (gauge 1, logged once, nothing committed) while events keep coming;
-    the token is accepted again: the probe sees it, everything kept is filed in order and once, the offsets are
-    committed, the gauge is 0 and the resumption is logged once."""
+    """The token expires: the sink is parked (gauge 1, logged once, nothing committed, its backlog gauge counts
+    every undelivered event) while events keep coming; the token is accepted again: the probe sees it, everything
+    kept is filed in order and once, the offsets are committed, the gauges are 0 and the resumption is logged once."""
     sink = GitLabSink(gitlab.url, PROJECT, SecretStr(TOKEN), timeout_s=5)
     events = incidents(30)
     gitlab.token = "glpat-someone-else"
     await bench.produce(events[:20])
-    runner = bench.runner(sink)
+    runner = bench.runner(sink, backlog_every_s=0.05)
     async with bench.running(runner) as task:
         await until(task, lambda: runner.state == "parked" and runner.held == 20, "parking")
         assert bench.parked(runner) == 1.0
         await bench.produce(events[20:])
         await until(task, lambda: runner.held == 30, "the events that came while parked")
+        await until(task, lambda: bench.backlog(runner) == 30, "the backlog gauge of the parked sink")
         await asyncio.sleep(1.0)  # several probes fail meanwhile
         assert await bench.committed(runner) is None and gitlab.issues() == []
         gitlab.token = TOKEN
         await until(task, lambda: runner._committed.get(bench.tp) == 30, "the resumption")
         assert runner.state == "running" and bench.parked(runner) == 0.0
+        await until(task, lambda: bench.backlog(runner) == 0, "the backlog gauge once delivered")
     assert filed(gitlab) == [e.fingerprint for e in events]
     assert [p["error"] for p in events_logged(logged, "sink.parked")] == ["GitLabParkedError"]
     assert len(events_logged(logged, "sink.resumed")) == 1

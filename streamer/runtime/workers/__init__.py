@@ -25,7 +25,7 @@ def worker_count(requested: int | str | None, settings: CoreSettings) -> int:
 
 def supervise(settings: CoreSettings, config_path: Path | None, stages: tuple[str, ...], workers: int) -> int:
     """Run ``workers`` ingest worker processes (and stage 2 in one more) until SIGTERM/SIGINT; the exit status."""
-    logs.configure()
+    logs.configure(settings.log_level)
     structlog.contextvars.bind_contextvars(role="supervisor")
     return asyncio.run(Supervisor(settings, config_path, plan(stages, workers)).run())
 

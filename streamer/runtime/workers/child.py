@@ -116,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"trace-repro: {exc}", file=sys.stderr)
         return 2
+    logs.configure(settings.log_level)
     private = HttpConfig(host="127.0.0.1", port=0)  # the supervisor serves the daemon's address
     settings = settings.model_copy(update={"http": private, "workers": 1})
     stages = tuple(args.stages.split(","))

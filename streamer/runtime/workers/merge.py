@@ -7,7 +7,8 @@ which process owns a partition). Counters and histograms are summed; a worker th
 at zero again, which Prometheus reads as a counter reset (``rate`` and ``increase`` handle it). Gauges are summed
 (state sizes, pinned offsets, per-partition lag: a revoked partition's series is removed by its old owner), but for
 those whose sum means nothing: the event-time watermark is the slowest worker's, a sink is healthy only if it is
-healthy in every worker, parked if it is parked in any. ``_created`` samples keep the earliest.
+healthy in every worker, parked if it is parked in any, and the build info is 1. ``_created`` samples keep the
+earliest.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 GAUGE_MIN = frozenset({"trace_repro_watermark_seconds", "trace_repro_sink_healthy"})
-GAUGE_MAX = frozenset({"trace_repro_sink_parked"})
+GAUGE_MAX = frozenset({"trace_repro_sink_parked", "trace_repro_build_info"})
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
