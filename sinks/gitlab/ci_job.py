@@ -34,21 +34,23 @@ GATE_JOB = r"""# trace-repro: the proof-of-fix gate for merge requests that say 
 #   2. runs the Python test files the merge request adds or changes (or TRACE_REPRO_TESTS) with pytest --junitxml;
 #   3. runs `trace-repro gate` on the diff, the description, the contract and that test run, which also writes a
 #      Code Quality report of what failed. Both reports are uploaded with paths relative to the repository.
-# To install the application's own test dependencies, override `image` or `before_script` in .gitlab-ci.yml
-# (a job of the same name there is merged over this one).
+# The image must have trace-repro (and the application's test dependencies): override `image` or `before_script` in
+# .gitlab-ci.yml (a job of the same name there is merged over this one). Nothing is installed by name here; the
+# CI/CD component (templates/trace-repro-gate.yml in trace-repro's repository) installs a wheel pinned by SHA-256.
 
 trace-repro-gate:
   stage: test
   image: python:3.12
   variables:
-    TRACE_REPRO_PACKAGE: trace-repro  # what pip installs when the image has no trace-repro
     TRACE_REPRO_CONTRACT: ""  # default: .trace-repro/contracts/<N>.json
     TRACE_REPRO_TESTS: ""  # default: the test files the merge request adds or changes
     TRACE_REPRO_PYTEST_ARGS: ""
   rules:
     - if: '$CI_PIPELINE_SOURCE == "merge_request_event" && $CI_MERGE_REQUEST_DESCRIPTION =~ /\bProves\s+#\d+\b/i'
   before_script:
-    - command -v trace-repro >/dev/null 2>&1 || python -m pip install --quiet "$TRACE_REPRO_PACKAGE" pytest
+    - >-
+      command -v trace-repro >/dev/null 2>&1 || { echo "trace-repro is not installed in this image: use one that has
+      it, or the CI/CD component (templates/trace-repro-gate.yml), which installs a pinned wheel"; exit 2; }
   script:
     - cd "$CI_PROJECT_DIR" && mkdir -p trace-repro-reports
     - >-
