@@ -37,7 +37,7 @@ ROUNDS = int(os.environ.get("DEMO_ROUNDS", "4"))
 
 
 def daemon_env(tag: str, prefix: str, out: Path) -> dict[str, str]:
-    """The demo daemon's settings beyond the shipped config: its own graph, group and Debezium topics; short
+    """The demo daemon's settings beyond ``config/demo.toml``: its own graph, group and Debezium topics; short
     windows so the demo runs in a minute; the repro worker pointed at the shop's source."""
     return {
         "TRACE_REPRO_ENVIRONMENT": f"demo_{tag}",
@@ -127,7 +127,7 @@ class Demo:
             time.sleep(0.2)
 
     def start_daemon(self) -> None:
-        cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "trace-repro.toml")]
+        cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "demo.toml")]
         log = open(self.out / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
         self.daemon = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.pids.append(self.daemon.pid)
