@@ -31,7 +31,8 @@ HEADER = """\
 
 trace-repro reads a TOML file (`trace-repro run --config FILE`) and `TRACE_REPRO_*` environment variables; the
 environment wins over the file, the file over the defaults below. A section's key `key` of `[section]` is the
-variable `TRACE_REPRO_SECTION__KEY` (nested sections joined by `__`: `TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL`).
+variable `TRACE_REPRO_SECTION__KEY` (nested sections joined by `__`: `TRACE_REPRO_DECODE__SCHEMA_REGISTRY__URL`);
+a list or a table is JSON there (`TRACE_REPRO_GITLAB__LABELS='["trace-repro", "bug"]'`).
 Every section rejects unknown keys and every value is validated at start: a bad one stops the daemon with its
 dotted name and, for a typo, the closest valid name. `trace-repro config check --config FILE` does the same checks
 without starting anything. Secrets (marked *secret*) are never logged; those marked *environment only* are refused
@@ -111,9 +112,22 @@ def _default(field: FieldInfo) -> str:
         return "(none)"
     if isinstance(value, BaseModel):
         value = value.model_dump()
+    return "`" + _toml(value).replace("|", "\\|") + "`"
+
+
+def _toml(value: Any) -> str:
+    """``value`` as it is written in the TOML file (a literal string where a backslash would need escaping)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Path):
         value = str(value)
-    return "`" + json.dumps(value, ensure_ascii=False).replace("|", "\\|") + "`"
+    if isinstance(value, str):
+        return f"'{value}'" if "\\" in value and "'" not in value else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    return str(value)
 
 
 def _env(path: tuple[str, ...]) -> str:
