@@ -38,25 +38,15 @@ ROUNDS = int(os.environ.get("DEMO_ROUNDS", "4"))
 
 
 def daemon_env(tag: str, prefix: str, out: Path) -> dict[str, str]:
-    """The demo daemon's settings beyond the shipped config: its own graph, group and Debezium topics; short
-    windows so the demo runs in a minute; the repro worker pointed at the shop's source."""
+    """The demo daemon's settings beyond ``config/demo.toml`` (its short windows, its business rule, the repro
+    worker): this run's own graph, group and Debezium topics, and the paths of this checkout."""
     return {
         "TRACE_REPRO_ENVIRONMENT": f"demo_{tag}",
         "TRACE_REPRO_KAFKA__GROUP_ID": f"trace-repro-demo-{tag}",
         "TRACE_REPRO_KAFKA__AUTO_OFFSET_RESET": "earliest",  # (data may come before the daemon)
         "TRACE_REPRO_KAFKA__CDC_PATTERN": rf"^{prefix}\.public\.[a-z]+$",
-        "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "1",
-        "TRACE_REPRO_WINDOWS__IDLE_S": "0.5",
-        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0",
-        "TRACE_REPRO_WINDOWS__WINDOW_S": "10",  # statistics windows (critical paths) close while the demo runs
-        "TRACE_REPRO_COLLISIONS__WINDOW_S": "1",
-        "TRACE_REPRO_COLLISIONS__SETTLE_S": "0.5",
         "TRACE_REPRO_HTTP__PORT": "0",
-        "TRACE_REPRO_PROOF__SETTLE_S": "3",
-        "TRACE_REPRO_REPRO__ENABLED": "true",
         "TRACE_REPRO_REPRO__SOURCE_ROOT": str(REPO),
-        "TRACE_REPRO_REPRO__COPY_PATHS": '["bench"]',
-        "TRACE_REPRO_REPRO__CALL_SPECS": "bench.shop.repro_specs:CALL_SPECS",
         "TRACE_REPRO_REPRO__SCHEMA_SQL": str(REPO / "bench" / "shop" / "schema.sql"),
         "TRACE_REPRO_REPRO__OUTPUT_DIR": str(out / "repros"),
     }
@@ -128,7 +118,7 @@ class Demo:
             time.sleep(0.2)
 
     def start_daemon(self) -> None:
-        cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "trace-repro.toml")]
+        cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "demo.toml")]
         log = open(self.out / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the daemon
         self.daemon = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.pids.append(self.daemon.pid)

@@ -30,7 +30,7 @@ def _shares(path: dict[str, float]) -> str:
 
 async def ask(env: dict[str, str]) -> bool:
     """Walk incident → repro → critical path over MCP; True when every step found what it looks for."""
-    args = ["-m", "streamer.cli", "mcp", "--config", str(REPO / "config" / "trace-repro.toml"), "--allow-run-repro"]
+    args = ["-m", "streamer.cli", "mcp", "--config", str(REPO / "config" / "demo.toml"), "--allow-run-repro"]
     params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

@@ -52,7 +52,7 @@ SiteValues = tuple[str, str, int, str, tuple[str, ...]]  # an access's _SITE val
 def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteValues] | None = None) -> list[Access]:
     """Stamp each access with its request: route, interval and outcome (what the collision detector judges), and
     with its code site's values when given (one per access). (Built positionally: ``dataclasses.replace`` of 33
-    fields was 2.5 % of stage 1.)"""
+    fields costs a visible share of stage 1.)"""
     root = trace.root
     exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))

@@ -37,8 +37,12 @@ class CorrelationConfig(Section):
     history_per_table: int = Field(
         4096, ge=1, description="recent predicate writes remembered per table (statements naming no row by its key)"
     )
-    max_entities: int = Field(100_000, ge=1)
-    max_pending_changes: int = Field(100_000, ge=1)
+    max_entities: int = Field(
+        100_000, ge=1, description="rows whose recent writes are remembered (least recently written forgotten)"
+    )
+    max_pending_changes: int = Field(
+        100_000, ge=1, description="row changes waiting to be credited; past it the oldest is written uncorrelated"
+    )
     max_history_bytes: int = Field(
         128 << 20,
         ge=1 << 20,

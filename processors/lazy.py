@@ -1,7 +1,7 @@
 """Lazy package exports (PEP 562): a package names what it offers without importing it until first use.
 
 A component's heavy dependencies (libcst for the repro worker, python-gitlab and requests for the GitLab
-sink; with the local engines' psycopg, made lazy too, 22 MB of the daemon's imports) are then loaded only by a daemon
+sink; with the local engines' psycopg, made lazy too) are then loaded only by a daemon
 that enables the component.
 """
 

@@ -91,7 +91,7 @@ def _origin(span: Span, children: dict[str, list[Span]]) -> tuple[str, str]:
 
 
 # The last trace asked about and its requests: the regression statistics and the proof judge both ask, one after
-# the other, for every closed trace (3 % of stage 1 was the second answer). One entry, swapped as one reference.
+# the other, for every closed trace (the second answer is not computed again). One entry, swapped as one reference.
 _last: tuple[ClosedTrace | None, tuple[Request, ...]] = (None, ())
 
 

@@ -8,7 +8,7 @@ with the Mann-Whitney U test on samples. Benjamini-Hochberg controls the false d
 Both tests are ``scipy.stats.binomtest`` and ``scipy.stats.mannwhitneyu`` (method ``auto``) computed from the
 distribution functions they call in ``scipy.special`` (the binomial tails ``bdtr``/``bdtrc``, the Clopper-Pearson
 bounds by ``betaincinv``), with the ranks and the exact null distribution of U counted here: the daemon tests every
-closed window, and ``scipy.stats`` costs 87 MB of resident memory against 41 for ``scipy.special`` and numpy.
+closed window, and ``scipy.stats`` costs about twice the resident memory of ``scipy.special`` and numpy.
 ``tests/regressions/test_stat_tests.py`` holds them to ``scipy.stats`` on random inputs. The Poisson E-test
 (``scipy.stats.poisson_means_test``) is offered for the same question as the binomial test; no detector uses it.
 
@@ -50,7 +50,7 @@ class StatResult:
 
 
 def _special() -> ModuleType:
-    """``scipy.special`` (41 MB with numpy), imported by the first test: a process that never tests (an ingest
+    """``scipy.special`` (with numpy), imported by the first test: a process that never tests (an ingest
     worker without proof contracts, the CLI) does not carry it."""
     return importlib.import_module("scipy.special")
 

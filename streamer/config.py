@@ -56,7 +56,7 @@ class CoreSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TRACE_REPRO_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
-    environment: str = "local"
+    environment: str = Field("local", description="the deployment's name: one FalkorDB graph per environment")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="the least severe log lines written (`trace-repro run --log-level` overrides it)"
     )
@@ -73,9 +73,18 @@ class CoreSettings(BaseSettings):
     codeloc: CodeLocConfig = CodeLocConfig()
     http: HttpConfig = HttpConfig()
     redaction: RedactionConfig = RedactionConfig()
-    postgres_dsn: str = ""
-    gitlab_token: SecretStr | None = None
-    redaction_key: SecretStr | None = None  # TRACE_REPRO_REDACTION_KEY: the HMAC key of [redaction]'s hash rules
+    unknown_env: Literal["refuse", "warn"] = Field(
+        "refuse", description="a TRACE_REPRO_* name nothing reads (a typo): refuse to start (exit 2), or warn and run"
+    )
+    postgres_dsn: str = Field(
+        "", description="PostgreSQL for the repro worker's scratch databases when repro.dsn is empty"
+    )
+    gitlab_token: SecretStr | None = Field(
+        None, description="GitLab API token of the GitLab sink: set it in the environment (or use gitlab.token_file)"
+    )
+    redaction_key: SecretStr | None = Field(
+        None, description="HMAC key of [redaction]'s hash rules: set it in the environment"
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

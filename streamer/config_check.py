@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from streamer import config
+from streamer import config, config_reference
 from streamer.config_names import PREFIX, unknown_env, unknown_keys
 
 
@@ -66,9 +66,11 @@ def check(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    cfg = sub.add_parser("config", help="check a configuration (file + TRACE_REPRO_* environment)")
+    cfg = sub.add_parser("config", help="check a configuration (file + TRACE_REPRO_* environment), or print the "
+                         "configuration reference")  # fmt: skip
     actions = cfg.add_subparsers(dest="action", required=True)
     c = actions.add_parser("check", help="validate it as the daemon loads it; name the closest valid key of a typo",
                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     c.add_argument("--config", type=Path, help="the daemon's TOML config (default: TRACE_REPRO_* environment only)")
     c.set_defaults(handler=check)
+    config_reference.add_parser(actions)  # trace-repro config reference [--output F]

@@ -5,10 +5,11 @@ as N worker processes under a supervisor (:mod:`streamer.runtime.workers`); with
 (stage 2 is one instance per daemon), the daemon runs in this process. Either way the garbage collector is set for
 the daemon's allocations first (:mod:`streamer.runtime.collector`).
 
-A ``TRACE_REPRO_*`` name that nothing reads is warned about at start, with the closest valid name, not refused: the
-prefix is shared with the tools' own variables (MCP, engines, CI) and with those of other versions of the daemon in
-the same environment, so refusing would stop a daemon over a name it never needed; ``trace-repro config check``
-refuses it (exit status 2), for a deployment's CI.
+A ``TRACE_REPRO_*`` name that nothing reads (a typo: the setting it meant keeps its default) stops the daemon at
+start (exit status 2), each such name printed with the closest valid one, as ``trace-repro config check`` reports
+it. The tools' own variables (MCP, local engines, CI, bench, tests) are known names, not typos. A deployment that
+shares the prefix with something else (another version of the daemon with settings this one lacks) sets
+``unknown_env = "warn"``: the names are then printed as warnings and the daemon runs.
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities
     except config.ConfigError as exc:
         print(f"trace-repro: {exc}", file=sys.stderr)
         return 2
-    for name, near in config_names.unknown_env(os.environ, type(settings)):
+    unknown = config_names.unknown_env(os.environ, type(settings))
+    level = "warning" if settings.unknown_env == "warn" else "error"
+    for name, near in unknown:
         hint = f"; did you mean {near}?" if near else ""
-        print(f"trace-repro: warning: {name} is not a setting, nothing reads it{hint}", file=sys.stderr)
+        print(f"trace-repro: {level}: {name} is not a setting, nothing reads it{hint}", file=sys.stderr)
+    if unknown and settings.unknown_env == "refuse":
+        print("trace-repro: refusing to start (fix or unset the names above; unknown_env = \"warn\" runs anyway)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     from streamer.runtime.workers import supervise, worker_count
 
     n = worker_count(workers, settings)

@@ -10,6 +10,7 @@ import pytest
 from streamer import cli, config
 from streamer.config_check import problems
 from streamer.config_names import unknown_env
+from streamer.engines import local
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,11 +67,11 @@ def test_every_setting_has_a_valid_environment_name() -> None:
     assert unknown_env(env, model) == []
 
 
-def test_daemon_warns_about_an_unknown_name_at_start(
+def test_daemon_refuses_an_unknown_name_at_start(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``trace-repro run`` starts with a TRACE_REPRO_* name nothing reads (it is not refused: the prefix is shared with
-    the tools' variables) but says so on stderr, with the closest valid name."""
+    """``trace-repro run`` with a TRACE_REPRO_* name nothing reads (a typo: its setting would keep the default) does
+    not start (exit 2) and names the closest valid name; ``unknown_env = "warn"`` runs with a warning instead."""
     from streamer import daemon
     from streamer.runtime import app
 
@@ -79,11 +80,21 @@ def test_daemon_warns_about_an_unknown_name_at_start(
     monkeypatch.setenv("TRACE_REPRO_KAFKA_BOOTSTRAPP", "kafka.internal:9093")
     served: list[str] = []
     monkeypatch.setattr(app, "serve", lambda settings, stages: served.append(settings.kafka.bootstrap) or 0)
-    assert daemon.run(None) == 0
-    assert served == ["127.0.0.1:9092"]  # the typo left the setting at its default: hence the warning
+    assert daemon.run(None) == 2
+    assert served == []
     err = capsys.readouterr().err
-    assert "warning: TRACE_REPRO_KAFKA_BOOTSTRAPP is not a setting" in err
+    assert "error: TRACE_REPRO_KAFKA_BOOTSTRAPP is not a setting" in err
     assert "did you mean TRACE_REPRO_KAFKA_BOOTSTRAP?" in err
+    monkeypatch.setenv("TRACE_REPRO_UNKNOWN_ENV", "warn")
+    assert daemon.run(None) == 0
+    assert served == ["127.0.0.1:9092"]  # the typo left the setting at its default
+    assert "warning: TRACE_REPRO_KAFKA_BOOTSTRAPP is not a setting" in capsys.readouterr().err
+
+
+def test_the_local_engines_names_are_not_typos() -> None:
+    """Every name ``trace-repro local env`` exports (and the demo passes to its daemon) is known: none is refused."""
+    assert set(local.ENVIRONMENT) == set(local.KNOWN)  # one variable per engine
+    assert unknown_env(dict.fromkeys(local.ENVIRONMENT.values(), ""), config.settings_model()) == []
 
 
 def test_daemon_refuses_a_typo_inside_a_section_naming_the_closest_key() -> None:

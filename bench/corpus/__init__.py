@@ -19,5 +19,5 @@ Scenarios (``apps``; each module's docstring explains the anomaly in Adya's term
 ``python -m bench.corpus record`` records them all into ``tests/corpus/fixtures`` (``<scenario>.jsonl`` and
 ``<scenario>.manifest.json``); ``tests/corpus`` replays them through both daemon stages, runs them live, and proves
 each bug scenario's first incident with the repro worker (RED, repair, GREEN) on the scenario's own schema
-(``Scenario.schema_sql``); ``python -m tests.corpus.table`` prints the README's table of all of it.
+(``Scenario.schema_sql``); ``python -m tests.corpus.table`` prints docs/detection.md's table of all of it.
 """

@@ -14,7 +14,9 @@ class SqlConfig(Section):
         default_factory=dict,
         description="table -> key columns; overrides what Debezium's message keys say (learned, kept on the graph)",
     )
-    version_columns: list[str] = Field(default_factory=lambda: ["version"])
+    version_columns: list[str] = Field(
+        default_factory=lambda: ["version"], description="columns that, compared with =, make an update a version check"
+    )
     insert_identity: dict[str, list[str]] = Field(
         default_factory=dict, description="table -> columns identifying an insert whose key the DB assigns"
     )

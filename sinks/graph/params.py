@@ -1,7 +1,7 @@
 """A query's parameters as the ``CYPHER name=value ...`` header FalkorDB reads, encoded in C where that is exact.
 
-The falkordb client builds that header in Python, value by value (``stringify_param_value``): on the bench's graph
-writes that was a third of the daemon's client-side time. JSON's text is FalkorDB's literal for lists, strings,
+The falkordb client builds that header in Python, value by value (``stringify_param_value``), a large share of the
+daemon's client-side time on graph writes. JSON's text is FalkorDB's literal for lists, strings,
 numbers, ``true``/``false`` and ``null``, with two exceptions: FalkorDB reads no ``\\uXXXX`` escape (it keeps the
 six characters; JSON writes one for a control character other than ``\\b \\f \\n \\r \\t``), and a map's keys are
 identifiers, not strings. So a value is encoded by ``json`` (one C call) unless its text has a ``\\u`` or an object

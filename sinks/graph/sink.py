@@ -37,7 +37,7 @@ log = structlog.get_logger("trace_repro.graph")
 
 # A part's latency sketch comes back as one JSON text, ``[bins, bin_counts]`` (integers, which FalkorDB's toJSON
 # writes exactly): a few hundred numbers per part read as one string, not one RESP line each (the Python RESP parser
-# took ~8 % of the daemon's main thread reading them back).
+# is slow at reading many short lines back).
 _SKETCH = "sketch"
 _CALLS_FIELDS = ("stamp", "count", "errors", _SKETCH, "min", "max")
 _STATS_FIELDS = ("stamp", "revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")

@@ -21,28 +21,38 @@ class KafkaConfig(Section):
 
     bootstrap: str = Field("127.0.0.1:9092", description="bootstrap servers, comma-separated")
     group_id: str = Field("trace-repro", description="consumer group of stage 1 (stage 2 appends '.entities')")
-    spans_topic: str = "otlp_spans"
-    logs_topic: str = "otlp_logs"
-    cdc_pattern: str = Field(r"^shop\.[^.]+\.[^.]+$", description="regex matching Debezium topics")
-    span_encoding: str = Field("otlp_proto", pattern="^(otlp_proto|otlp_json)$")
+    spans_topic: str = Field(
+        "otlp_spans", description="OTLP TracesData, as the OpenTelemetry Collector's kafka exporter writes"
+    )
+    logs_topic: str = Field(
+        "otlp_logs", description="OTLP LogsData, as the OpenTelemetry Collector's kafka exporter writes"
+    )
+    cdc_pattern: str = Field(
+        r"^shop\.[^.]+\.[^.]+$",
+        description="regex matching the Debezium topics to read (<topic.prefix>.<schema>.<table>; the default "
+        "matches `trace-repro local` captures)",
+    )
+    span_encoding: str = Field(
+        "otlp_proto", pattern="^(otlp_proto|otlp_json)$", description="the exporter's encoding: otlp_proto or otlp_json"
+    )
     accesses_topic: str = Field(
         "trace-repro.accesses", description="internal stage-1 -> stage-2 topic, keyed by entity"
     )
     accesses_partitions: int = Field(6, ge=1, description="partitions of the internal topic when we create it")
-    incidents_topic: str = "trace-repro.incidents"
-    repros_topic: str = "trace-repro.repros"
-    verdicts_topic: str = "trace-repro.verdicts"
+    incidents_topic: str = Field("trace-repro.incidents", description="output: incidents and regressions")
+    repros_topic: str = Field("trace-repro.repros", description="output: repros (RED/GREEN, the patch)")
+    verdicts_topic: str = Field("trace-repro.verdicts", description="output: proof verdicts with their receipts")
     contracts_topic: str = Field("trace-repro.contracts", description="proof contracts added by CLI or other tools")
-    dlq_topic: str = "trace-repro.dlq"
+    dlq_topic: str = Field("trace-repro.dlq", description="dead letters: refused input, original bytes, reason")
     max_poll_records: int = Field(500, ge=1, description="messages per getmany() per call")
-    fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024)
+    fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024, description="bytes per fetch response, all partitions")
     max_partition_fetch_bytes: int = Field(
         1024 * 1024,
         ge=1024,
         description="bytes per partition per fetch, so per batch: the memory bound of a batch (decoded spans take ten "
         "times their bytes); a larger message still comes, alone",
     )
-    poll_timeout_ms: int = Field(200, ge=1)
+    poll_timeout_ms: int = Field(200, ge=1, description="longest wait of one poll for records")
     retry_backoff_s: float = Field(
         0.5,
         gt=0,
@@ -63,7 +73,9 @@ class KafkaConfig(Section):
         "none", description="codec of the record batches the daemon produces (every codec is read whatever this is)"
     )
     # ---- security (PLAINTEXT by default) ----
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="of every consumer, producer and admin client"
+    )
     ssl_cafile: Path | None = Field(None, description="CA bundle (PEM) the brokers' certificates are checked against; "
                                     "none = the system's")  # fmt: skip
     ssl_certfile: Path | None = Field(None, description="client certificate (PEM), for brokers that require one")
@@ -72,8 +84,10 @@ class KafkaConfig(Section):
         None, description="the key's password: environment only (TRACE_REPRO_KAFKA__SSL_KEY_PASSWORD)"
     )
     ssl_check_hostname: bool = Field(True, description="check the broker's certificate names the host connected to")
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] = "PLAIN"
-    sasl_username: str = ""
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] = Field(
+        "PLAIN", description="with SASL_PLAINTEXT or SASL_SSL"
+    )
+    sasl_username: str = Field("", description="PLAIN and SCRAM user (the password: sasl_password)")
     sasl_password: SecretStr | None = Field(None, description="environment only (TRACE_REPRO_KAFKA__SASL_PASSWORD)")
     sasl_oauth_token_file: Path | None = Field(
         None,

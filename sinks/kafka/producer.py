@@ -143,8 +143,8 @@ class KafkaSink(Sink):
         module docstring), or raise :class:`ProduceAborted` when the daemon stops first.
 
         Messages are appended to one record batch per partition at a time and each full batch is submitted whole,
-        so a batch of messages costs one future per record batch rather than one ``send`` per message (stage 1's
-        ~600 accesses per batch were 40 % of its write path's time). A keyed message goes to the partition the
+        so a batch of messages costs one future per record batch rather than one ``send`` per message (one ``send`` per
+        access was a large part of stage 1's write path). A keyed message goes to the partition the
         producer's default partitioner would choose (murmur2 of its key), so the messages of one key keep their
         order on its partition, as do messages placed on a partition; one without key or partition goes to a
         partition chosen at random.

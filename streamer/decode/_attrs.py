@@ -186,7 +186,7 @@ def literal_params_ast(text: str) -> Params:
     one (``_lenient``), so that one value Python's literals cannot express (``Decimal('12.50')``, a datetime, an
     integer past the int-string limit) does not cost the others; text that is not an expression → empty. The
     warning production text can raise, an invalid escape sequence, is not the daemon's: silenced (only text with a
-    backslash can raise it, and catching costs ~10 us)."""
+    backslash can raise it, and catching a warning is not cheap)."""
     try:
         with warnings.catch_warnings(action="ignore") if "\\" in text else contextlib.nullcontext():
             value = ast.literal_eval(text)

@@ -47,7 +47,9 @@ class DecodeConfig(Section):
 
     tx_id_attribute: str = Field("db.transaction.id", description="span attribute holding the DB transaction id")
     row_version_attribute: str = Field("db.row.version", description="span attribute holding the row version read")
-    idempotency_key_attribute: str = "app.idempotency_key"
+    idempotency_key_attribute: str = Field(
+        "app.idempotency_key", description="span attribute holding the request's idempotency key"
+    )
     max_attribute_bytes: int = Field(
         65_536, ge=64, description="a span attribute or a row value (as JSON) longer than this is oversize"
     )

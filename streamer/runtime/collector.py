@@ -3,14 +3,12 @@
 By default CPython collects generation 0 every 700 container allocations (net of deallocations), generation 1 every
 10 of those, and everything every 10 of those, when the objects that survived since the last full collection exceed
 a quarter of the long-lived ones. The daemon allocates per span and per trace, and its heap grows while traces are
-open and stage 2 holds its accesses, so each collection walks objects that are still alive: on the bench's 300k
-spans the one-process daemon ran 2,353 young, 214 middle and 19 full collections, 6.4 of its ~30 CPU seconds, and
-they found 17k objects to free (reference counting frees the rest). With ``THRESHOLDS`` the same run spends 1.35 s
-in the collector (one full collection); what that does to throughput and memory, measured in interleaved pairs, and
-the soak under it are in the README ("Measured": the garbage collector's bullet, `make soak`). What a collection
-would free waits longer: a cycle of garbage up to 50,000 allocations in generation 0 instead of 700, one that
-outlived a young collection up to 20 young collections; a full collection still comes once the objects moved to the
-oldest generation since the last one are a quarter of those it kept.
+open and stage 2 holds its accesses, so each collection walks objects that are still alive, and finds little to free
+(reference counting frees the rest). With ``THRESHOLDS`` the collector runs far less often; what that does to
+throughput and memory, measured, is in ``bench/RESULTS.md`` (issue 14's section: the garbage collector's bullet,
+``make soak``). What a collection would free waits longer: a cycle of garbage up to 50,000 allocations in generation
+0 instead of 700, one that outlived a young collection up to 20 young collections; a full collection still comes
+once the objects moved to the oldest generation since the last one are a quarter of those it kept.
 
 Set once, before the daemon starts (forked workers inherit it), and by the bench before its ceilings, so that
 every phase runs under the daemon's collector.

@@ -107,7 +107,7 @@ class PinTracker(StateEvents):
         if not current:
             return
         held = self._held.get((store, key))
-        if held is None and len(current) == 1:  # a set per key was 9 MB of stage 2's 77 on the bench's run
+        if held is None and len(current) == 1:  # most keys are held by one record: no set for them
             self._held[(store, key)] = current[0]
             self.pins.pin(current)
             return

@@ -1,4 +1,4 @@
-"""``python -m tests.corpus.table``: the README's corpus table, computed by running everything it claims.
+"""``python -m tests.corpus.table``: the corpus table of docs/detection.md, computed by running everything it claims.
 
 One row per scenario: its class; how many bug rounds the replay of its fixture finds as designed (the right class,
 culprit and victim) and how many control rounds stay clean (``tests.corpus.replay``, in process, the daemon's

@@ -10,7 +10,7 @@ names, the CDC pattern and the HTTP port set (``shipped-config``); ``with-checko
 checkouts, one per service (``bench/corpus/stacks/<stack>``), and nothing else. Every bug round must yield exactly
 one incident of its class with the first committer's trace as culprit and the other's as victim, every control none,
 and nothing else be reported; the table printed (stack x class: found, control clean, how the accesses were keyed
-and the code located) is the README's.
+and the code located) is docs/detection.md's.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ three fingerprints, each with one class, whatever the timing of correlation arou
 
 This is what `make demo` depends on (exactly three issues, each closed on FIXED): a defect whose class or
 fingerprint changed with timing would open a fourth issue that no fix closes. The daemon runs as the demo runs it:
-a subprocess on the shipped ``config/trace-repro.toml`` with the demo's overrides (``bench.demo.daemon_env``).
+a subprocess on the demo's ``config/demo.toml`` with the demo's overrides (``bench.demo.daemon_env``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ async def _incidents(bootstrap: str, topic: str, want: int, timeout_s: float) ->
 
 
 def _daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "trace-repro.toml")]
+    cmd = [sys.executable, "-m", "streamer.cli", "run", "--config", str(REPO / "config" / "demo.toml")]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 

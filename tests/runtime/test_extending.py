@@ -1,4 +1,5 @@
-"""The README's "Extending" example: a detector in one folder, registered in one line, publishes through the daemon."""
+"""The "Extending" example (docs/extending.md): a detector in one folder, registered in one line, publishes through
+the daemon."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ build first seen after the contracted one (a recurrence) moves the contract to t
 are judged against it.
 
 The judge sees the traffic of this stage-1 instance: for verdicts over all of a service's traffic, run a single
-ingest instance or partition the spans topic by service (see README, "Scaling out").
+ingest instance or partition the spans topic by service (see docs/architecture.md, "Scaling out").
 """
 
 from __future__ import annotations

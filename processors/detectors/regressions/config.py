@@ -19,4 +19,4 @@ class RegressionConfig(Section):
     min_requests: int = Field(30, ge=1, description="requests per side before a count test runs")
     min_samples: int = Field(20, ge=3, description="latency samples per side before the rank test runs")
     min_latency_ratio: float = Field(1.2, ge=1, description="p50 or p95 must grow this much to be a latency regression")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the latency reservoirs' sampling (the same input gives the same tests)")

@@ -1,18 +1,15 @@
 """Worker processes forked from the supervisor, so that the daemon's imports are in memory once for all of them.
 
-A worker started as a new interpreter imports the daemon again: ~70 MB resident per process (pydantic, aiokafka,
-falkordb, protobuf, every component), which the supervisor has imported too to load the configuration. Forked from
-the supervisor, a worker shares those pages copy-on-write. ``gc.freeze()`` before the fork moves every object
-the parent has to the collector's permanent generation, which no collection walks, in the child or in the parent:
-a full collection writes into the header of every object it walks, and so copies every page it touches (the advice
-of CPython's ``gc`` documentation for fork without exec). The parent never unfreezes them. Measured with the daemon's
-imports (56 MB anonymous) and one child: a full collection in the parent made 28.6 MB of it private again after
-``gc.unfreeze()``, 0.7 MB with the objects left frozen. What the parent freezes stays until it exits: a cycle among
-those objects that becomes garbage later is never collected, which for a supervisor (its configuration, its worker
-slots) is nothing. A worker under load still copies the pages it writes to (reference counts, allocations into the
-parent's partly free memory pools), which is most of them: on the bench's 300k spans, the PSS summed over the four
-processes of ``--workers 2`` peaked at 320-366 MB with the freeze kept (three runs, two of them with scipy also
-imported before the fork) and 323-365 MB without (two).
+A worker started as a new interpreter imports the daemon again (pydantic, aiokafka, falkordb, protobuf, every
+component), which the supervisor has imported too to load the configuration. Forked from the supervisor, a worker
+shares those pages copy-on-write. ``gc.freeze()`` before the fork moves every object the parent has to the
+collector's permanent generation, which no collection walks, in the child or in the parent: a full collection writes
+into the header of every object it walks, and so copies every page it touches (the advice of CPython's ``gc``
+documentation for fork without exec). The parent never unfreezes them: a full collection in an unfrozen parent would
+make most of the shared imports private again (figures in ``bench/RESULTS.md``). What the parent freezes stays until
+it exits: a cycle among those objects that becomes garbage later is never collected, which for a supervisor (its
+configuration, its worker slots) is nothing. A worker under load still copies the pages it writes to (reference
+counts, allocations into the parent's partly free memory pools), which is most of them under load.
 
 The supervisor forks while its asyncio loop runs, which is safe here because the child leaves everything of the
 parent's untouched:

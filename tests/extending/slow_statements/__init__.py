@@ -1,4 +1,4 @@
-"""A tiny detector as a user would add one (the README's "Extending" example): slow SQL statements.
+"""A tiny detector as a user would add one (the example of docs/extending.md): slow SQL statements.
 
 One folder: its config section, its published event, the detector (a ``Processor`` of the ingest stage) and its
 factory. Registering it is one line in the components list (here: ``default().with_extra(FACTORY)``).
