@@ -191,6 +191,19 @@ def test_the_prometheus_rule_is_the_shipped_alerts(pipeline: chartcheck.Rendered
     assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
 
 
+def test_runbook_urls_point_where_the_team_hosts_the_runbooks(chartcheck_binary: Path, tmp_path: Path) -> None:
+    """prometheusRule.runbookBaseUrl replaces the project's own runbook location in every alert's runbook_url."""
+    values = tmp_path / "runbooks.yaml"
+    values.write_text("prometheusRule:\n  enabled: true\n  runbookBaseUrl: https://wiki.example.com/sre/trace-repro/\n")
+    rendered = chartcheck.render(chartcheck_binary, values)
+    assert rendered.returncode == 0, rendered.errors
+    (rule,) = rendered.of_kind("PrometheusRule")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts
+    for alert in alerts:
+        assert alert["annotations"]["runbook_url"] == f"https://wiki.example.com/sre/trace-repro/{alert['alert']}.md"
+
+
 def test_the_image_is_pinned_by_digest_when_given(pipeline: chartcheck.Rendered, default: chartcheck.Rendered) -> None:
     """image.digest wins over the tag; without one the tag is the chart's appVersion (the package's version)."""
     digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
