@@ -66,26 +66,24 @@ def exec_form(value: str) -> list[str]:
     return [str(v) for v in parsed]
 
 
-def env(target: list[Stage]) -> dict[str, str]:
+def key_values(target: list[Stage], instruction: str) -> dict[str, str]:
+    """The ``key=value`` words of every ``instruction`` (ENV, LABEL) of ``target``'s stages, later ones winning."""
     out: dict[str, str] = {}
     for s in target:
         for op, rest in s.instructions:
-            if op == "ENV":
+            if op == instruction:
                 for word in shlex.split(rest):
                     key, _, value = word.partition("=")
                     out[key] = value
     return out
+
+
+def env(target: list[Stage]) -> dict[str, str]:
+    return key_values(target, "ENV")
 
 
 def labels(target: list[Stage]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for s in target:
-        for op, rest in s.instructions:
-            if op == "LABEL":
-                for word in shlex.split(rest):
-                    key, _, value = word.partition("=")
-                    out[key] = value
-    return out
+    return key_values(target, "LABEL")
 
 
 def included(path: str, patterns: list[str]) -> bool:

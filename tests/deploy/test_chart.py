@@ -33,6 +33,15 @@ def pipeline(chartcheck_binary: Path) -> chartcheck.Rendered:
     return chartcheck.render(chartcheck_binary, PIPELINE)
 
 
+def render_with(binary: Path, tmp_path: Path, values: str) -> chartcheck.Rendered:
+    """The chart rendered (and checked: exit 0) with the default values and ``values`` (YAML text) over them."""
+    path = tmp_path / "values.yaml"
+    path.write_text(values)
+    rendered = chartcheck.render(binary, path)
+    assert rendered.returncode == 0, rendered.errors
+    return rendered
+
+
 def deployments(rendered: chartcheck.Rendered) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in rendered.of_kind("Deployment")}
 
@@ -93,10 +102,7 @@ def test_each_stage_runs_its_own_command(pipeline: chartcheck.Rendered) -> None:
 
 def test_combined_mode_runs_both_stages_in_one_deployment(chartcheck_binary: Path, tmp_path: Path) -> None:
     """mode: combined is one Deployment running ``run --stage all``."""
-    values = tmp_path / "combined.yaml"
-    values.write_text("mode: combined\n")
-    rendered = chartcheck.render(chartcheck_binary, values)
-    assert rendered.returncode == 0, rendered.errors
+    rendered = render_with(chartcheck_binary, tmp_path, "mode: combined\n")
     (deployment,) = rendered.of_kind("Deployment")
     args = cli.parser().parse_args(container(deployment)["args"])
     assert (args.stage, args.workers) == ("all", 1)
@@ -193,10 +199,11 @@ def test_the_prometheus_rule_is_the_shipped_alerts(pipeline: chartcheck.Rendered
 
 def test_runbook_urls_point_where_the_team_hosts_the_runbooks(chartcheck_binary: Path, tmp_path: Path) -> None:
     """prometheusRule.runbookBaseUrl replaces the project's own runbook location in every alert's runbook_url."""
-    values = tmp_path / "runbooks.yaml"
-    values.write_text("prometheusRule:\n  enabled: true\n  runbookBaseUrl: https://wiki.example.com/sre/trace-repro/\n")
-    rendered = chartcheck.render(chartcheck_binary, values)
-    assert rendered.returncode == 0, rendered.errors
+    rendered = render_with(
+        chartcheck_binary,
+        tmp_path,
+        "prometheusRule:\n  enabled: true\n  runbookBaseUrl: https://wiki.example.com/sre/trace-repro/\n",
+    )
     (rule,) = rendered.of_kind("PrometheusRule")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert alerts
