@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -40,3 +41,12 @@ def pinned(url: str, target: Path, sha512: str, *, unreachable: Callable[[object
         partial.unlink(missing_ok=True)
         raise EngineError(f"{url} does not match its pinned SHA-512 (got {digest.hexdigest()[:16]}…): not used")
     partial.replace(target)
+
+
+def publish(staging: Path, home: Path, marker: str) -> None:
+    """Mark the unpacked (or resolved) ``staging`` complete with ``marker`` and move it to ``home``, unless another
+    process published ``home`` first (then ``staging`` is left for the caller to remove)."""
+    (staging / ".complete").write_text(marker)
+    if not (home / ".complete").exists():
+        shutil.rmtree(home, ignore_errors=True)
+        staging.rename(home)

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from streamer.engines import jvm, maven, truststore
+from streamer.engines import download, jvm, maven, truststore
 from streamer.engines.layout import Layout
 from streamer.engines.process import EngineError
 
@@ -73,10 +73,7 @@ def resolve_pom(pom: Path, cache_dir: Path, *, subdir: str = "") -> Path:
                 f"(or a mirror in ~/.m2/settings.xml), later ones use {target.parent}:\n"
                 f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
             )
-        (staging / ".complete").write_text(digest)
-        if not (target / ".complete").exists():  # another process may have resolved the same POM meanwhile
-            shutil.rmtree(target, ignore_errors=True)
-            staging.rename(target)
+        download.publish(staging, target, digest)  # (another process may have resolved the same POM meanwhile)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

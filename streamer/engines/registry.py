@@ -64,10 +64,7 @@ def install(cache_dir: Path, *, repository: str = CENTRAL, sha512: str = SHA512)
             zf.extractall(staging)
         if not (staging / RUNNER).is_file():
             raise EngineError(f"{archive} holds no {RUNNER}; delete it and try again")
-        (staging / ".complete").write_text(sha512)
-        if not (home / ".complete").exists():  # another process may have finished the same unpack first
-            shutil.rmtree(home, ignore_errors=True)
-            staging.rename(home)
+        download.publish(staging, home, sha512)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     archive.unlink(missing_ok=True)  # unpacked and marked complete: the archive is not needed again
