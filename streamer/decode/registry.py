@@ -196,6 +196,9 @@ class Inputs:
             raise ValueError(f"unknown decoder(s) {unknown}; known: {sorted(DECODERS)}")
         self.inputs = tuple(inputs)
         self._decode = {i.decoder: DECODERS[i.decoder](config, telemetry(f"decode.{i.decoder}")) for i in inputs}
+        # The decoders that need something fetched before a batch (a schema registry's schemas): none, unless one
+        # is configured, and then the batch is not walked at all.
+        self._preparing = {name for name, d in self._decode.items() if getattr(d, "registry", None) is not None}
         self._patterns = [(re.compile(i.pattern), i) for i in inputs if i.pattern]
         self._by_topic: dict[str, Input | None] = {t: i for i in inputs for t in i.topics}
 
@@ -221,10 +224,12 @@ class Inputs:
     async def prepare(self, records: Sequence[Record]) -> None:
         """Before a batch is decoded: what its decoders need from other services (a schema registry's schemas);
         raises :class:`~streamer.decode.errors.DecodeUnavailable` while one is away."""
+        if not self._preparing:
+            return
         wanted: dict[str, list[Record]] = {}
         for record in records:
             source = self.lookup(record.topic)
-            if source is not None and hasattr(self._decode[source.decoder], "prepare"):
+            if source is not None and source.decoder in self._preparing:
                 wanted.setdefault(source.decoder, []).append(record)
         for decoder, batch in wanted.items():
             await self._decode[decoder].prepare(batch)  # type: ignore[attr-defined]
