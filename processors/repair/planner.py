@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from processors.model.outputs import AccessInfo, IncidentEvent, RepairInfo
+from processors.repair import shapes
 from processors.repair.classify import relative_only, selects, table_of
 from processors.repair.file_patch import FilePatch, apply_files, revert_files, unified_diff
 from processors.repair.locate import normalise
@@ -36,7 +37,6 @@ from processors.repair.strategies import (
     REPEATABLE_READ,
     ROW_LOCK,
     SHARE_LOCK,
-    STRATEGIES,
     STRICTER_ISOLATION,
     UNIQUE_INSERT,
     Context,
@@ -286,7 +286,7 @@ def _plan(
     for w in writers:
         for strategy in chain:
             try:
-                outcome = STRATEGIES[strategy](ctx, w)
+                outcome = shapes.repair(ctx, strategy, w)
             except NotApplicable as exc:
                 notes.append(f"{w.function}: {strategy} does not apply: {exc}")
                 continue
