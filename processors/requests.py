@@ -61,6 +61,7 @@ class Request:
     signature: str = ""  # "" for a request that did not fail
     function: str = ""  # where the error was recorded
     sampling: Sampling = UNKNOWN  # what its span states (processors.model.sampling)
+    identified_by: str = ""  # how ``version`` names the build (processors.model.events.Resource.identified_by)
 
     @property
     def duration_ms(self) -> float:
@@ -129,7 +130,7 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
             kept = sampling = trace_sampling(trace) if kept is None else kept
         out.append(Request(trace.trace_id, span.span_id, r.service, r.version, r.revision, span.route or span.name,
                            label, span.start_ns, span.end_ns, error, exception, span.http_status, signature,
-                           function, sampling))  # fmt: skip
+                           function, sampling, r.identified_by))  # fmt: skip
     return tuple(out)
 
 

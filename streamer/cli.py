@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamer import config_check, contract_cli, findings_cli, gate
+from streamer import config_check, contract_cli, deploy_cli, findings_cli, gate
 from streamer.doctor import command as doctor
 from streamer.engines import ALL, KNOWN, EngineError, LocalEngines
 from streamer.version import __version__
@@ -154,6 +154,7 @@ def parser() -> argparse.ArgumentParser:
     down.add_argument("--keep-data", action="store_true", help="keep data and logs for inspection")
 
     contract_cli.add_parser(sub)  # trace-repro contract add ...
+    deploy_cli.add_parser(sub)  # trace-repro deploy mark --service S [--at T] [--name N]
     gate.add_parser(sub)  # trace-repro gate --diff F --description F --contract F.json
     _mcp_parser(sub)  # trace-repro mcp [--transport stdio|http] ...
     config_check.add_parser(sub)  # trace-repro config check [--config F]
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "local":
             return _local(args)
-        if args.command in ("contract", "gate", "config", "doctor", "findings"):
+        if args.command in ("contract", "deploy", "gate", "config", "doctor", "findings"):
             return int(args.handler(args))
         if args.command == "mcp":
             return _mcp(args)

@@ -79,12 +79,33 @@ class CdcOp(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """The OTel resource a span or log came from (semantic-convention attributes only)."""
+    """The OTel resource a span or log came from (semantic-convention attributes only).
+
+    ``version`` identifies the *build* everything downstream keys by (detectors, the proof judge, issues): the
+    ``service.version`` attribute, or, for a team that does not bump it, the deploy's commit (``revision``:
+    ``vcs.ref.head.revision``) or else its image digest (``digest``), as :func:`build_identity` chooses at decode
+    time. ``identified_by`` says which (``""``: none of them; the proof judge then uses deploy marks).
+    """
 
     service: str
     version: str = ""
     environment: str = ""
     revision: str = ""
+    digest: str = ""  # oci.manifest.digest, else container.image.repo_digests[0]'s digest, else container.image.id
+
+    @property
+    def identified_by(self) -> str:
+        """How ``version`` identifies the build: "version", "commit", "digest" or "" (not at all)."""
+        if not self.version:
+            return ""
+        if self.version == self.revision:
+            return "commit"
+        return "digest" if self.version == self.digest else "version"
+
+
+def build_identity(version: str, revision: str, digest: str) -> str:
+    """The build a resource belongs to: ``service.version``, else the commit, else the image digest ("" none)."""
+    return version or revision or digest
 
 
 @dataclass(frozen=True, slots=True)

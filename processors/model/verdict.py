@@ -33,6 +33,9 @@ class Receipt(Frozen):
     # The sampling each compared build's requests were kept with, by version: "1", "0.1", "unknown" (no sampling
     # information on the spans: not the same as 1), or "mixed: 0.1 (900 requests, 2 errors), 1 (...)".
     sampling: dict[str, str] = {}
+    # How the judged build was told apart from the others: "version" (service.version), "commit" (the deploy's
+    # vcs.ref.head.revision), "digest" (its image digest), "mark" (a `trace-repro deploy mark` time boundary).
+    build_identified_by: str = ""
 
 
 class VerdictEvent(Published):

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode
+from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode, build_identity
 from processors.model.sampling import UNKNOWN, Sampling, span_sampling
 
 
@@ -91,6 +91,10 @@ RESOURCE_KEYS = {
     "deployment.environment.name": 2,
     "vcs.ref.head.revision": 3,
     "deployment.environment": 4,  # older name of slot 2
+    "vcs.repository.ref.revision": 5,  # older name of slot 3
+    "oci.manifest.digest": 6,  # the build's image, when neither service.version nor a commit names it
+    "container.image.repo_digests": 7,
+    "container.image.id": 8,
 }
 EXCEPTION_KEYS = {"exception.type": 0, "exception.message": 1, "exception.stacktrace": 2}
 LOG_KEYS = {"event.name": 0, "exception.type": 1}
@@ -130,6 +134,12 @@ def to_text(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def repo_digest(value: Any) -> str:
+    """The digest of the first ``container.image.repo_digests`` entry (``repo@sha256:...`` -> ``sha256:...``)."""
+    first = value[0] if isinstance(value, list) and value else value
+    return to_text(first).rpartition("@")[2][:256] if isinstance(first, str) else ""
 
 
 def to_int(value: Any) -> int:
@@ -329,7 +339,9 @@ class Extractor:
             return Resource(service="")
         text = self.text
         env = vals[2] if vals[2] is not None else vals[4]
-        return Resource(text(vals[0]), text(vals[1]), text(env), text(vals[3]))
+        version, revision = text(vals[1]), text(vals[3] if vals[3] is not None else vals[5])
+        digest = text(vals[6]) or repo_digest(vals[7]) or text(vals[8])
+        return Resource(text(vals[0]), build_identity(version, revision, digest), text(env), revision, digest)
 
     def span_fields(self, vals: list[Any]) -> tuple[str, int, str, str, int, str]:
         """(route, http_status, code_function, code_file, code_line, idempotency_key) from span slots.

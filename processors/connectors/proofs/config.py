@@ -16,4 +16,7 @@ class ProofConfig(Section):
     max_keys: int = Field(1024, ge=16, description="routes / error kinds / event names kept per build")
     watch_s: float = Field(3600.0, gt=0, description="how long a new build is watched for a verdict")
 
+    max_marks: int = Field(
+        1000, ge=1, description="deploy marks kept (trace-repro deploy mark); past it the oldest is forgotten"
+    )
     max_fingerprints: int = Field(100_000, ge=16, description="defects whose occurrences and contracts are tracked")

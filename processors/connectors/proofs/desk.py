@@ -5,7 +5,9 @@ events of two output topics, ``incidents`` (the incidents stage 2 publishes, and
 (contracts added by the CLI or other tools, and those stored on the graph when the daemon starts). Every incident
 gets a proof contract (no must-start event unless one is added by CLI; the traffic floor from the defect's rate on
 its build by the zero-error rule), recorded on the graph so that a restarted daemon keeps watching; a contract
-given by a person wins over the automatic one. Verdicts come out as events.
+given by a person wins over the automatic one. Verdicts come out as events. Deploy marks (``trace-repro deploy
+mark``) arrive on ``contracts`` too and are kept as keyed state holding their record, so a restart replays them
+(:mod:`~processors.connectors.proofs.marks`); at ``max_marks`` the oldest goes (counted).
 
 Regressions are incidents of their own kind: each regression fingerprint gets one automatic contract
 (:func:`~processors.connectors.proofs.contracts.contract_from_regression`: the error signature on its route, or
@@ -28,6 +30,7 @@ from processors.component import Context, Emit, Factory, GraphQueries, Processor
 from processors.connectors.proofs.config import ProofConfig
 from processors.connectors.proofs.contracts import contract_from_incident, contract_from_regression
 from processors.connectors.proofs.judge import ProofJudge
+from processors.connectors.proofs.marks import DeployMark
 from processors.connectors.proofs.tallies import Contribution, PartKey, Tally
 from processors.model.base import Published
 from processors.model.contract import ProofContract
@@ -37,6 +40,7 @@ from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
 from processors.model.units import s_to_ns
 from processors.model.verdict import VerdictEvent
+from processors.state.keyed import KeyedState
 from processors.state.lru import CountedLRU
 from processors.state.provenance import NO_EVENTS, StateEvents
 from processors.telemetry import Telemetry
@@ -67,6 +71,10 @@ class ProofDesk(Processor):
         self._cli_contracts: CountedLRU[str, None] = CountedLRU(bound, self.telemetry, "max_contracts")
         self._automatic: CountedLRU[str, str] = CountedLRU(bound, self.telemetry, "max_automatic")  # fp -> version
         self._new_contracts: list[ProofContract] = []
+        self._marks: KeyedState[DeployMark, None] = KeyedState(
+            "deploy_marks", bound=config.max_marks, new=lambda _m: None, telemetry=self.telemetry, events=events,
+            on_evict=lambda mark, _: self.judge.on_mark(mark, keep=False), reason="max_marks",
+        )  # fmt: skip
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
         self.judge.on_trace(trace)
@@ -100,6 +108,11 @@ class ProofDesk(Processor):
             contract = self._contract_for(event)
         elif isinstance(event, RegressionEvent):
             contract = self._contract_for_regression(event)
+        elif isinstance(event, DeployMark):
+            self._marks.retain(event)  # its record stays uncommitted while the mark is kept: a restart replays it
+            self.judge.on_mark(event)
+            self.telemetry.count("deploy_marks")
+            return
         elif isinstance(event, ProofContract):
             contract = event
             if contract.automatic:
@@ -175,5 +188,5 @@ def create(config: ProofConfig, ctx: Context) -> ProofDesk:
 
 FACTORY: Factory[ProofConfig, ProofDesk] = Factory(
     kind="connector", name="proof", config=ProofConfig, create=create, stage="ingest",
-    topics=("incidents", "contracts"), events=(VerdictEvent,),
+    topics=("incidents", "contracts"), events=(VerdictEvent, DeployMark),  # marks: published by the CLI
 )  # fmt: skip

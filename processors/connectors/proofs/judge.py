@@ -1,7 +1,9 @@
 """The proof judge: did a deployed build fix the defect its proof contract names, judged on its own telemetry.
 
-Everything is keyed by the telemetry's own ``(service, service.version)``: a request by its span's resource, a
-log record by its resource, a collision by the versions of its culprit and victim. Old-version traffic that
+Everything is keyed by the telemetry's own ``(service, build)``: a request by its span's resource, a log record by
+its resource, a collision by the builds of its culprit and victim. A build is ``service.version``, else the
+deploy's commit, else its image digest (chosen at decode time), else the deploy mark in force
+(:mod:`~processors.connectors.proofs.marks`); each verdict's receipt says which. Old-version traffic that
 arrives after a deploy (a draining pod, a late exporter) counts for the old build, never against the new one.
 A collision between two builds (culprit on one version, victim on another) counts for neither: it is reported.
 
@@ -48,6 +50,7 @@ from processors.connectors.proofs.contracts import (
 )
 from processors.connectors.proofs.latency import judge_latency, slow_requests
 from processors.connectors.proofs.ledger import Ledger
+from processors.connectors.proofs.marks import DeployMark, Marks, identify
 from processors.connectors.proofs.sampling import compared, gate
 from processors.connectors.proofs.tallies import Bound, Build, Contribution, Matched, PartKey, Tally, Watch
 from processors.connectors.proofs.verdicts import (
@@ -58,12 +61,13 @@ from processors.connectors.proofs.verdicts import (
     SIGNATURE_TEST,
     WORSE,
     WORSE_TEST,
+    moved_errors,
     new_errors,
     ranked,
     receipt,
     verdict,
 )
-from processors.model.contract import ANY_ROUTE, ProofContract
+from processors.model.contract import ProofContract
 from processors.model.events import LogRecord
 from processors.model.outputs import IncidentEvent, VerdictEvent
 from processors.model.units import zero_error_floor
@@ -103,6 +107,7 @@ class ProofJudge:
         self._fingerprint_signatures: dict[str, set[str]] = {}  # incident fingerprint -> collision signatures
         self._collision_routes: dict[str, set[str]] = {}  # collision signature -> routes of its requests
         self._must_start: set[str] = set()  # span names that count as must-start events
+        self.marks = Marks()  # deploy marks: the builds of telemetry that names none
         self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
         self.ledger = Ledger(slice_ns, max_open_slices, self.telemetry, events, self._build,
                              lambda service, version: self._builds.get(service, {}).get(version))  # fmt: skip
@@ -128,7 +133,7 @@ class ProofJudge:
         part = trace.part
         for req in requests_of(trace):
             self.telemetry.count("requests", 1)
-            build = self._build(req.service, req.version, req.start_ns, req.revision)
+            build = self._build(req.service, req.version, req.start_ns, req.revision, req.identified_by)
             t = self.ledger.slice(build, req.start_ns, part)
             t.requests += 1
             if self._bump(t.sampled, label := req.sampling.label) and req.error:  # see proofs.sampling
@@ -145,7 +150,7 @@ class ProofJudge:
         for span in trace.spans:
             if span.name in self._must_start:
                 r = span.resource
-                build = self._build(r.service, r.version, span.start_ns, r.revision)
+                build = self._build(r.service, r.version, span.start_ns, r.revision, r.identified_by)
                 self._bump(self.ledger.slice(build, span.start_ns, part).events, span.name)
 
     def on_log(self, record: LogRecord, part: str = "") -> None:
@@ -154,7 +159,7 @@ class ProofJudge:
             return
         self.telemetry.count("logs", 1)
         r = record.resource
-        build = self._build(r.service, r.version, record.time_ns, r.revision)
+        build = self._build(r.service, r.version, record.time_ns, r.revision, r.identified_by)
         self._bump(self.ledger.slice(build, record.time_ns, part).events, record.event_name)
 
     def on_incident(self, incident: IncidentEvent, part: str = "") -> None:
@@ -214,7 +219,12 @@ class ProofJudge:
         else:
             self.telemetry.drop("max_sites")
 
-    def _build(self, service: str, version: str, at_ns: int, revision: str) -> Build:
+    def on_mark(self, mark: DeployMark, keep: bool = True) -> None:
+        """Add (``keep=False``: remove) a deploy mark: unversioned telemetry counted from now on follows it."""
+        (self.marks.add if keep else self.marks.remove)(mark)
+
+    def _build(self, service: str, version: str, at_ns: int, revision: str, how: str = "") -> Build:
+        version, how = identify(self.marks, service, version, how, at_ns)
         builds = self._builds.setdefault(service, {})
         build = builds.get(version)
         if build is None:
@@ -228,6 +238,7 @@ class ProofJudge:
         build.first_ns = min(build.first_ns, at_ns)
         build.last_ns = max(build.last_ns, at_ns)
         build.revision = build.revision or revision
+        build.identified_by = build.identified_by or how
         return build
 
     def contributions(self) -> list[tuple[PartKey, Contribution]]:
@@ -354,7 +365,7 @@ class ProofJudge:
         needed = max(floor, requests_to_show_drop(old.count, old.requests, alpha_look) or 0)
         p_value = (conditional_binomial(old.count, old.requests, now.count, now.requests, "less").p_value
                    if old.requests and now.requests else None)  # fmt: skip
-        moved = self._moved(bound, t, self.ledger.settled(before) if before is not None else None)
+        moved = moved_errors(bound, t, self.ledger.settled(before) if before is not None else None)
         outcome, reason = "", ""
         if now.count:
             outcome = NOT_FIXED
@@ -399,19 +410,3 @@ class ProofJudge:
         old = self._matched(bound, self.ledger.settled(regressed)) if regressed is not None else None
         base = self._matched(bound, self.ledger.settled(baseline)) if baseline is not None else None
         return judge_latency(bound, build, watch, now, must, over, old, base, self.ledger.horizon)
-
-    def _moved(self, bound: Bound, t: Tally, before: Tally | None) -> list[str]:
-        """Where the contract's error now happens on *other* routes, at a higher rate than before (a fix that moved
-        the error rather than removing it); [] for collision contracts and route-less signatures."""
-        sig = bound.signature
-        if not isinstance(sig, ErrorSignature) or sig.route == ANY_ROUTE or not t.requests:
-            return []
-        places: dict[str, int] = {}
-        for (label, op, error), n in t.failures.items():
-            if sig.matches_route(label, op) or not sig.matches_error(error):
-                continue
-            earlier = before.failures.get((label, op, error), 0) / before.requests if before and before.requests else 0
-            if n / t.requests > earlier:
-                for where, m in t.sites.get((label, op, error), {label: n}).items():
-                    places[where] = places.get(where, 0) + m
-        return ranked(places)

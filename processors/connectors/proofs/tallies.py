@@ -100,6 +100,7 @@ class Build:
     last_ns: int
     revision: str = ""
     settled: Tally = field(default_factory=Tally)
+    identified_by: str = ""  # "version", "commit", "digest", "mark" (processors.connectors.proofs.marks)
 
 
 PartKey = tuple[str, str, str]  # (service, version, input partition)

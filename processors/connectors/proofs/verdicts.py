@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
+from processors.connectors.proofs.contracts import ErrorSignature
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally
-from processors.model.contract import ProofContract
+from processors.model.contract import ANY_ROUTE, ProofContract
 from processors.model.verdict import Receipt, VerdictEvent
 from processors.stat_tests import rate_interval
 
@@ -79,6 +80,7 @@ def receipt(
         baseline_p_value=baseline_p_value,
         window_start_unix_ms=build.first_ns / 1e6,
         window_end_unix_ms=min(horizon_ns, build.last_ns) / 1e6,
+        build_identified_by=build.identified_by,
     )
 
 
@@ -136,3 +138,20 @@ def new_errors(now: Tally, before: Tally) -> list[str]:
     for k, n in grown.items():
         places[f"{k[0]}: {k[2]}"] = n
     return ranked(places)[:5]
+
+
+def moved_errors(bound: Bound, t: Tally, before: Tally | None) -> list[str]:
+    """Where the contract's error now happens on *other* routes, at a higher rate than before (a fix that moved
+    the error rather than removing it); [] for collision contracts and route-less signatures."""
+    sig = bound.signature
+    if not isinstance(sig, ErrorSignature) or sig.route == ANY_ROUTE or not t.requests:
+        return []
+    places: dict[str, int] = {}
+    for (label, op, error), n in t.failures.items():
+        if sig.matches_route(label, op) or not sig.matches_error(error):
+            continue
+        earlier = before.failures.get((label, op, error), 0) / before.requests if before and before.requests else 0
+        if n / t.requests > earlier:
+            for where, m in t.sites.get((label, op, error), {label: n}).items():
+                places[where] = places.get(where, 0) + m
+    return ranked(places)
