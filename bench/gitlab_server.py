@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
+from bench.gitlab_deploys import routes as deploy_routes
+
 API = "/api/v4"
 USER = {"id": 1, "username": "trace-repro-bot", "name": "trace-repro", "state": "active", "avatar_url": None}
 FAULT_KINDS = ("error", "rate_limit", "hang", "drop", "barrier")
@@ -279,6 +281,8 @@ class FakeGitLab:
                 ("POST", "/merge_requests", self._create_mr),
             )
         ]
+        # What verdicts act on (issue 35): deployments, job retry, tags, releases (bench.gitlab_deploys).
+        self._routes += [(m, re.compile(f"^{API}/projects/(?P<pid>[^/]+){p}$"), fn) for m, p, fn in deploy_routes(self)]
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ sink off.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from processors.component import Section
 
@@ -78,6 +79,31 @@ class GitLabConfig(Section):
     confidential: bool = Field(
         False, description="file issues as confidential (only project members see them; existing issues unchanged)"
     )
+    releases: bool = Field(
+        True, description="a FIXED verdict on a build whose version is a tag of the project (1.4.2 or v1.4.2) adds "
+        "its receipt to that tag's release (created when missing)"
+    )  # fmt: skip
+    rollback: Literal["off", "deployments", "webhook"] = Field(
+        "off", description="what a WORSE verdict does besides its note: 'deployments' re-runs the deploy job of "
+        "rollback_environment's last successful deployment before the WORSE build (GitLab's rollback); 'webhook' "
+        "POSTs the verdict and its receipt as JSON to rollback_webhook_url; once per verdict, noted on the issue"
+    )  # fmt: skip
+    rollback_environment: str = Field("", description="the GitLab environment rolled back (rollback = deployments)")
+    rollback_webhook_url: str = Field("", description="where rollback = webhook POSTs the verdict (http or https)")
+    rollback_webhook_header: str = Field(
+        "X-Trace-Repro-Token", description="the header that carries the webhook's secret"
+    )
+    rollback_webhook_secret_env: str = Field(
+        "", description="name of the environment variable holding the webhook's secret (never logged); empty = none"
+    )
+
+    @model_validator(mode="after")
+    def _rollback_target(self) -> GitLabConfig:
+        if self.rollback == "deployments" and not self.rollback_environment:
+            raise ValueError("rollback_environment: required with rollback = 'deployments'")
+        if self.rollback == "webhook" and not self.rollback_webhook_url.startswith(("https://", "http://")):
+            raise ValueError("rollback_webhook_url: an http(s) URL is required with rollback = 'webhook'")
+        return self
 
     @field_validator("trace_url")
     @classmethod

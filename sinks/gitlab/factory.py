@@ -8,6 +8,7 @@ Enabled when ``gitlab.url`` is set. Built from the section, the token (the secre
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,20 @@ from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.links import Links
 
 if TYPE_CHECKING:
+    from sinks.gitlab.rollback import RollbackHook
     from sinks.gitlab.sink import GitLabSink
+
+
+def rollback_hook(config: GitLabConfig) -> RollbackHook | None:
+    """The WORSE verdicts' hook of ``config`` (None: off); the webhook's secret is read from its environment variable
+    here, once, and held only by the hook (whose ``repr`` leaves it out)."""
+    from sinks.gitlab.rollback import RollbackHook
+
+    if config.rollback == "off":
+        return None
+    secret = os.environ.get(config.rollback_webhook_secret_env, "") if config.rollback_webhook_secret_env else ""
+    return RollbackHook(config.rollback, config.rollback_environment, config.rollback_webhook_url,
+                        config.rollback_webhook_header, secret, config.timeout_s)  # fmt: skip
 
 
 def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
@@ -51,6 +65,8 @@ def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
         token_file=config.token_file or None,
         confidential=config.confidential,
         links=Links(config.trace_url, config.source_url, config.source_ref, tuple(config.source_roots)),
+        rollback=rollback_hook(config),
+        releases=config.releases,
         telemetry=ctx.telemetry("gitlab"),
     )
 

@@ -11,6 +11,8 @@ What each kind does (the issue mechanics are in :mod:`sinks.gitlab.issues`):
 - ``VerdictEvent`` adds a note with its receipt; a FIXED verdict closes the issue (a regression's too: the proof
   desk gives every regression fingerprint a contract, and its verdicts carry that fingerprint). A regression
   reopens its closed issue only when its build was first seen after the verified fix (:mod:`sinks.gitlab.state`).
+  A FIXED verdict on a tagged build also adds its receipt to the tag's release (:mod:`sinks.gitlab.releases`,
+  ``releases=True``); a WORSE verdict rolls back with the configured hook (:mod:`sinks.gitlab.rollback`), once.
 
 Other kinds are ignored. A repro or verdict whose fingerprint never got an issue is dropped (``orphan``).
 
@@ -34,9 +36,10 @@ The queue is bounded (``max_queued``): past it ``write`` refuses the event with 
 secret volume, a vault agent) un-parks the sink without a restart.
 
 **Telemetry** goes to the :class:`~processors.telemetry.Telemetry` given (the factory passes the component's):
-drops ``rejected``, ``orphan`` and ``max_queued``; counts ``issues_created``, ``occurrences``, ``notes``,
-``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``, ``duplicates``,
-``parked``, ``resumed``, ``token_reloads``; the state gauge ``queued``.
+drops ``rejected``, ``orphan``, ``max_queued`` and ``rollback_refused``; counts ``issues_created``, ``occurrences``,
+``notes``, ``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``,
+``duplicates``, ``parked``, ``resumed``, ``token_reloads``, ``releases``, ``rollbacks``, ``rollbacks_skipped``; the
+state gauge ``queued``.
 
 **The token** is a ``SecretStr`` unwrapped only into python-gitlab's ``PRIVATE-TOKEN`` header; log lines carry
 operation names and status codes only, error texts are redacted (of every token the sink has held), and
@@ -66,6 +69,7 @@ from sinks.gitlab.issues import IssueRef, Issues
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import Event, Filed, event_id
 from sinks.gitlab.merge_requests import MergeRequests
+from sinks.gitlab.releases import release_step
 from sinks.gitlab.retry import (
     GitLabParkedError,
     GitLabPermanentError,
@@ -77,6 +81,7 @@ from sinks.gitlab.retry import (
     classify,
     parse_retry_after,
 )
+from sinks.gitlab.rollback import RollbackHook, WebhookRefused, note_id, rollback_note, rollback_step
 
 log = structlog.get_logger("trace_repro.gitlab")
 
@@ -125,6 +130,8 @@ class GitLabSink(Sink):
         token_file: str | Path | None = None,
         confidential: bool = False,
         links: Links | None = None,
+        rollback: RollbackHook | None = None,
+        releases: bool = False,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
@@ -135,12 +142,16 @@ class GitLabSink(Sink):
         self._token_file = Path(token_file) if token_file else None
         self._secret = token.get_secret_value()
         self._secrets = {self._secret} if self._secret else set()  # every token held: all are redacted
+        self.rollback, self.releases = rollback, releases
+        if rollback is not None and rollback.secret:
+            self._secrets.add(rollback.secret)  # the webhook's secret: redacted from error texts as the token is
         self._gl = self._client(self._secret)
         self._project_ref = project
         self.labels = tuple(dict.fromkeys(labels))
         self.merge_requests = merge_requests
         self.max_queued = max_queued
-        self.telemetry = (telemetry or Telemetry(self.name)).declare("rejected", "orphan", "max_queued")
+        self.telemetry = (telemetry or Telemetry(self.name)).declare("rejected", "orphan", "max_queued",
+                                                                     "rollback_refused")  # fmt: skip
         policy = RetryPolicy(max_attempts=max_attempts, base_s=backoff_s, max_backoff_s=max_backoff_s,
                              max_retry_after_s=max_retry_after_s)  # fmt: skip
         self._retrier = Retrier(policy, sleep=sleep, rng=rng, redact=self._redact,
@@ -304,6 +315,24 @@ class GitLabSink(Sink):
         )
         if noted and e.outcome == "FIXED":
             await self._on_issue(e.fingerprint, "issue.close", lambda ref: self._issues.close_fixed(ref, e))
+            if self.releases and (tag := await self._run(lambda: release_step(self._issues.project, e), "release")):
+                self.telemetry.count("releases")
+                log.info("gitlab.release", fingerprint=e.fingerprint, tag=tag)
+        if noted and e.outcome == "WORSE" and self.rollback is not None:
+            await self._on_issue(e.fingerprint, "rollback", lambda ref: self._roll_back(ref, e))
+
+    def _roll_back(self, ref: IssueRef, e: VerdictEvent) -> None:
+        """One step: nothing when the verdict's rollback note exists; else roll back and note what was done."""
+        if self.rollback is None or self._issues.has_note(ref, note_id(e)):
+            return
+        try:
+            acted, what = rollback_step(self.rollback, self._issues.project, e)
+        except WebhookRefused as exc:
+            self.telemetry.drop("rollback_refused")
+            acted, what = False, f"not rolled back: the rollback webhook refused it (http {exc.response_code})"
+        self.telemetry.count("rollbacks" if acted else "rollbacks_skipped")
+        log.warning("gitlab.rollback", fingerprint=e.fingerprint, version=e.version, acted=acted)
+        self._issues.note_once(ref, note_id(e), rollback_note(e, acted, what))
 
     async def _on_issue(self, fingerprint: str, op: str, step: Callable[[IssueRef], object]) -> bool:
         """Run ``step`` on the fingerprint's issue; False (and nothing done) when no issue was ever filed."""

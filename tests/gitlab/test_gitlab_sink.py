@@ -268,7 +268,7 @@ async def test_permanent_refusals_are_counted_in_the_given_telemetry(
     telemetry = Telemetry("gitlab")
     sink = make_sink(telemetry=telemetry)
     await deliver(sink, incident())
-    assert telemetry.dropped == {"rejected": 0, "orphan": 0, "max_queued": 0}
+    assert telemetry.dropped == {"rejected": 0, "orphan": 0, "max_queued": 0, "rollback_refused": 0}
     assert telemetry.events["issues_created"] == 1
     server.inject(r"/notes$", "error", method="POST", status=400, count=2)
     e = incident()
