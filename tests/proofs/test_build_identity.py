@@ -10,7 +10,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.connectors.proofs.desk import FACTORY
+from processors.connectors.proofs.config import ProofConfig
+from processors.connectors.proofs.desk import FACTORY, ProofDesk
 from processors.connectors.proofs.judge import ProofJudge
 from processors.connectors.proofs.marks import DeployMark
 from processors.connectors.proofs.verdicts import FIXED, verdicts_by_version
@@ -21,6 +22,7 @@ from processors.model.span import Span
 from processors.traces import ClosedTrace
 from streamer.decode import decode_traces_json, decode_traces_proto
 from streamer.deploy_cli import parse_at
+from streamer.runtime.pins import PinTracker
 from tests.otlp_factory import to_json, to_proto
 from tests.regressions.builders import MS, SERVICE, T0, S, request
 
@@ -117,3 +119,17 @@ def test_a_mark_round_trips_as_an_event_and_names_itself_by_time() -> None:
     assert parse_event(mark.model_dump_json().encode()) == mark
     assert mark.build == "deploy@2026-12-06T03:00:00Z"
     assert parse_at("1796526000", 0.0) == mark.at_unix_ms and parse_at(None, 5.0) == 5000.0
+
+
+def test_the_desk_keeps_a_mark_as_state_that_holds_its_record_and_bounds_them() -> None:
+    """A mark pins the offset of its record (a restart reads it again); past ``max_marks`` the oldest is forgotten,
+    counted, and no longer splits the service."""
+    pins = PinTracker()
+    desk = ProofDesk(ProofConfig(max_marks=1), events=pins)
+    first = DeployMark(service=SERVICE, at_unix_ms=1000.0, name="v2")
+    pins.feeding(("contracts/0", 7))
+    desk.on_event(first, "contracts/0")
+    assert pins.pins.pinned("contracts/0") == 1 and desk.judge.marks.build_at(SERVICE, 2 * 10**9) == "v2"
+    pins.feeding(("contracts/0", 8))
+    desk.on_event(DeployMark(service="other", at_unix_ms=1000.0, name="v9"), "contracts/0")
+    assert desk.telemetry.dropped["max_marks"] == 1 and desk.judge.marks.build_at(SERVICE, 2 * 10**9) == ""
