@@ -34,6 +34,8 @@ def verdict_note(e: VerdictEvent) -> str:
         f"| Window | {iso(r.window_start_unix_ms)} to {iso(r.window_end_unix_ms)} |",
         f"| Rollback recommended | {'yes' if e.rollback else 'no'} |",
     ]
+    if r.build_identified_by:  # how the build was told apart: version, commit, digest or a deploy mark
+        lines.append(f"| Build identified by | {code(r.build_identified_by, cell=True)} |")
     if e.outcome == "FIXED":
         lines += ["", "Closing: the defect stopped on this build. A new occurrence after the fix reopens the issue."]
     return "\n".join(lines) + "\n"

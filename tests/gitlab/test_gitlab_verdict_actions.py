@@ -13,6 +13,7 @@ import pytest
 from bench.gitlab_deploys import deployments, releases, seed_deployment, seed_tag
 from bench.gitlab_server import FakeGitLab
 from processors.telemetry import Telemetry
+from sinks.gitlab.body_verdict import verdict_note
 from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.factory import rollback_hook
 from sinks.gitlab.rollback import RollbackHook
@@ -174,3 +175,11 @@ async def test_fixed_adds_the_receipt_to_the_tagged_builds_release_once(
     assert by_tag["1.5.0"].startswith("Notes by people.\n\n## trace-repro: proof of fix")
     assert by_tag["1.5.0"].count("proof of fix") == 1 and by_tag["v1.4.3"].count("proof of fix") == 1
     assert telemetry.events["releases"] == 2
+
+
+def test_the_verdict_note_says_how_the_build_was_identified() -> None:
+    """A receipt that names how its build was told apart shows it; one that does not (older events) shows nothing."""
+    e = verdict()
+    assert "Build identified by" not in verdict_note(e)
+    marked = e.model_copy(update={"receipt": e.receipt.model_copy(update={"build_identified_by": "mark"})})
+    assert "| Build identified by | `mark` |" in verdict_note(marked)
