@@ -318,7 +318,7 @@ class GitLabSink(Sink):
             if self.releases and (tag := await self._run(lambda: release_step(self._issues.project, e), "release")):
                 self.telemetry.count("releases")
                 log.info("gitlab.release", fingerprint=e.fingerprint, tag=tag)
-        if noted and e.outcome == "WORSE" and self.rollback is not None:
+        if noted and e.rollback and self.rollback is not None:  # (the judge sets it on WORSE)
             await self._on_issue(e.fingerprint, "rollback", lambda ref: self._roll_back(ref, e))
 
     def _roll_back(self, ref: IssueRef, e: VerdictEvent) -> None:
