@@ -3,7 +3,7 @@
 ``[gitlab] rollback`` chooses:
 
 - ``deployments``: GitLab's own rollback, which re-runs the deploy job of an earlier deployment. The sink lists the
-  ``rollback_environment``'s deployments (newest first), finds the one of the WORSE build's commit, and retries
+  ``rollback_environment``'s newest 100 deployments, finds the one of the WORSE build's commit, and retries
   the deployable job of the newest *successful* deployment before it with another commit
   (``POST /projects/:id/jobs/:job_id/retry``); GitLab re-deploys that build as a new deployment. Nothing is re-run
   when no deployment of the commit is found (a build told by version with no commit, another environment), when

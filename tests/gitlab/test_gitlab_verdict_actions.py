@@ -183,3 +183,12 @@ def test_the_verdict_note_says_how_the_build_was_identified() -> None:
     assert "Build identified by" not in verdict_note(e)
     marked = e.model_copy(update={"receipt": e.receipt.model_copy(update={"build_identified_by": "mark"})})
     assert "| Build identified by | `mark` |" in verdict_note(marked)
+
+
+def test_a_rollback_without_its_target_fails_at_start_naming_the_key() -> None:
+    """``deployments`` needs an environment and ``webhook`` an http(s) URL; ``off`` builds no hook."""
+    with pytest.raises(ValueError, match="rollback_environment"):
+        GitLabConfig(url="http://gitlab", rollback="deployments")
+    with pytest.raises(ValueError, match="rollback_webhook_url"):
+        GitLabConfig(url="http://gitlab", rollback="webhook", rollback_webhook_url="ftp://x")
+    assert rollback_hook(GitLabConfig(url="http://gitlab")) is None
