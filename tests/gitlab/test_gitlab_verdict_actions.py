@@ -115,7 +115,11 @@ def hook() -> Iterator[tuple[str, type[_Hook]]]:
 
 
 async def test_worse_posts_the_receipt_to_the_webhook_once_with_its_secret(
-    server: FakeGitLab, make_sink: SinkFactory, hook: tuple[str, type[_Hook]], monkeypatch: pytest.MonkeyPatch
+    server: FakeGitLab,
+    make_sink: SinkFactory,
+    hook: tuple[str, type[_Hook]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The verdict and its receipt as JSON, the secret from the environment in its header, an Idempotency-Key;
     a 503 is retried; a replay calls nothing; the secret is in no note and not in the hook's repr."""
@@ -139,6 +143,8 @@ async def test_worse_posts_the_receipt_to_the_webhook_once_with_its_secret(
     assert len(handler.seen) == 2
     assert any("rollback webhook called: http 200" in n for n in user_notes(server, 1))
     assert not any(SECRET in n for n in user_notes(server, 1))
+    logged = capsys.readouterr()
+    assert "gitlab.retry" in logged.out and SECRET not in logged.out + logged.err  # the 503 was logged, no secret
 
 
 async def test_a_refused_webhook_is_noted_and_counted_not_retried(
