@@ -13,7 +13,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from processors.repair.django_orm.querysets import OrmCall, functions
+from processors.repair.django_orm.querysets import OrmCall, calls_of, functions, locking_tables, shape
 from processors.repair.edits import comment_lines
 from processors.repair.patch import Patch
 from processors.repair.source import SourceIndex, walk
@@ -151,8 +151,9 @@ def commented(
 
 
 def protected(index: SourceIndex, w: Writer) -> None:
-    """Refuse a writer whose code already runs SERIALIZABLE with a retry: it (or a helper it calls) handles
-    ``SerializationFailure`` or names ``SERIALIZABLE`` (a database alias set to that level, a level it sets)."""
+    """Refuse a writer whose code is already protected: it runs SERIALIZABLE with a retry (it, or a helper it calls,
+    handles ``SerializationFailure`` or names ``SERIALIZABLE``), it reads the table through ``select_for_update()``,
+    or its ``create()`` handles ``IntegrityError`` (a unique constraint decides)."""
     for _, func in functions(index, w):
         for node in walk(func):
             if (isinstance(node, cst.Name) and node.value == "SerializationFailure") or (
@@ -160,3 +161,32 @@ def protected(index: SourceIndex, w: Writer) -> None:
             ):
                 raise NotApplicable(f"{w.function} retries serialization failures (it runs SERIALIZABLE): already "
                                     "protected")  # fmt: skip
+    tables = {shape(a.statement).table for a in (*w.reads, *w.writes)}
+    locked = tables & locking_tables(index, w)
+    if locked:
+        raise NotApplicable(f"{w.function} reads {', '.join(sorted(locked))} through select_for_update(): already "
+                            "protected")  # fmt: skip
+    for insert in (a for a in w.writes if a.operation == "insert"):
+        for oc in calls_of(index, w, insert.statement):
+            if guarded(index, oc):
+                raise NotApplicable(f"the create() in {oc.func.name.value} handles IntegrityError (a unique "
+                                    "constraint decides): already protected")  # fmt: skip
+
+
+def guarded(index: SourceIndex, oc: OrmCall) -> bool:
+    """Whether the call runs in a ``try`` (of its function) that handles ``IntegrityError``."""
+    node = index.parent(oc.path, oc.call)
+    while node is not None and not isinstance(node, cst.FunctionDef):
+        if isinstance(node, cst.Try) and any(
+            isinstance(n, cst.Name | cst.Attribute) and _last_name(n) == "IntegrityError"
+            for h in node.handlers
+            if h.type is not None
+            for n in walk(h.type)
+        ):
+            return True
+        node = index.parent(oc.path, node)
+    return False
+
+
+def _last_name(node: cst.Name | cst.Attribute) -> str:
+    return node.value if isinstance(node, cst.Name) else node.attr.value

@@ -65,6 +65,10 @@ def stricter_isolation(ctx: Context, w: Writer) -> Outcome:
     if not blocks:
         raise NotApplicable(f"no write of {w.function} to run at SERIALIZABLE")
     out = Outcome()
+    out.notes.append(
+        f"{w.function}: its writes are Django's, in `with transaction.atomic()`: {STRICTER_ISOLATION} "
+        "runs that block at SERIALIZABLE, retried on a serialization failure"
+    )
     for block in blocks.values():
         out.ops.append(_retry_op(ctx.index, root[0], root[1], block))
     for access in w.writes:

@@ -53,6 +53,13 @@ class Shape:
     columns: frozenset[str]  # WHERE columns (select, update, delete) or the columns set (insert)
 
 
+def described(index: SourceIndex, oc: OrmCall) -> str:
+    """``M.objects.get(pk=x)`` (line 12 of app.py): the call, for notes."""
+    where = index.position(oc.path, oc.call)
+    line = f" (line {where.start.line})" if where is not None else ""
+    return f"`{cst.Module([]).code_for_node(oc.call)}`{line}"
+
+
 def shape(statement: str) -> Shape:
     """The shape of a statement Django rendered (NotApplicable when it is not one of the forms above)."""
     try:
@@ -146,6 +153,19 @@ def orm_calls(index: SourceIndex, w: Writer) -> Iterator[OrmCall]:
                 if method in _FILTERS:
                     filters = _with_keywords(model, filters, node)
                 yield OrmCall(path, func, node, method, model, filters)
+
+
+def locking_tables(index: SourceIndex, w: Writer) -> set[str]:
+    """The tables the writer's functions read through ``select_for_update()``."""
+    out: set[str] = set()
+    for path, func in functions(index, w):
+        for node in walk(func.body):
+            attribute = node.func if isinstance(node, cst.Call) else None
+            if isinstance(attribute, cst.Attribute) and attribute.attr.value == "select_for_update":
+                chain = _chain(index, path, func, attribute.value)
+                if chain is not None:
+                    out.add(chain[0].table)
+    return out
 
 
 def assignments(func: cst.FunctionDef, name: str) -> list[cst.BaseExpression]:

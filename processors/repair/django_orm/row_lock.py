@@ -19,7 +19,7 @@ import libcst as cst
 
 from processors.repair import sql_rewrite
 from processors.repair.django_orm.code import ensure_import, in_transaction, protected
-from processors.repair.django_orm.querysets import OrmCall, calls_of, functions
+from processors.repair.django_orm.querysets import OrmCall, calls_of, described, functions
 from processors.repair.patch import Patch
 from processors.repair.sql_edit import RewriteError, SqlEdit
 from processors.repair.strategies.base import ROW_LOCK, Context, NotApplicable, Op, Outcome, Writer, rewrite
@@ -40,6 +40,8 @@ def row_lock(ctx: Context, w: Writer) -> Outcome:
         if any(c.method not in _LOCKABLE for c in calls):
             raise NotApplicable(f"{read.statement!r} is not read by get, first, last, exists or count")
         edit = rewrite(partial(_sql_lock, read.statement))
+        out.notes += [f"{w.function}: {read.statement!r} is Django's, from {described(ctx.index, oc)}: "
+                      f"{ROW_LOCK} reads it through select_for_update()" for oc in calls]  # fmt: skip
         for oc in calls:
             out.ops.append(_lock_op(oc))
             unprotected = unprotected or not in_transaction(ctx.index, root, oc)

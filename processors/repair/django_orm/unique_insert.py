@@ -22,7 +22,7 @@ import libcst as cst
 from processors.repair import sql_inserts
 from processors.repair.django_orm.code import commented, ensure_import, imported, protected
 from processors.repair.django_orm.models import Model
-from processors.repair.django_orm.querysets import OrmCall, calls_of
+from processors.repair.django_orm.querysets import OrmCall, calls_of, described
 from processors.repair.edits import string_literal
 from processors.repair.patch import Patch
 from processors.repair.source import walk
@@ -56,6 +56,11 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         name = migration.split(" EXISTS ", 1)[1].split(" ", 1)[0].strip('"')
         for oc in creates:
             found = _found_branch(ctx, oc, checks)
+            out.notes.append(
+                f"{w.function}: {insert.statement!r} is Django's, from {described(ctx.index, oc)}, after "
+                f"a check that found no row ({described(ctx.index, checks[0])}): {UNIQUE_INSERT} makes "
+                "the database refuse the second row; the loser answers as when the check finds one"
+            )
             out.ops.append(_guard_op(oc, found, model, fields))
         out.ops.append(_constraint_op(model, fields, name))
         out.repairs.append(ctx.info(UNIQUE_INSERT, w, insert.statement, edit.after))

@@ -1,0 +1,171 @@
+"""ORM-level repairs of the Django stack (``bench/corpus/stacks/django_orm/app.py``), planned from its incidents.
+
+Each bug view's incident is built from the statements the view really sent (``fixtures/django_statements.json``,
+as Django rendered them: quoted, ``LIMIT 21``, no parameters). The raw-SQL strategies cannot find those statements
+in the code; the Django strategies find the queryset call that issued each one and edit it. The diff is checked
+line by line, applies, compiles and reverts byte for byte. Every control view is left alone: planned as if it had
+been reported, its plan edits nothing and its notes say why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.repair import django_orm
+from processors.repair.planner import apply, plan_repairs, revert
+from processors.repair.source import SourceIndex
+from processors.repair.strategies import (
+    ATOMIC_UPDATE,
+    ROW_LOCK,
+    STRATEGIES,
+    STRICTER_ISOLATION,
+    UNIQUE_INSERT,
+    Context,
+    NotApplicable,
+    Writer,
+)
+from tests.repair.django_cases import VIEWS, accesses, copy_stack, recorded, round_incident
+
+# scenario -> (the strategy chosen, the lines the diff adds, the lines it removes)
+EXPECTED = {
+    "lost_update": (ROW_LOCK, [
+        "        account = Account.objects.select_for_update().get(pk=account_no)",
+    ], ["        account = Account.objects.get(pk=account_no)"]),
+    "write_skew": (ROW_LOCK, [
+        '    on_call = len(doctors.filter(shift=shift, on_call=True).select_for_update().values_list("pk"))',
+        "    doctor = doctors.select_for_update().get(pk=name)",
+    ], ["    on_call = doctors.filter(shift=shift, on_call=True).count()", "    doctor = doctors.get(pk=name)"]),
+    "phantom": (UNIQUE_INSERT, [
+        '        constraints = [models.UniqueConstraint(fields=["room", "day"], name="corpus_bookings_room_day_key")]',
+        "        try:",
+        "            with transaction.atomic():",
+        "                booking = Booking.objects.create(room=room, day=day, guest=guest)",
+        "        except IntegrityError:",
+        '            raise RoomTaken(f"room {room} is booked on {day}")',
+    ], ["        booking = Booking.objects.create(room=room, day=day, guest=guest)"]),
+}  # fmt: skip
+
+
+def _changed(diff: str, sign: str) -> list[str]:
+    """The lines the diff adds (``+``) or removes (``-``), comments left out."""
+    lines = [line[1:] for line in diff.splitlines() if line.startswith(sign) and not line.startswith(sign * 3)]
+    return [line for line in lines if not line.lstrip().startswith("#")]
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_each_bug_view_is_repaired_at_the_orm_level(tmp_path: Path, scenario: str) -> None:
+    root = copy_stack(tmp_path / "stack")
+    original = (root / "app.py").read_bytes()
+    plan = plan_repairs(round_incident(scenario), root=root)
+    strategy, added, removed = EXPECTED[scenario]
+    assert plan.strategy == strategy, plan.notes
+    assert {r.function for r in plan.repairs} == {f"app.{VIEWS[scenario]['bug']}"}
+    assert _changed(plan.diff, "+") == added, plan.diff
+    assert _changed(plan.diff, "-") == removed, plan.diff
+    assert f"repair({strategy})" in plan.diff  # the edit says what it does
+    assert any("is Django's, from `" in n for n in plan.notes), plan.notes  # why: the queryset call it edits
+    assert plan.edits and all(e.before in {a.statement for a in round_incident(scenario).accesses} for e in plan.edits)
+    assert STRICTER_ISOLATION in [a.strategy for a in plan.alternatives]
+    apply(plan, root)
+    repaired = (root / "app.py").read_bytes()
+    assert repaired == plan.files[0].after != original
+    compile(repaired, "app.py", "exec")
+    revert(plan, root)
+    assert (root / "app.py").read_bytes() == original
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_the_raw_sql_form_of_the_strategy_finds_no_statement(tmp_path: Path, scenario: str) -> None:
+    """What the planner tries first: the recorded statement as a string in the code. Django's is not there."""
+    root = copy_stack(tmp_path / "stack")
+    found = accesses(recorded()[scenario]["bug"], VIEWS[scenario]["bug"])
+    w = Writer(
+        f"app.{VIEWS[scenario]['bug']}",
+        "app.py",
+        root / "app.py",
+        "app.py",
+        tuple(a for a in found if a.operation != "read"),
+        tuple(a for a in found if a.operation == "read"),
+    )
+    with pytest.raises(NotApplicable, match=r"statement .* not found in app\."):
+        STRATEGIES[EXPECTED[scenario][0]](Context(SourceIndex(root)), w)
+
+
+def test_the_sql_level_forms(tmp_path: Path) -> None:
+    """What a SQL-level repro replays: the recorded statements locked, the INSERT on conflict, and its index."""
+    root = copy_stack(tmp_path / "stack")
+    lost = plan_repairs(round_incident("lost_update"), root=root)
+    assert [e.after for e in lost.edits] == [recorded()["lost_update"]["bug"]["leader"][0] + " FOR UPDATE"]
+    skew = plan_repairs(round_incident("write_skew"), root=root)
+    assert 'FROM (SELECT * FROM "corpus_doctors" WHERE' in skew.edits[0].after
+    assert skew.edits[0].after.endswith('FOR UPDATE) AS "corpus_doctors"')
+    phantom = plan_repairs(round_incident("phantom"), root=root)
+    assert "ON CONFLICT(room, day) DO NOTHING" in phantom.sql_rewrites[0]["after"]
+    assert phantom.migrations == ['CREATE UNIQUE INDEX IF NOT EXISTS corpus_bookings_room_day_key ON "corpus_bookings"'
+                                  "(room, day)"]  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_serializable_alternative_wraps_the_atomic_block_in_a_bounded_retry(tmp_path: Path, scenario: str) -> None:
+    root = copy_stack(tmp_path / "stack")
+    plan = plan_repairs(round_incident(scenario), root=root)
+    alt = next(a for a in plan.alternatives if a.strategy == STRICTER_ISOLATION)
+    added = _changed(alt.diff, "+")
+    assert added[:5] == [
+        "    for attempt in range(3):",
+        "        try:",
+        "            with transaction.atomic():",
+        "                with transaction.get_connection().cursor() as cursor:",
+        '                    cursor.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")',
+    ]
+    assert added[-4:] == ["            break", "        except OperationalError as exc:",
+                          "            if attempt == 2 or not isinstance(exc.__cause__, SerializationFailure):",
+                          "                raise"]  # fmt: skip
+    assert alt.isolation == {f"app.{VIEWS[scenario]['bug']}": "serializable"}
+    apply(alt, root)
+    compile((root / "app.py").read_bytes(), "app.py", "exec")
+    revert(alt, root)
+    assert (root / "app.py").read_bytes() == (copy_stack(tmp_path / "fresh") / "app.py").read_bytes()
+
+
+CONTROLS = [(s, k) for s, kinds in VIEWS.items() for k in kinds if k != "bug"]
+
+
+@pytest.mark.parametrize(("scenario", "kind"), CONTROLS, ids=[f"{s}-{k}" for s, k in CONTROLS])
+def test_every_control_view_is_left_alone(tmp_path: Path, scenario: str, kind: str) -> None:
+    """Planned as if its round had been reported, a control's plan edits nothing (no strategy or alternative)."""
+    root = copy_stack(tmp_path / "stack")
+    plan = plan_repairs(round_incident(scenario, kind), root=root)
+    assert not plan.diff and not plan.repairs, plan.diff
+    assert not plan.alternatives
+    assert plan.notes, "a control left alone says why"
+
+
+def test_controls_among_the_graphs_sites_are_left_alone(tmp_path: Path) -> None:
+    """The bug's plan with every control of its table known to the graph repairs the bug view only."""
+    root = copy_stack(tmp_path / "stack")
+    for scenario in ("lost_update", "write_skew"):
+        sites = [a for kind in VIEWS[scenario] if kind != "bug"
+                 for a in accesses(recorded()[scenario][kind], VIEWS[scenario][kind])]  # fmt: skip
+        plan = plan_repairs(round_incident(scenario), root=root, sites=sites)
+        assert {r.function for r in plan.repairs} == {f"app.{VIEWS[scenario]['bug']}"}, plan.notes
+        for alt in plan.alternatives:
+            assert {r.function for r in alt.repairs} == {f"app.{VIEWS[scenario]['bug']}"}, alt.notes
+
+
+def test_a_statement_no_queryset_issues_is_reported_not_guessed(tmp_path: Path) -> None:
+    root = copy_stack(tmp_path / "stack")
+    statements = recorded()["lost_update"]["bug"]
+    other = statements["leader"][0].replace('"account_no" = %s', '"balance" = %s')  # a filter the code has not
+    w = Writer("app.deposit", "app.py", root / "app.py", "app.py", tuple(a for a in accesses(statements, "deposit")
+               if a.operation == "write")[:1], tuple(a for a in accesses({"leader": [other], "follower": []},
+                                                                          "deposit")))  # fmt: skip
+    with pytest.raises(NotApplicable, match=r"no queryset call in app\.deposit"):
+        django_orm.STRATEGIES[ROW_LOCK](Context(SourceIndex(root)), w)
+
+
+def test_the_strategies_are_registered() -> None:
+    assert {ROW_LOCK, UNIQUE_INSERT, STRICTER_ISOLATION} <= set(django_orm.STRATEGIES)
+    assert ATOMIC_UPDATE not in django_orm.STRATEGIES or callable(django_orm.STRATEGIES[ATOMIC_UPDATE])
