@@ -9,11 +9,14 @@ been reported, its plan edits nothing and its notes say why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from processors.repair import django_orm
+from processors.repair.file_patch import FilePatch, unified_diff
+from processors.repair.patch import Patch
 from processors.repair.planner import apply, plan_repairs, revert
 from processors.repair.source import SourceIndex
 from processors.repair.strategies import (
@@ -24,6 +27,7 @@ from processors.repair.strategies import (
     UNIQUE_INSERT,
     Context,
     NotApplicable,
+    Outcome,
     Writer,
 )
 from tests.repair.django_cases import VIEWS, accesses, copy_stack, recorded, round_incident
@@ -166,6 +170,91 @@ def test_a_statement_no_queryset_issues_is_reported_not_guessed(tmp_path: Path) 
         django_orm.STRATEGIES[ROW_LOCK](Context(SourceIndex(root)), w)
 
 
-def test_the_strategies_are_registered() -> None:
-    assert {ROW_LOCK, UNIQUE_INSERT, STRICTER_ISOLATION} <= set(django_orm.STRATEGIES)
-    assert ATOMIC_UPDATE not in django_orm.STRATEGIES or callable(django_orm.STRATEGIES[ATOMIC_UPDATE])
+def _render(root: Path, outcome_of: Callable[[Context, Writer], Outcome], w: Writer) -> str:
+    index = SourceIndex(root)
+    outcome = outcome_of(Context(index), w)
+    patch = Patch(index)
+    for op in outcome.ops:
+        op(patch)
+    return unified_diff([FilePatch(p.name, before, after) for p, before, after in patch.render()])
+
+
+def _writer(root: Path, scenario: str, view: str, statements: dict[str, list[str]] | None = None) -> Writer:
+    found = [a for a in accesses(statements or recorded()[scenario]["bug"], view) if a.trace_id.startswith("a")]
+    return Writer(
+        f"app.{view}",
+        "app.py",
+        root / "app.py",
+        "app.py",
+        tuple(a for a in found if a.operation != "read"),
+        tuple(a for a in found if a.operation == "read"),
+    )
+
+
+def test_atomic_update_lets_the_database_add_the_deposit(tmp_path: Path) -> None:
+    """``account.balance += amount; account.save()`` → one relative UPDATE, and the instance refreshed."""
+    root = copy_stack(tmp_path / "stack")
+    diff = _render(root, django_orm.STRATEGIES[ATOMIC_UPDATE], _writer(root, "lost_update", "deposit"))
+    assert _changed(diff, "+") == [
+        '        Account.objects.filter(pk=account.pk).update(balance=F("balance") + amount)',
+        '        account.refresh_from_db(fields=["balance"])',
+    ]
+    assert _changed(diff, "-") == ["        account.balance += amount", "        account.save()"]
+
+
+def test_atomic_update_refuses_a_save_of_a_field_set_in_python(tmp_path: Path) -> None:
+    root = copy_stack(tmp_path / "stack")
+    with pytest.raises(NotApplicable, match=r"save\(\) also writes doctor\.on_call"):
+        _render(root, django_orm.STRATEGIES[ATOMIC_UPDATE], _writer(root, "write_skew", "go_off_call"))
+
+
+TAKE = """\
+from django.db import models, transaction
+
+
+class Item(models.Model):
+    sku = models.TextField(primary_key=True)
+    stock = models.IntegerField()
+
+    class Meta:
+        db_table = "inventory"
+
+
+class OutOfStock(Exception):
+    pass
+
+
+def take(sku, qty):
+    with transaction.atomic():
+        item = Item.objects.get(pk=sku)
+        if item.stock < qty:
+            raise OutOfStock(sku)
+        item.stock -= qty
+        item.save()
+    return item.stock
+"""
+
+
+def test_atomic_update_guards_a_decrement_and_handles_no_row_like_its_check(tmp_path: Path) -> None:
+    """A decrement keeps the invariant in the UPDATE's filter; no row updated raises what the check raises. (The
+    statements are the stack's recorded ones with its table and columns renamed to this module's.)"""
+    root = tmp_path / "shop"
+    root.mkdir()
+    (root / "app.py").write_text(TAKE)
+    lost = recorded()["lost_update"]["bug"]["leader"]
+    renamed = [s.replace("corpus_accounts", "inventory").replace("account_no", "sku").replace("balance", "stock")
+               for s in lost]  # fmt: skip
+    w = _writer(root, "lost_update", "take", {"leader": renamed, "follower": []})
+    diff = _render(root, django_orm.STRATEGIES[ATOMIC_UPDATE], w)
+    assert _changed(diff, "+") == [
+        "from django.db.models import F",
+        '        if not Item.objects.filter(pk=item.pk, stock__gte=qty).update(stock=F("stock") - qty):',
+        "            raise OutOfStock(sku)",
+        '        item.refresh_from_db(fields=["stock"])',
+    ], diff
+    index = SourceIndex(root)
+    configured = django_orm.STRATEGIES[ATOMIC_UPDATE](Context(index, invariants=("stock >= 2",)), w)
+    patch = Patch(index)
+    for op in configured.ops:
+        op(patch)
+    assert b"stock__gte=qty + 2" in patch.render()[0][2]

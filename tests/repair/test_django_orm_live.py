@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 
+from processors.repair import django_orm
+from processors.repair.file_patch import FilePatch, apply_files
+from processors.repair.patch import Patch
 from processors.repair.planner import RepairPlan, apply, plan_repairs, revert
-from processors.repair.strategies import ROW_LOCK, STRICTER_ISOLATION, UNIQUE_INSERT
+from processors.repair.source import SourceIndex
+from processors.repair.strategies import ATOMIC_UPDATE, ROW_LOCK, STRICTER_ISOLATION, UNIQUE_INSERT, Context, Writer
 from streamer.engines import LocalEngines
 from tests.repair.cases import REPO
 from tests.repair.django_cases import VIEWS, copy_stack, recorded, round_incident
@@ -87,3 +91,23 @@ def test_the_controls_send_the_recorded_statements(engines: LocalEngines, tmp_pa
         played = play(root / "app.py", dsn, scenario, kind)
         assert played["fact"] == ROUNDS[scenario][2], played
         assert played["statements"] == recorded()[scenario][kind], kind
+
+
+def test_atomic_update_of_the_deposit_is_green(engines: LocalEngines, tmp_path: Path) -> None:
+    """ATOMIC_UPDATE (the planner's first choice for an invariant violation) on the lost update's deposit: the
+    relative UPDATE keeps both deposits."""
+    root = copy_stack(tmp_path / "stack")
+    found = [a for a in round_incident("lost_update").accesses if a.trace_id.startswith("a")]
+    w = Writer("app.deposit", "app.py", root / "app.py", "app.py", tuple(a for a in found if a.operation == "write"),
+               tuple(a for a in found if a.operation == "read"))  # fmt: skip
+    index = SourceIndex(root)
+    patch = Patch(index)
+    for op in django_orm.STRATEGIES[ATOMIC_UPDATE](Context(index), w).ops:
+        op(patch)
+    files = [FilePatch("app.py", before, after) for _, before, after in patch.render()]
+    apply_files(files, root)
+    played = play(root / "app.py", engines.address("postgres"), "lost_update")
+    assert (played["statuses"], played["fact"]) == ([200, 200], 135), played
+    relative = 'UPDATE "corpus_accounts" SET "balance" = ("corpus_accounts"."balance" + %s)'
+    assert any(s.startswith(relative) for s in played["statements"]["follower"]), played["statements"]
+    print(f"lost_update: GREEN {ATOMIC_UPDATE} {played['statuses']} {played['fact']}")

@@ -14,13 +14,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from processors.repair.django_orm.atomic_update import atomic_update
 from processors.repair.django_orm.isolation import stricter_isolation
 from processors.repair.django_orm.row_lock import row_lock
 from processors.repair.django_orm.unique_insert import unique_insert
-from processors.repair.strategies.base import ROW_LOCK, STRICTER_ISOLATION, UNIQUE_INSERT, Context, Outcome, Writer
+from processors.repair.strategies.base import (
+    ATOMIC_UPDATE,
+    ROW_LOCK,
+    STRICTER_ISOLATION,
+    UNIQUE_INSERT,
+    Context,
+    Outcome,
+    Writer,
+)
 
 STRATEGIES: Final[dict[str, Callable[[Context, Writer], Outcome]]] = {
     ROW_LOCK: row_lock,
     UNIQUE_INSERT: unique_insert,
     STRICTER_ISOLATION: stricter_isolation,
+    ATOMIC_UPDATE: atomic_update,
 }
