@@ -13,11 +13,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from processors.repair.django_orm.querysets import OrmCall, calls_of, functions, locking_tables, shape
+from processors.repair.django_orm.querysets import OrmCall, calls_of, functions, locking_tables, orm_calls, shape
 from processors.repair.edits import comment_lines
 from processors.repair.patch import Patch
 from processors.repair.source import SourceIndex, walk
-from processors.repair.strategies.base import NotApplicable, Writer
+from processors.repair.strategies.base import NotApplicable, NotThisShape, Writer
 
 
 def is_atomic(node: cst.BaseExpression) -> bool:
@@ -151,9 +151,12 @@ def commented(
 
 
 def protected(index: SourceIndex, w: Writer) -> None:
-    """Refuse a writer whose code is already protected: it runs SERIALIZABLE with a retry (it, or a helper it calls,
-    handles ``SerializationFailure`` or names ``SERIALIZABLE``), it reads the table through ``select_for_update()``,
-    or its ``create()`` handles ``IntegrityError`` (a unique constraint decides)."""
+    """Refuse a writer whose code has no Django queryset (:class:`NotThisShape`), or is already protected: it runs
+    SERIALIZABLE with a retry (it, or a helper it calls, handles ``SerializationFailure`` or names
+    ``SERIALIZABLE``), it reads the table through ``select_for_update()``, or its ``create()`` handles
+    ``IntegrityError`` (a unique constraint decides)."""
+    if next(orm_calls(index, w), None) is None:
+        raise NotThisShape(f"no Django queryset in {w.function} ({w.rel})")
     for _, func in functions(index, w):
         for node in walk(func):
             if (isinstance(node, cst.Name) and node.value == "SerializationFailure") or (

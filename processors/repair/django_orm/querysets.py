@@ -23,7 +23,7 @@ from sqlglot import exp
 from processors.repair.django_orm.models import Model, models_in, resolve
 from processors.repair.source import SourceError, SourceIndex, walk
 from processors.repair.sql_edit import RewriteError, parse
-from processors.repair.strategies.base import NotApplicable, Writer
+from processors.repair.strategies.base import NotApplicable, NotThisShape, Writer
 
 _PASS: Final = frozenset({"all", "using", "select_related", "prefetch_related", "only", "defer", "order_by"})
 _FILTERS: Final = frozenset({"filter", "get"})
@@ -120,9 +120,9 @@ def functions(index: SourceIndex, w: Writer) -> list[tuple[Path, cst.FunctionDef
     try:
         func = index.function(w.path, w.function)
     except SourceError as exc:
-        raise NotApplicable(str(exc)) from exc
+        raise NotThisShape(str(exc)) from exc  # the raw-SQL shape says so
     if func is None:
-        raise NotApplicable(f"function {w.function} not found in {w.rel}")
+        raise NotThisShape(f"function {w.function} not found in {w.rel}")
     out = [(w.path, func)]
     for node in walk(func.body):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):

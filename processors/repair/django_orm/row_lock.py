@@ -29,9 +29,9 @@ _LOCKABLE = frozenset({"get", "first", "last", "exists", "count"})
 
 def row_lock(ctx: Context, w: Writer) -> Outcome:
     """Each unlocked read before the write through ``select_for_update()``, in a transaction."""
+    protected(ctx.index, w)
     if not w.reads:
         raise NotApplicable("no unlocked read precedes the write")
-    protected(ctx.index, w)
     root = functions(ctx.index, w)[0]
     out = Outcome()
     unprotected = False

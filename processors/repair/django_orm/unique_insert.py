@@ -40,10 +40,10 @@ except IntegrityError:
 
 def unique_insert(ctx: Context, w: Writer) -> Outcome:
     """A ``UniqueConstraint`` on what the check looked up, and the ``create()`` guarded against its violation."""
+    protected(ctx.index, w)
     inserts = [a for a in w.writes if a.operation == "insert"]
     if not inserts:
         raise NotApplicable("no INSERT to guard")
-    protected(ctx.index, w)
     out = Outcome()
     for insert in inserts:
         creates = calls_of(ctx.index, w, insert.statement)
