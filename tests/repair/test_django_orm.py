@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from processors.model.incident import CommitInfo
 from processors.repair import django_orm
 from processors.repair.file_patch import FilePatch, unified_diff
 from processors.repair.patch import Patch
@@ -258,3 +259,23 @@ def test_atomic_update_guards_a_decrement_and_handles_no_row_like_its_check(tmp_
     for op in configured.ops:
         op(patch)
     assert b"stock__gte=qty + 2" in patch.render()[0][2]
+
+
+def test_write_skew_with_its_commits_but_no_parameters_runs_serializable(tmp_path: Path) -> None:
+    """With the row changes the daemon attaches and no statement parameters (the stock instrumentation sends none),
+    the planner cannot tell that a lock on the count covers the other doctor's row: the plan is the SERIALIZABLE
+    retry of the view's atomic block (GREEN live as the ROW_LOCK plan's alternative)."""
+    root = copy_stack(tmp_path / "stack")
+    rows = [("a", "alice-204"), ("b", "bob-204")]
+    commits = [
+        CommitInfo(lsn=n, tx_id=str(n), commit_unix_ms=0, offset_ms=0, op="u", trace_id=t * 32, span_id=t * 16,
+                   before={"name": name, "shift": 204, "on_call": True}, correlation="tx_id", skew_ms=None,
+                   after={"name": name, "shift": 204, "on_call": False})
+        for n, (t, name) in enumerate(rows, 1)
+    ]  # fmt: skip
+    event = round_incident("write_skew").model_copy(update={"commits": commits})
+    plan = plan_repairs(event, root=root)
+    assert plan.strategy == STRICTER_ISOLATION, plan.notes
+    assert any(n.startswith("row_lock does not apply: lsn 1") for n in plan.notes), plan.notes
+    assert "with transaction.get_connection().cursor() as cursor:" in plan.diff
+    assert plan.isolation == {"app.go_off_call": "serializable"}
