@@ -18,7 +18,7 @@ from processors.model.incident import CommitInfo
 from processors.repair import django_orm
 from processors.repair.file_patch import FilePatch, unified_diff
 from processors.repair.patch import Patch
-from processors.repair.planner import apply, plan_repairs, revert
+from processors.repair.planner import RepairPlan, apply, plan_repairs, revert
 from processors.repair.source import SourceIndex
 from processors.repair.strategies import (
     ATOMIC_UPDATE,
@@ -59,11 +59,27 @@ def _changed(diff: str, sign: str) -> list[str]:
     return [line for line in lines if not line.lstrip().startswith("#")]
 
 
+Planned = Callable[[str], tuple[Path, RepairPlan]]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Planned:
+    """Each bug round's plan, made once for the module on a copy of the stack (a test that applies it reverts it)."""
+    plans: dict[str, tuple[Path, RepairPlan]] = {}
+
+    def plan(scenario: str) -> tuple[Path, RepairPlan]:
+        if scenario not in plans:
+            root = copy_stack(tmp_path_factory.mktemp(scenario))
+            plans[scenario] = (root, plan_repairs(round_incident(scenario), root=root))
+        return plans[scenario]
+
+    return plan
+
+
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_each_bug_view_is_repaired_at_the_orm_level(tmp_path: Path, scenario: str) -> None:
-    root = copy_stack(tmp_path / "stack")
+def test_each_bug_view_is_repaired_at_the_orm_level(planned: Planned, scenario: str) -> None:
+    root, plan = planned(scenario)
     original = (root / "app.py").read_bytes()
-    plan = plan_repairs(round_incident(scenario), root=root)
     strategy, added, removed = EXPECTED[scenario]
     assert plan.strategy == strategy, plan.notes
     assert {r.function for r in plan.repairs} == {f"app.{VIEWS[scenario]['bug']}"}
@@ -98,24 +114,23 @@ def test_the_raw_sql_form_of_the_strategy_finds_no_statement(tmp_path: Path, sce
         STRATEGIES[EXPECTED[scenario][0]](Context(SourceIndex(root)), w)
 
 
-def test_the_sql_level_forms(tmp_path: Path) -> None:
+def test_the_sql_level_forms(planned: Planned) -> None:
     """What a SQL-level repro replays: the recorded statements locked, the INSERT on conflict, and its index."""
-    root = copy_stack(tmp_path / "stack")
-    lost = plan_repairs(round_incident("lost_update"), root=root)
+    lost = planned("lost_update")[1]
     assert [e.after for e in lost.edits] == [recorded()["lost_update"]["bug"]["leader"][0] + " FOR UPDATE"]
-    skew = plan_repairs(round_incident("write_skew"), root=root)
+    skew = planned("write_skew")[1]
     assert 'FROM (SELECT * FROM "corpus_doctors" WHERE' in skew.edits[0].after
     assert skew.edits[0].after.endswith('FOR UPDATE) AS "corpus_doctors"')
-    phantom = plan_repairs(round_incident("phantom"), root=root)
+    phantom = planned("phantom")[1]
     assert "ON CONFLICT(room, day) DO NOTHING" in phantom.sql_rewrites[0]["after"]
     assert phantom.migrations == ['CREATE UNIQUE INDEX IF NOT EXISTS corpus_bookings_room_day_key ON "corpus_bookings"'
                                   "(room, day)"]  # fmt: skip
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_serializable_alternative_wraps_the_atomic_block_in_a_bounded_retry(tmp_path: Path, scenario: str) -> None:
-    root = copy_stack(tmp_path / "stack")
-    plan = plan_repairs(round_incident(scenario), root=root)
+def test_serializable_alternative_wraps_the_atomic_block_in_a_bounded_retry(planned: Planned, scenario: str) -> None:
+    root, plan = planned(scenario)
+    original = (root / "app.py").read_bytes()
     alt = next(a for a in plan.alternatives if a.strategy == STRICTER_ISOLATION)
     added = _changed(alt.diff, "+")
     assert added[:5] == [
@@ -132,7 +147,7 @@ def test_serializable_alternative_wraps_the_atomic_block_in_a_bounded_retry(tmp_
     apply(alt, root)
     compile((root / "app.py").read_bytes(), "app.py", "exec")
     revert(alt, root)
-    assert (root / "app.py").read_bytes() == (copy_stack(tmp_path / "fresh") / "app.py").read_bytes()
+    assert (root / "app.py").read_bytes() == original
 
 
 CONTROLS = [(s, k) for s, kinds in VIEWS.items() for k in kinds if k != "bug"]
@@ -279,3 +294,39 @@ def test_write_skew_with_its_commits_but_no_parameters_runs_serializable(tmp_pat
     assert any(n.startswith("row_lock does not apply: lsn 1") for n in plan.notes), plan.notes
     assert "with transaction.get_connection().cursor() as cursor:" in plan.diff
     assert plan.isolation == {"app.go_off_call": "serializable"}
+
+
+NO_TRANSACTION = """\
+from django.db import models
+
+
+class Account(models.Model):
+    account_no = models.TextField(primary_key=True)
+    balance = models.IntegerField()
+
+    class Meta:
+        app_label = "corpus"
+        db_table = "corpus_accounts"
+
+
+def deposit(account_no, amount):
+    account = Account.objects.get(pk=account_no)
+    account.balance += amount
+    account.save()
+    return account.balance
+"""
+
+
+def test_a_lock_outside_a_transaction_gets_one(tmp_path: Path) -> None:
+    """``select_for_update()`` outside a transaction raises: the function is made atomic (and the name imported).
+    (The model is the stack's Account: the recorded statements are what Django renders for it.)"""
+    root = tmp_path / "svc"
+    root.mkdir()
+    (root / "app.py").write_text(NO_TRANSACTION)
+    plan = plan_repairs(round_incident("lost_update"), root=root)  # app.deposit, as the stack's
+    assert _changed(plan.diff, "+") == [
+        "from django.db import models, transaction",
+        "@transaction.atomic",
+        "    account = Account.objects.select_for_update().get(pk=account_no)",
+    ], plan.diff
+    assert any("now runs in transaction.atomic" in n for n in plan.notes), plan.notes
