@@ -13,6 +13,7 @@ SERIALIZABLE`` for the recorded function.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -30,7 +31,7 @@ from processors.repair.django_orm.code import (
 from processors.repair.django_orm.querysets import calls_of, functions
 from processors.repair.edits import LOOP_NAMES, names_in
 from processors.repair.patch import Patch
-from processors.repair.source import SourceIndex
+from processors.repair.source import SourceIndex, walk
 from processors.repair.strategies.base import STRICTER_ISOLATION, Context, NotApplicable, Op, Outcome, Writer
 
 _RETRY: Final = """\
@@ -89,41 +90,43 @@ def _retry_op(index: SourceIndex, path: Path, func: cst.FunctionDef, block: cst.
     using = next((a.value for i in block.items if isinstance(i.item, cst.Call) for a in i.item.args
                   if a.keyword is not None and a.keyword.value == "using"), None)  # fmt: skip
 
-    def retried(node: cst.CSTNode) -> cst.CSTNode:
+    driver = "psycopg2" if _imports_psycopg2(index, path) else "psycopg"  # whose SerializationFailure Django wraps
+
+    def retried(node: cst.CSTNode, *, width: int) -> cst.CSTNode:
         assert isinstance(node, cst.With) and isinstance(node.body, cst.IndentedBlock)
-        setup = cst.parse_statement(_SET.replace("CURSOR", cursor))  # a fixed template and a name of a fixed list
-        assert isinstance(setup, cst.With)
-        if using is not None:
-            call = setup.items[0].item
-            assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-            inner = call.func.value
-            assert isinstance(inner, cst.Call)
-            setup = setup.with_changes(
-                items=[
-                    setup.items[0].with_changes(
-                        item=call.with_changes(
-                            func=call.func.with_changes(value=inner.with_changes(args=[cst.Arg(using.deep_clone())]))
-                        )
-                    )
-                ]
-            )
-        inner_block = node.with_changes(leading_lines=(), body=node.body.with_changes(body=[setup, *node.body.body]))
-        loop = cst.parse_statement(_RETRY.replace("ATTEMPT", var).replace("ERROR", error))
+        inner = node.with_changes(leading_lines=(), body=node.body.with_changes(body=[_setup(cursor, using),
+                                                                                      *node.body.body]))  # fmt: skip
+        loop = cst.parse_statement(_RETRY.replace("ATTEMPT", var).replace("ERROR", error))  # names of fixed lists
         assert isinstance(loop, cst.For) and isinstance(loop.body, cst.IndentedBlock)
         attempt = loop.body.body[0]
         assert isinstance(attempt, cst.Try) and isinstance(attempt.body, cst.IndentedBlock)
-        attempt = attempt.with_changes(body=attempt.body.with_changes(body=[inner_block, attempt.body.body[1]]))
+        attempt = attempt.with_changes(body=attempt.body.with_changes(body=[inner, attempt.body.body[1]]))
         loop = loop.with_changes(body=loop.body.with_changes(body=[attempt]))
         return commented(index, path, block, loop, text, width)
 
-    width = 120
-
     def op(patch: Patch) -> None:
-        nonlocal width
-        width = patch.line_length
-        patch.edit(path, block, STRICTER_ISOLATION, retried)
+        patch.edit(path, block, STRICTER_ISOLATION, partial(retried, width=patch.line_length))
         ensure_import(patch, patch.index, path, "django.db", "OperationalError")
         ensure_import(patch, patch.index, path, "django.db", "transaction")
-        ensure_import(patch, patch.index, path, "psycopg.errors", "SerializationFailure")
+        ensure_import(patch, patch.index, path, f"{driver}.errors", "SerializationFailure")
 
     return op
+
+
+def _setup(cursor: str, using: cst.BaseExpression | None) -> cst.With:
+    """``with transaction.get_connection([using]).cursor() as <cursor>: <cursor>.execute("SET TRANSACTION ...")``."""
+    setup = cst.parse_statement(_SET.replace("CURSOR", cursor))  # a fixed template and a name of a fixed list
+    assert isinstance(setup, cst.With)
+    if using is None:
+        return setup
+    item = setup.items[0]
+    call = item.item
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call)
+    connection = call.func.value.with_changes(args=[cst.Arg(using.deep_clone())])
+    return setup.with_changes(items=[item.with_changes(item=call.with_changes(
+        func=call.func.with_changes(value=connection)))])  # fmt: skip
+
+
+def _imports_psycopg2(index: SourceIndex, path: Path) -> bool:
+    """Whether the module names psycopg2 (Django's older PostgreSQL driver) rather than psycopg (3)."""
+    return any(isinstance(n, cst.Name) and n.value == "psycopg2" for n in walk(index.module(path)))
