@@ -41,6 +41,11 @@ class NotApplicable(Exception):
     """The strategy cannot repair this writer (the message says why)."""
 
 
+class NotThisShape(NotApplicable):
+    """The writer's code is not written in this strategy's shape at all (no Django queryset in it, say): a reason
+    given only when no shape has a closer one."""
+
+
 @dataclass(frozen=True, slots=True)
 class Writer:
     """One code path that writes the entity unprotected, with the unlocked reads it does before."""
