@@ -268,8 +268,15 @@ def _unlockable(incident: IncidentEvent) -> str:
         if c.before is None:
             return f"lsn {c.lsn} inserted its row: a lock cannot cover a row that does not exist yet"
         others = [r for trace, rs in reads.items() if trace != c.trace_id for r in rs]
-        if not any(selects(r.statement, r.params, c.before) is True for r in others):
-            return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
+        verdicts = [selects(r.statement, r.params, c.before) for r in others]
+        if True in verdicts:
+            continue
+        if None in verdicts:
+            return (
+                f"lsn {c.lsn} changed a row; whether the other request's read selected it cannot be told "
+                "(the read's parameters were not recorded)"
+            )
+        return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
     return ""
 
 
