@@ -123,3 +123,36 @@ def test_with_reduction_off_nothing_is_run_or_removed() -> None:
         [],
     )
     assert telemetry.events == {}
+
+
+def test_the_full_repro_is_shipped_when_the_repairs_green_does_not_hold_on_the_reduced_one() -> None:
+    """GREEN fails on the reduced repro and passes on the full one: the full one is shipped, with its GREEN run, and
+    the packet says why and removes nothing."""
+    from processors.connectors.repro.config import ReproConfig
+    from processors.connectors.repro.reduction import ship
+    from processors.model.outputs import DivergenceInfo, RunInfo
+    from processors.repro.reduce import Outcome, Reduced
+
+    shop = incident("lost_update")
+    full = compile_repro(shop)
+    faithful = DivergenceInfo(faithful=True, index=None, expected=None, actual=None, mismatch=None)
+    red = Outcome(RunInfo(status="failed", failure="lost update", duration_ms=1.0), faithful)
+    keep = Keep(frozenset({0}), frozenset({0}))
+    reduced = Reduced(keep, compile_repro(shop, keep=keep), red, [1, 2], [], 3, "", [0])
+    runs: list[Keep] = []
+
+    def green(kept: Keep) -> RunInfo:
+        runs.append(kept)
+        return RunInfo(status="failed" if kept == keep else "passed", failure="", duration_ms=1.0)
+
+    shipped = ship(ReproConfig(), shop, full, red, reduced, level="sql", green=green, dsn="", settings={})
+    assert runs == [keep, Keep()]
+    assert (shipped.keep, shipped.full, shipped.green) == (Keep(), None, RunInfo(status="passed", failure="",
+                                                                                   duration_ms=1.0))  # fmt: skip
+    record = shipped.evidence["reduction"]
+    assert (record["shipped"], record["removed_steps"], record["steps"]["kept"]) == (
+        "full",
+        [],
+        len(full.schedule.steps),
+    )
+    assert "did not pass on the reduced repro" in record["why"]
