@@ -39,6 +39,15 @@ class Shipped:
     full: GeneratedTest | None  # the full repro, kept beside a reduced one
 
 
+def packet_settings(config: ReproConfig, detection: Mapping[str, Any], invariants: list[str]) -> dict[str, Any]:
+    """The settings an evidence packet names: detection's (window, settle, skew), the table's invariants, and the
+    repro's own that shape a run; whether a schema or a source root is configured, never its path, DSN or secret."""
+    repro = {"statement_timeout_ms": config.statement_timeout_ms,
+             "schema_sql": "configured" if config.schema_sql else "derived from the rows",
+             "source_root": "configured" if config.source_root else "none (SQL level only)"}  # fmt: skip
+    return {"collisions": {**detection, "invariants": list(invariants)}, "repro": repro}
+
+
 def reduce_red(config: ReproConfig, incident: IncidentEvent, full: GeneratedTest, reference: Outcome, *,
                level: str, plan: RepairPlan | None, make: Callable[[Keep], GeneratedTest],
                run: Callable[[GeneratedTest, str], Outcome], telemetry: Telemetry) -> Reduced:  # fmt: skip
@@ -83,4 +92,4 @@ def ship(config: ReproConfig, incident: IncidentEvent, full: GeneratedTest, refe
     return Shipped(keep, outcome, proof, evidence, full if shrunk else None)
 
 
-__all__ = ["FULL_PREFIX", "Shipped", "reduce_red", "ship"]
+__all__ = ["FULL_PREFIX", "Shipped", "packet_settings", "reduce_red", "ship"]

@@ -46,7 +46,7 @@ import structlog
 from processors.component import GraphQueries, Publish
 from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.green import sql_green
-from processors.connectors.repro.reduction import FULL_PREFIX, Shipped, reduce_red, ship
+from processors.connectors.repro.reduction import FULL_PREFIX, Shipped, packet_settings, reduce_red, ship
 from processors.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
 from processors.redaction import redacted
@@ -354,11 +354,7 @@ class ReproWorker(Sink):
 
         reduced = reduce_red(self.config, incident, full, reference, level=level, plan=plan, telemetry=self.telemetry,
                              make=lambda keep: self._compile(incident, level, specs, keep=keep), run=run)  # fmt: skip
-        repro = {"statement_timeout_ms": self.config.statement_timeout_ms,
-                 "schema_sql": "configured" if self.schema_sql is not None else "derived from the rows",
-                 "source_root": "configured" if self.source_root else "none (SQL level only)"}  # fmt: skip
-        settings = {"collisions": {**self.detection, "invariants": self.invariants.get(incident.table, [])},
-                    "repro": repro}  # fmt: skip
+        settings = packet_settings(self.config, self.detection, self.invariants.get(incident.table, []))
         return ship(
             self.config, incident, full, reference, reduced, level=level, green=green, dsn=self.dsn, settings=settings
         )
