@@ -12,7 +12,8 @@ full repro: RED with the same verdict (the ``DefectReproduced`` message, word fo
 divergence (faithful both, or diverging the same way: mismatch, expected and actual statement). A candidate that does
 not compile is refused (it counts as a candidate).
 
-The statements are reduced first, then the seed rows (a row can go only once the statements that read it have gone).
+The statements are reduced first, then the seed rows (a row can go only once the statements that read it have gone);
+each phase's result is 1-minimal given the other's.
 The search is bounded by a number of candidate runs and by wall time (the injected clock); when a bound stops it,
 the smallest accepted candidate so far is the result and ``stopped_by`` names the bound.
 """
