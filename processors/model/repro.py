@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from processors.model.base import SCHEMA_VERSION, Frozen, Published
 
@@ -62,3 +62,6 @@ class ReproEvent(Published):
     divergence: DivergenceInfo
     proven: bool  # faithful, RED before the repair and GREEN after it
     redacted: bool = False  # built from an incident with redacted values: it replays their placeholders
+    # The evidence packet without the recorded statements and images (processors.repro.evidence): versions, settings,
+    # production's services, and what the reduction removed.
+    evidence: dict[str, Any] = {}

@@ -6,6 +6,11 @@ The file is assembled with libcst from templates, real linted modules of this pa
 (one line per module); their data assignments are replaced by literals of the incident
 (:mod:`processors.repro.literals`). No text of the incident is ever formatted into code; the assembled module is
 compiled, and every data assignment is parsed back and compared, before it is returned.
+
+A reduced repro (:mod:`processors.repro.reduce`) is compiled from the part of the schedule it keeps
+(:class:`~processors.repro.subset.Keep`). The evidence packet (:mod:`processors.repro.evidence`), when given, ends the
+file as one more data assignment, ``EVIDENCE``, that the test never reads: the versions, configuration and recorded
+statements and row images the repro was made from.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from processors.repro.divergence import ExecutedStatement
 from processors.repro.literals import check_module, literal, plain
 from processors.repro.schedule import MULTI_ROW, Schedule, build
 from processors.repro.statements import ReproError, normalise
+from processors.repro.subset import Keep, subset
 
 LEVELS = ("sql", "app")
 ISOLATION = ("read_committed", "repeatable_read", "serializable")
@@ -237,6 +243,23 @@ def _member_order(name: str) -> tuple[int, str, str]:
     return kind, name.lower(), name
 
 
+_EVIDENCE = (
+    "# ---- the evidence packet (generated data; the test never reads it): the versions and configuration this repro",
+    "# was made and run with, the recorded statements and row images it started from, what the reduction removed ----",
+)
+
+
+def _evidence(packet: dict[str, Any]) -> Statement:
+    """``EVIDENCE: dict[str, Any] = <the packet as a literal>``, after two blank lines and the comment above."""
+    stmt = cst.parse_statement("EVIDENCE: dict[str, Any] = {}\n")
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    ann = stmt.body[0]
+    assert isinstance(ann, cst.AnnAssign)
+    comments = [cst.EmptyLine(comment=cst.Comment(line)) for line in _EVIDENCE]
+    return stmt.with_changes(body=[ann.with_changes(value=literal(packet))],
+                             leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *comments])  # fmt: skip
+
+
 def _verify(source: str, data: Mapping[str, Any]) -> None:
     """The module compiles and each data assignment parses back to exactly the data."""
     check_module(source)
@@ -261,12 +284,15 @@ def compile_repro(
     isolation: str | None = None,
     session_isolation: Mapping[str, str] | None = None,
     migrations: Sequence[str] = (),
+    keep: Keep | None = None,
+    evidence: Mapping[str, Any] | None = None,
 ) -> GeneratedTest:
     """A standalone pytest file replaying ``incident`` at SQL or application level; raises ReproError.
 
     ``isolation`` is every session's isolation level, ``session_isolation`` that of the sessions of the recorded
     functions it names (a repair that runs one transaction at a stricter level); ``migrations`` are schema changes
-    (a repair's unique constraint) run on the scratch database after its seed rows.
+    (a repair's unique constraint) run on the scratch database after its seed rows; ``keep`` the part of the
+    schedule a reduced repro keeps; ``evidence`` the evidence packet the file ends with (plain data).
     """
     if level not in LEVELS:
         raise ReproError(f"level must be one of {LEVELS}")
@@ -274,6 +300,8 @@ def compile_repro(
     if any(v is not None and v not in ISOLATION for v in levels.values()):
         raise ReproError(f"isolation must be one of {ISOLATION}")
     schedule = build(incident, invariants)
+    if keep is not None:
+        schedule = subset(schedule, keep)
     data = _data(schedule, incident, level, schema_sql, levels, migrations)
     root: str | None = None
     if level == "app":
@@ -289,6 +317,9 @@ def compile_repro(
     for _, statements in parts:  # two blank lines between templates; a template's leading comments are kept
         kept = [line for line in statements[0].leading_lines if line.comment is not None]
         body += [statements[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *kept]), *statements[1:]]
+    if evidence is not None:
+        data["EVIDENCE"] = dict(evidence)
+        body.append(_evidence(data["EVIDENCE"]))
     module = cst.Module(body=[*header, *body])
     source = module.code
     _verify(source, data)

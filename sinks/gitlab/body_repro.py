@@ -1,4 +1,5 @@
-"""Markdown of what a reproduction adds: its note (RED, GREEN, divergence, attachments) and its merge request.
+"""Markdown of what a reproduction adds: its note (RED, GREEN, divergence, the evidence packet's summary and what the
+reduction removed, attachments) and its merge request.
 
 The merge request says ``Proves #N``, never a closing keyword: only a FIXED verdict on the deployed build closes
 the issue. Untrusted strings are code spans (:mod:`sinks.gitlab.escape`); the note starts with its marker.
@@ -6,7 +7,9 @@ the issue. Untrusted strings are code spans (:mod:`sinks.gitlab.escape`); the no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from processors.model.outputs import ReproEvent
 from sinks.gitlab import ci_job
@@ -14,11 +17,62 @@ from sinks.gitlab.escape import code, one_line, plain, title_text
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import event_id, marker
 
+_SHOWN = {"psycopg", "psycopg2", "psycopg2-binary", "asyncpg", "sqlalchemy", "django", "pytest"}
+_SIDECAR = "evidence.json"
+_LISTED = 5
+
 
 def _run(status: str, duration_ms: float, failure: str) -> str:
     colour = {"failed": "RED", "passed": "GREEN"}.get(status, "ERROR")
     why = f": {code(failure, cell=True)}" if failure else ""
     return f"**{colour}** ({code(status, cell=True)}, {duration_ms:.1f} ms){why}"
+
+
+def _evidence_rows(evidence: Mapping[str, Any]) -> list[str]:
+    """The evidence packet's summary as table rows: the reduction, what the repro was made and run with, production's
+    services; none for a repro published without a packet."""
+    if not evidence:
+        return []
+    r = evidence.get("reduction") or {}
+    steps, rows = r.get("steps") or {}, r.get("rows") or {}
+    if r.get("shipped") == "reduced":
+        reduced = (f"{steps.get('kept')} of {steps.get('full')} steps, {rows.get('kept')} of {rows.get('full')} seed "
+                   f"rows, each candidate run on the scratch database ({r.get('runs')} runs)")  # fmt: skip
+        if r.get("full_test"):
+            reduced += f"; the full repro is {code(r['full_test'], cell=True)}"
+    else:
+        reduced = "not reduced" + (f": {code(r.get('why'), cell=True)}" if r.get("why") else " (nothing could go)")
+    if r.get("stopped_by"):
+        reduced += f"; stopped by {code(r['stopped_by'], cell=True)}"
+    packages = evidence.get("packages") or {}
+    made = [f"Python {code((evidence.get('python') or {}).get('version'), cell=True)}"]
+    made += [f"{code(name, cell=True)} {code(v, cell=True)}" for name, v in sorted(packages.items())
+             if name.lower() in _SHOWN]  # fmt: skip
+    made += [f"PostgreSQL {code((evidence.get('postgresql') or {}).get('repro_server') or '?', cell=True)}",
+             f"trace-repro {code(evidence.get('trace_repro'), cell=True)}"]  # fmt: skip
+    traces = (evidence.get("production") or {}).get("traces") or []
+    services = sorted({f"{t.get('service')} {t.get('version') or '(no service.version)'}" for t in traces})
+    return [
+        f"| **Reduced** | {reduced} |",
+        f"| **Made and run with** | {', '.join(made)} |",
+        f"| **Production** | {', '.join(code(s, cell=True) for s in services) or '—'} |",
+        f"| **Evidence** | {code(_SIDECAR, cell=True)} beside the test, and {code('EVIDENCE', cell=True)} at its end |",
+    ]
+
+
+def _removed(evidence: Mapping[str, Any]) -> list[str]:
+    """The statements and seed rows the reduction removed (the first few), as code spans."""
+    r = (evidence or {}).get("reduction") or {}
+    if r.get("shipped") != "reduced":
+        return []
+    steps, rows = r.get("removed_steps") or [], r.get("removed_rows") or []
+    lines = [f"**Removed by the reduction** ({len(steps)} statements, {len(rows)} seed rows)", ""]
+    for s in steps[:_LISTED]:
+        lines.append(f"- session {code(s.get('session'))}: {code(s.get('statement'))} {code(s.get('params'))}")
+    lines += [f"- seed row {code(row)}" for row in rows[:_LISTED]]
+    if len(steps) > _LISTED or len(rows) > _LISTED:
+        lines.append("- … (all of them in the evidence packet)")
+    return [*lines, ""]
 
 
 def repro_note(e: ReproEvent, test_link: str, patch_link: str | None, links: Links | None = None) -> str:
@@ -46,8 +100,10 @@ def repro_note(e: ReproEvent, test_link: str, patch_link: str | None, links: Lin
         f"| **Before the repair** | {_run(e.red.status, e.red.duration_ms, e.red.failure)} |",
         f"| **After the repair** | {green} |",
         f"| **Divergence** | {divergence} |",
+        *_evidence_rows(e.evidence),
         "",
     ]
+    lines += _removed(e.evidence)
     if e.redacted:
         lines += ["Built from redacted values: the test replays their placeholders (`[REDACTED]`, `[HMAC:…]`), not "
                   "production's; where the defect depends on them, RED and GREEN do not prove it.", ""]  # fmt: skip

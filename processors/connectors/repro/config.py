@@ -28,3 +28,9 @@ class ReproConfig(Section):
     max_attempts: int = Field(3, ge=1, description="repro attempts per fingerprint while none compiles (later "
                               "occurrences retry)")  # fmt: skip
     max_tracked_fingerprints: int = Field(10_000, ge=1, description="fingerprints whose repro attempts are remembered")
+    reduce: bool = Field(True, description="reduce each RED repro to the fewest recorded statements and seed rows "
+                         "that still fail the same way (delta debugging on the scratch database)")  # fmt: skip
+    reduce_max_runs: int = Field(24, ge=1, le=10_000, description="candidate runs one reduction may make (then the "
+                                 "smallest candidate so far is shipped)")  # fmt: skip
+    reduce_max_s: float = Field(120.0, gt=0, le=3600, description="wall time one reduction may take, in seconds (then "
+                                "the smallest candidate so far is shipped)")  # fmt: skip

@@ -27,10 +27,11 @@ def create(config: ReproConfig, ctx: Context) -> ReproWorker:
         graph=ctx.graph,
         publish=ctx.publish,
         dsn=dsn.get_secret_value() if (dsn := ctx.secret("postgres_dsn")) is not None else "",
-        invariants=ctx.section("collisions", CollisionConfig).invariants,
+        invariants=(collisions := ctx.section("collisions", CollisionConfig)).invariants,
         telemetry=ctx.telemetry("repro"),
         max_attempts=config.max_attempts,
         max_tracked=config.max_tracked_fingerprints,
+        detection={"window_s": collisions.window_s, "settle_s": collisions.settle_s, "skew_ms": collisions.skew_ms},
     )
 
 

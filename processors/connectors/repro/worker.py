@@ -13,6 +13,10 @@ runs never hold the detectors back. For the first occurrence of each fingerprint
    them to a copy of the source and runs the same test against the copy (with the plan's schema migrations on the
    scratch database); at SQL level, runs the same incident with the repaired statements, the plan's isolation
    levels and migrations (when every repaired statement's values were recorded): it must pass (GREEN);
+   before GREEN, a RED repro is reduced to the fewest statements and seed rows that still fail the same way
+   (``[repro] reduce``, :mod:`processors.connectors.repro.reduction`): the reduced repro is shipped when the repair's
+   GREEN holds on it, the full one kept beside it; the shipped file ends with its evidence packet, also written
+   beside it as ``evidence.json`` (:mod:`processors.repro.evidence`);
 4. records ``Repro``/``Repair`` nodes (each writer's lock mode before and after), writes the files (test, JUnit XML,
    Code Quality report) and publishes a ``ReproEvent`` on ``trace-repro.repros``.
 
@@ -35,12 +39,14 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from processors.component import GraphQueries, Publish
 from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.green import sql_green
+from processors.connectors.repro.reduction import FULL_PREFIX, Shipped, packet_settings, reduce_red, ship
 from processors.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
 from processors.redaction import redacted
@@ -49,8 +55,11 @@ from processors.repro import CallSpec, GeneratedTest, ReproError, compile_repro,
 from processors.repro.ci_files import write_repro_files
 from processors.repro.compiler import safe_name
 from processors.repro.derive import derive_call_specs
+from processors.repro.evidence import summary, write_sidecar
 from processors.repro.paths import UnsafePath, under, valid_fingerprint
+from processors.repro.reduce import Outcome
 from processors.repro.runner import sweep_scratch
+from processors.repro.subset import Keep
 from processors.sink import Sink
 from processors.state import CountedLRU
 from processors.telemetry import Telemetry
@@ -77,13 +86,15 @@ class ReproWorker(Sink):
 
     def __init__(self, config: ReproConfig, *, graph: GraphQueries, publish: Publish, dsn: str,
                  invariants: Mapping[str, list[str]], telemetry: Telemetry | None = None,
-                 max_attempts: int = MAX_ATTEMPTS, max_tracked: int = MAX_TRACKED) -> None:  # fmt: skip
+                 max_attempts: int = MAX_ATTEMPTS, max_tracked: int = MAX_TRACKED,
+                 detection: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.config = config
         self.graph = graph
         self.publish = publish
         self.invariants = dict(invariants)
+        self.detection = dict(detection or {})  # the detection settings an evidence packet names (non-secret)
         compile_invariants(self.invariants)  # validated with [collisions]; fail early here too
         self.telemetry = (telemetry or Telemetry("repro")).declare("invalid_fingerprint", "unsafe_path", "max_attempts")
         self.dsn = config.dsn or dsn
@@ -186,10 +197,12 @@ class ReproWorker(Sink):
         return "sql", {}
 
     def _compile(self, incident: IncidentEvent, level: str, specs: Mapping[str, CallSpec],
-                 migrations: list[str] | None = None) -> GeneratedTest:  # fmt: skip
+                 migrations: list[str] | None = None, keep: Keep | None = None,
+                 evidence: Mapping[str, Any] | None = None) -> GeneratedTest:  # fmt: skip
         root = str(self.source_root) if self.source_root else None
         return compile_repro(incident, level=level, schema_sql=self.schema_sql, call_specs=specs, source_root=root,
-                             invariants=self.invariants.get(incident.table), migrations=migrations or ())  # fmt: skip
+                             invariants=self.invariants.get(incident.table), migrations=migrations or (), keep=keep,
+                             evidence=evidence)  # fmt: skip
 
     def _prove(self, incident: IncidentEvent, sites: list[AccessInfo]) -> ReproEvent | None:
         """RED, divergence, plan, GREEN for one incident (blocking: runs in a worker thread); raises UnsafePath,
@@ -222,19 +235,21 @@ class ReproWorker(Sink):
             statement_timeout_ms=self.config.statement_timeout_ms,
         )
         divergence = first_divergence(test.production_sequence, executed)
-        green: RunInfo | None = None
         patch, repairs, rewrites = "", [], []
+        plan: RepairPlan | None = None
         if self.source_root is not None:
             plan = plan_repairs(incident, root=self.source_root, sites=sites,
                                 invariants=self.invariants,
                                 source_map=self._source_map())  # fmt: skip
             patch, repairs, rewrites = plan.diff, plan.repairs, plan.sql_rewrites
-            if plan.repairs and level == "app":
-                green = self._green(incident, test, plan, work, specs)
-            elif plan.repairs:
-                green = self._sql_green(incident, plan, work)
+        shipped = self._reduce_and_green(incident, level, specs, test, Outcome(red, divergence), plan, work)
+        red, divergence, green = shipped.outcome.red, shipped.outcome.divergence, shipped.green
+        full = shipped.full
+        test = self._compile(incident, level, specs, keep=shipped.keep, evidence=shipped.evidence)
         proven = divergence.faithful and red.status == "failed" and green is not None and green.status == "passed"
         files = write_repro_files(self.out, incident, test, {"red": red, **({"green": green} if green else {})})
+        write_sidecar(self.out, files.directory, shipped.evidence, full.source if full else None,
+                      FULL_PREFIX + full.name if full else "")  # fmt: skip
         log.info("repro", fingerprint=incident.fingerprint, level=level, red=red.status,
                  green=green.status if green else None, faithful=divergence.faithful, proven=proven,
                  repairs=[f"{r.function}:{r.strategy}" for r in repairs])  # fmt: skip
@@ -253,14 +268,17 @@ class ReproWorker(Sink):
             divergence=divergence,
             proven=proven,
             redacted=redacted(incident),
+            evidence=summary(shipped.evidence),
         )
 
     def _green(self, incident: IncidentEvent, test: GeneratedTest, plan: RepairPlan, work: Path,
-               specs: Mapping[str, CallSpec]) -> RunInfo:  # fmt: skip
+               specs: Mapping[str, CallSpec], keep: Keep | None = None) -> RunInfo:  # fmt: skip
         """The same test against a patched copy of the source (and the plan's schema migrations): ``copy_paths``, or
         else the top-level packages (or modules) the called functions are imported from."""
         assert self.source_root is not None
         patched = Path(tempfile.mkdtemp(prefix="repro-green-", dir=work))
+        if keep is not None:
+            test = self._compile(incident, "app", specs, keep=keep)
         called = {spec.module_path.split("/", 1)[0] for spec in specs.values()}
         for part in self.config.copy_paths or sorted(called):
             source = self.source_root / part
@@ -270,7 +288,7 @@ class ReproWorker(Sink):
                 shutil.copy2(source, patched / part)
         apply(plan, patched)
         if plan.migrations:  # the same test, on a scratch database with the repair's schema change
-            test = self._compile(incident, "app", specs, plan.migrations)
+            test = self._compile(incident, "app", specs, plan.migrations, keep=keep)
         green, _ = run_repro(
             test,
             dsn=self.dsn,
@@ -281,7 +299,8 @@ class ReproWorker(Sink):
         )
         return green
 
-    def _sql_green(self, incident: IncidentEvent, plan: RepairPlan, work: Path) -> RunInfo | None:
+    def _sql_green(self, incident: IncidentEvent, plan: RepairPlan, work: Path,
+                   keep: Keep | None = None) -> RunInfo | None:  # fmt: skip
         """The incident replayed with the repaired statements, isolation levels and migrations (None: the plan has
         no SQL-level form)."""
         repaired = sql_green(incident, plan)
@@ -292,7 +311,7 @@ class ReproWorker(Sink):
             test = compile_repro(repaired.incident, level="sql", schema_sql=self.schema_sql,
                                  invariants=self.invariants.get(incident.table),
                                  session_isolation=repaired.session_isolation,
-                                 migrations=repaired.migrations)  # fmt: skip
+                                 migrations=repaired.migrations, keep=keep)  # fmt: skip
         except ReproError as exc:
             log.warning("repro.green_not_compiled", fingerprint=incident.fingerprint, error=str(exc)[:300])
             return None
@@ -304,6 +323,41 @@ class ReproWorker(Sink):
             statement_timeout_ms=self.config.statement_timeout_ms,
         )
         return green
+
+    def _reduce_and_green(
+        self,
+        incident: IncidentEvent,
+        level: str,
+        specs: Mapping[str, CallSpec],
+        full: GeneratedTest,
+        reference: Outcome,
+        plan: RepairPlan | None,
+        work: Path,
+    ) -> Shipped:
+        """The RED repro reduced (:func:`~processors.connectors.repro.reduction.reduce_red`), the GREEN run of
+        what is shipped, and its evidence packet (:func:`~processors.connectors.repro.reduction.ship`)."""
+        root = str(self.source_root) if self.source_root else None
+
+        def run(test: GeneratedTest, label: str) -> Outcome:
+            info, executed = run_repro(test, dsn=self.dsn, workdir=work / label, source_root=root, label=label,
+                                       statement_timeout_ms=self.config.statement_timeout_ms)  # fmt: skip
+            return Outcome(info, first_divergence(test.production_sequence, executed))
+
+        def green(keep: Keep) -> RunInfo | None:
+            if plan is None or not plan.repairs:
+                return None
+            label = "green" if keep == Keep() else "green-reduced"
+            (work / label).mkdir(parents=True, exist_ok=True)
+            if level == "app":
+                return self._green(incident, full, plan, work / label, specs, keep)
+            return self._sql_green(incident, plan, work / label, keep)
+
+        reduced = reduce_red(self.config, incident, full, reference, level=level, plan=plan, telemetry=self.telemetry,
+                             make=lambda keep: self._compile(incident, level, specs, keep=keep), run=run)  # fmt: skip
+        settings = packet_settings(self.config, self.detection, self.invariants.get(incident.table, []))
+        return ship(
+            self.config, incident, full, reference, reduced, level=level, green=green, dsn=self.dsn, settings=settings
+        )
 
     def _source_map(self) -> Mapping[str, Path]:
         return {prefix: Path(local) for prefix, local in self.config.source_map.items()}
