@@ -61,13 +61,17 @@ Arg = Param | Const | PerSession | Format | RequestKey
 
 @dataclass(frozen=True, slots=True)
 class CallSpec:
-    """How to call one recorded function: ``target`` is ``package.module:function``; it receives a psycopg
-    connection first, then ``args`` and ``kwargs``."""
+    """How to call one recorded function: ``target`` is ``package.module:function`` (or ``:Class.method``); it
+    receives a psycopg connection first, then ``args`` and ``kwargs``. A method with a ``receiver`` is called on an
+    instance the test builds: ``Class()`` ("new"), or ``Class(conn)`` ("connection": the method then gets no
+    connection of its own). A ``coroutine`` function's result is run to completion (``asyncio.run``)."""
 
     target: str
     args: tuple[Arg, ...] = ()
     kwargs: tuple[tuple[str, Arg], ...] = ()
     autocommit: bool = True
+    receiver: str = ""  # "" | "new" | "connection"
+    coroutine: bool = False
 
     @property
     def module_path(self) -> str:
@@ -109,8 +113,8 @@ def counted_steps(schedule: Schedule, session: int) -> list[Step]:
 
 def calls(schedule: Schedule, specs: Mapping[str, CallSpec],
           keys: Mapping[str, str] | None = None) -> dict[int, dict[str, Any]]:  # fmt: skip
-    """Session number → {target, args, kwargs, autocommit} with resolved values (``keys``: trace id → the
-    idempotency key its request carried)."""
+    """Session number → {target, args, kwargs, autocommit[, receiver, coroutine]} with resolved values (``keys``:
+    trace id → the idempotency key its request carried)."""
     out: dict[int, dict[str, Any]] = {}
     for s in schedule.sessions:
         spec = spec_for(s, specs)
@@ -121,6 +125,8 @@ def calls(schedule: Schedule, specs: Mapping[str, CallSpec],
             "args": [_resolve(a, s.number, params, key) for a in spec.args],
             "kwargs": {k: _resolve(a, s.number, params, key) for k, a in spec.kwargs},
             "autocommit": spec.autocommit,
+            **({"receiver": spec.receiver} if spec.receiver else {}),
+            **({"coroutine": True} if spec.coroutine else {}),
         }
     return out
 

@@ -1,0 +1,161 @@
+"""Call specs derived for each code shape (methods, ``async def``, the shop's handlers and jobs), and the reasons
+given for the ones a repro cannot call (route handlers, injected sessions, asyncpg, unrecorded arguments)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from processors.model.outputs import IncidentEvent
+from processors.repro import CallSpec, Param
+from processors.repro.app_level import RequestKey
+from processors.repro.derive import derive_call_specs
+from tests.repro.cases import incident
+
+RECORDED = "svc.stock.take"  # the recorded code.function.name of the relocated incident's both sessions
+SKU = (("sku", Param(0, 0)),)  # checkout's incident: ``SELECT stock FROM inventory WHERE sku = %s`` first
+
+
+def relocated(tmp_path: Path, source: str, function: str = RECORDED, *, key: str = "") -> tuple[IncidentEvent, Path]:
+    """The shop's oversell incident, its two sessions recorded as ``function`` in ``svc/stock.py`` (``source``)."""
+    module = tmp_path / "svc" / "stock.py"
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text(textwrap.dedent(source), encoding="utf-8")
+    event = incident("invariant_violation")
+    moved = {"function": function, "file": str(module), "idempotency_key": key}
+    accesses = [a.model_copy(update=moved) for a in event.accesses]
+    update = {"accesses": accesses, "culprit": event.culprit.model_copy(update=moved),
+              "victim": event.victim.model_copy(update=moved)}  # fmt: skip
+    return event.model_copy(update=update), tmp_path
+
+
+def derived(tmp_path: Path, source: str, function: str = RECORDED, *, key: str = "") -> CallSpec | str:
+    """The one spec derived for ``function``, or the reason it has none."""
+    event, root = relocated(tmp_path, source, function, key=key)
+    result = derive_call_specs(event, source_root=root)
+    assert set(result.specs) | set(result.reasons) == {function}
+    return result.specs.get(function) or result.reasons[function]
+
+
+def test_a_coroutine_function_is_run_to_completion(tmp_path: Path) -> None:
+    """``async def take(conn, sku)``: the spec says it is a coroutine function (the test runs it with asyncio.run)."""
+    spec = derived(tmp_path, "async def take(conn, sku):\n    return sku\n")
+    assert spec == CallSpec("svc.stock:take", (), SKU, coroutine=True)
+
+
+def test_a_method_of_a_class_built_with_no_arguments(tmp_path: Path) -> None:
+    """``Stock().take(conn, sku)``: no constructor of its own, no base class."""
+    source = "class Stock:\n    def take(self, conn, sku):\n        return sku\n"
+    assert derived(tmp_path, source, "svc.stock.Stock.take") == CallSpec("svc.stock:Stock.take", (), SKU,
+                                                                         receiver="new")  # fmt: skip
+
+
+def test_a_method_of_a_class_holding_the_connection(tmp_path: Path) -> None:
+    """``Stock(conn).take(sku)``: the constructor's only required parameter is the connection; a commit on
+    ``self.conn`` makes the connection transactional (not autocommit)."""
+    source = """
+        class Stock:
+            def __init__(self, conn, retries=3):
+                self.conn = conn
+
+            async def take(self, sku):
+                self.conn.commit()
+    """
+    assert derived(tmp_path, source, "svc.stock.Stock.take") == CallSpec(
+        "svc.stock:Stock.take", (), SKU, autocommit=False, receiver="connection", coroutine=True
+    )
+
+
+def test_static_and_class_methods_are_called_on_the_class(tmp_path: Path) -> None:
+    """``@staticmethod``/``@classmethod``: called as ``Stock.take(conn, sku)``, no instance."""
+    static = "class Stock:\n    @staticmethod\n    def take(conn, sku):\n        pass\n"
+    assert derived(tmp_path, static, "svc.stock.Stock.take") == CallSpec("svc.stock:Stock.take", (), SKU)
+    classmethod_ = "class Stock:\n    @classmethod\n    def take(cls, conn, sku):\n        pass\n"
+    assert derived(tmp_path, classmethod_, "svc.stock.Stock.take") == CallSpec("svc.stock:Stock.take", (), SKU)
+
+
+def test_a_class_whose_instance_cannot_be_built_is_explained(tmp_path: Path) -> None:
+    """A constructor needing more than the connection, or inherited: the reason names what it needs."""
+    needs = "class Stock:\n    def __init__(self, conn, clock):\n        pass\n    def take(self, sku):\n        pass\n"
+    assert derived(tmp_path, needs, "svc.stock.Stock.take") == (
+        "Stock.take(): neither its first parameter nor Stock()'s only required one is a connection "
+        "(conn, connection, cur, cursor, db, session)"
+    )
+    inherited = "class Stock(Base):\n    def take(self, conn, sku):\n        pass\n"
+    assert derived(tmp_path, inherited, "svc.stock.Stock.take") == (
+        "Stock.take(): Stock has a base class or decorator and no __init__ of its own: how to build an instance is "
+        "not known statically"
+    )
+
+
+def test_a_flask_view_reading_its_body_says_what_a_call_would_need(tmp_path: Path) -> None:
+    """A Flask route handler is not called directly; the reason names its route, the path parameter and the body the
+    telemetry does not carry (read through a helper)."""
+    source = """
+        from flask import Blueprint, request
+        bp = Blueprint("stock", __name__)
+
+        def _args():
+            return request.get_json()["args"]
+
+        @bp.post("/stock/<sku>/take")
+        def take(sku):
+            return _args()
+    """
+    assert derived(tmp_path, source) == (
+        "take() is a route handler (@bp.post('/stock/<sku>/take')): it runs behind the framework (its decorators, "
+        "middleware and dependencies), so it is not called directly, and calls through the framework's test client "
+        "are not derived; such a call needs sku from the recorded URL's path parameters (url.path against "
+        "http.route); the request body it reads, which the telemetry does not carry (record it on the request's "
+        "span, or write a call spec: [repro] call_specs)"
+    )
+
+
+def test_a_fastapi_handler_with_an_injected_session_and_a_django_view(tmp_path: Path) -> None:
+    """FastAPI's ``Depends`` names the injected session; a Django view is told by its ``request`` parameter."""
+    fastapi = """
+        from fastapi import APIRouter, Depends
+        router = APIRouter()
+
+        @router.post("/stock/{sku}/take")
+        async def take(sku: str, session=Depends(get_session)):
+            pass
+    """
+    why = derived(tmp_path, fastapi)
+    assert isinstance(why, str)
+    assert why.startswith("take() is a route handler (@router.post('/stock/{sku}/take'))")
+    assert why.endswith("such a call needs sku from the recorded URL's path parameters (url.path against "
+                        "http.route); the injected session = Depends(get_session) overridden to the scratch "
+                        "database")  # fmt: skip
+    django = "def take(request, sku):\n    return request.POST['n']\n"
+    why = derived(tmp_path, django)
+    assert isinstance(why, str)
+    assert why.startswith("take() is a Django view (its first parameter is the request)")
+    assert "the request body it reads" in why
+
+
+def test_asyncpg_and_other_decorators_are_refused_with_the_reason(tmp_path: Path) -> None:
+    """asyncpg is not the driver the gate patches; an unknown decorator hides the signature."""
+    assert derived(tmp_path, "import asyncpg\nasync def take(conn, sku):\n    pass\n") == (
+        "stock.py uses asyncpg: the application-level repro schedules psycopg 3 statements only (its cursor is what "
+        "it patches); the SQL-level repro replays them"
+    )
+    assert derived(tmp_path, "@retry(3)\ndef take(conn, sku):\n    pass\n") == (
+        "take() is decorated (@retry): its wrapper's signature is not known statically"
+    )
+
+
+def test_an_unrecorded_argument_names_what_would_supply_it(tmp_path: Path) -> None:
+    """A parameter nothing binds; an idempotency key the spans did not carry (and bound when they did)."""
+    assert derived(tmp_path, "def take(conn, sku, quantity):\n    pass\n") == (
+        "take(): no recorded value for its parameter 'quantity' (no statement of the session on the incident's "
+        "rows compares or stores a column of that name, nor <table>.id as <table>_id; a call spec in [repro] "
+        "call_specs can supply it)"
+    )
+    keyed = "def take(conn, sku, idempotency_key):\n    pass\n"
+    assert derived(tmp_path, keyed) == (
+        "take(): its parameter 'idempotency_key' is the request's idempotency key, which its statements' spans do "
+        "not carry (record it on them: [decode] idempotency_key_attribute)"
+    )
+    assert derived(tmp_path, keyed, key="k-1") == CallSpec("svc.stock:take", (), (*SKU, ("idempotency_key",
+                                                                                          RequestKey())))  # fmt: skip
