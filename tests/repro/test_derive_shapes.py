@@ -6,11 +6,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from processors.model.outputs import IncidentEvent
 from processors.repro import CallSpec, Param
 from processors.repro.app_level import RequestKey
 from processors.repro.derive import derive_call_specs
-from tests.repro.cases import incident
+from tests.repro.cases import REPO, incident
 
 RECORDED = "svc.stock.take"  # the recorded code.function.name of the relocated incident's both sessions
 SKU = (("sku", Param(0, 0)),)  # checkout's incident: ``SELECT stock FROM inventory WHERE sku = %s`` first
@@ -159,3 +161,41 @@ def test_an_unrecorded_argument_names_what_would_supply_it(tmp_path: Path) -> No
     )
     assert derived(tmp_path, keyed, key="k-1") == CallSpec("svc.stock:take", (), (*SKU, ("idempotency_key",
                                                                                           RequestKey())))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("anomaly", "function", "spec"),
+    [
+        ("invariant_violation", "shop.handlers.checkout", CallSpec("bench.shop.handlers:checkout", (), SKU)),
+        ("lost_update", "shop.jobs.expire_cart", CallSpec("bench.shop.jobs:expire_cart", (), (("order_id",
+                                                                                                Param(0, 0)),))),
+    ],
+)  # fmt: skip
+def test_the_shops_functions_are_derived(anomaly: str, function: str, spec: CallSpec) -> None:
+    """The shop's checkout and expire_cart, as captured: the recorded values bind every argument; the fixes' flag
+    keeps its default (the path production ran)."""
+    assert derive_call_specs(incident(anomaly), source_root=REPO).specs[function] == spec
+
+
+def test_the_shops_keyed_handlers_need_the_key_on_their_spans() -> None:
+    """capture_payment and charge take the request's idempotency key: the golden incidents were captured before the
+    shop stamped it on its statements, so the reason says so; with the key recorded, both derive."""
+    lost = incident("lost_update")
+    assert derive_call_specs(lost, source_root=REPO).reasons == {
+        "shop.handlers.capture_payment": "capture_payment(): its parameter 'idempotency_key' is the request's "
+        "idempotency key, which its statements' spans do not carry (record it on them: [decode] "
+        "idempotency_key_attribute)"
+    }
+    keyed = lost.model_copy(update={"accesses": [a.model_copy(update={"idempotency_key": "cap-1000"})
+                                                 for a in lost.accesses]})  # fmt: skip
+    assert derive_call_specs(keyed, source_root=REPO).specs["shop.handlers.capture_payment"] == CallSpec(
+        "bench.shop.handlers:capture_payment", (), (("order_id", Param(0, 0)), ("idempotency_key", RequestKey()))
+    )
+    double = incident("duplicate_apply")
+    double = double.model_copy(update={"accesses": [a.model_copy(update={"idempotency_key": "pay-1009"})
+                                                    for a in double.accesses]})  # fmt: skip
+    assert derive_call_specs(double, source_root=REPO).specs["shop.handlers.charge"] == CallSpec(
+        "bench.shop.handlers:charge",
+        (),
+        (("order_id", Param(0, 0)), ("amount", Param(0, 1)), ("idempotency_key", RequestKey())),
+    )

@@ -1,0 +1,46 @@
+"""The repro worker as ``make demo`` runs it now, with no call specs: each of the sample shop's incidents is proven
+at application level with the call specs derived from the spans and the shop's source (RED, faithful, GREEN against
+the repaired copy), on the real PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.model.outputs import IncidentEvent, ReproEvent
+from tests.repair.test_repair_anomalies import source_copy
+from tests.repro.cases import REPO, incident
+from tests.repro.test_repro_worker import Worker
+
+pytestmark = pytest.mark.engines
+
+# The request's idempotency key on each statement, as the shop records it (bench/shop/telemetry.RequestBaggage); the
+# golden incidents were captured before it did. expire_cart is a job: no request, no key.
+KEYS = {"lost_update": {"shop.handlers.capture_payment": "cap-1000"},
+        "duplicate_apply": {"shop.handlers.charge": "pay-1009"}, "invariant_violation": {}}  # fmt: skip
+STRATEGY = {"lost_update": "row_lock", "invariant_violation": "atomic_update", "duplicate_apply": "idempotency_guard"}
+VICTIM = {"lost_update": "OrderChangedConcurrently", "invariant_violation": "Oversold",
+          "duplicate_apply": "IdempotencyKeyReused"}  # fmt: skip
+
+
+def keyed(event: IncidentEvent, keys: dict[str, str]) -> IncidentEvent:
+    accesses = [a.model_copy(update={"idempotency_key": keys.get(a.function, "")}) for a in event.accesses]
+    return event.model_copy(update={"accesses": accesses})
+
+
+@pytest.mark.parametrize("anomaly", list(KEYS))
+async def test_the_shops_incidents_are_proven_with_derived_call_specs(postgres_dsn: str, tmp_path: Path,
+                                                                      anomaly: str) -> None:  # fmt: skip
+    """No ``call_specs``: the worker derives the shop's calls, the repro is RED with the victim's own exception,
+    faithful, and GREEN once repaired."""
+    root = source_copy(tmp_path / "app")
+    worker = Worker(tmp_path / "out", postgres_dsn, root, copy_paths=["bench"], source_map={str(REPO): str(root)},
+                    schema_sql=str(root / "bench" / "shop" / "schema.sql"))  # fmt: skip
+    worker.worker.invariants = {"inventory": ["stock >= 0"]}
+    [event] = await worker.feed(keyed(incident(anomaly), KEYS[anomaly]))
+    assert isinstance(event, ReproEvent)
+    assert (event.level, event.red.status, event.divergence.faithful) == ("app", "failed", True), event.red
+    assert VICTIM[anomaly] in event.red.failure
+    assert event.green is not None and event.green.status == "passed", event.green
+    assert event.repairs[0].strategy == STRATEGY[anomaly] and event.proven
