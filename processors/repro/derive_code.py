@@ -156,44 +156,74 @@ def _name(node: ast.expr) -> str:
 
 def _decorated(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, qualname: str = "") -> str:
     qualname = qualname or fn.name
+    wrappers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     for d in fn.decorator_list:
         if isinstance(d, ast.Call) and _name(d).rsplit(".", 1)[-1] in _ROUTES:
-            rule = ast.unparse(d.args[0]) if d.args else "?"
-            return _view(fn, tree, f"a route handler (@{_name(d)}({rule}))", qualname)
+            rule = ast.unparse(d.args[0]) if d.args else ""
+            return _view(fn, tree, f"a route handler (@{_name(d)}({rule}))", qualname, rule)
+        wrapper = wrappers.get(_name(d))
+        inner = [n for n in ast.walk(wrapper) if isinstance(n, ast.FunctionDef) and n is not wrapper] if wrapper else []
+        if any(a.arg == "request" for n in inner for a in n.args.args):  # a view wrapper (Django's shape)
+            return _view(fn, tree, f"wrapped by @{_name(d)} into a view taking the request", qualname,
+                         wrapped=True, body=_reads_body(wrapper, tree))  # fmt: skip
     return (
         f"{qualname}() is decorated (@{_name(fn.decorator_list[0])}): its wrapper's signature is not known statically"
     )
 
 
-def _view(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, what: str, qualname: str = "") -> str:
-    """Why a web view is not called, and what a call through the framework's test client would still miss."""
+def _injected(param: ast.arg, default: ast.expr | None, aliases: dict[str, ast.expr]) -> str:
+    """``name = Depends(...)`` when the parameter is injected (its default, or its ``Annotated`` type, directly or
+    through a module-level alias), else ""."""
+    for node in (default, param.annotation, aliases.get(_name(param.annotation)) if param.annotation else None):
+        found = [n for n in ast.walk(node) if isinstance(n, ast.Call) and _name(n).endswith("Depends")] if node else []
+        if found:
+            return f"{param.arg} = {ast.unparse(found[0])}"
+    return ""
+
+
+def _view(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, what: str, qualname: str = "",
+          rule: str = "", *, wrapped: bool = False, body: bool = False) -> str:  # fmt: skip
+    """Why a web view is not called, and what a call through the framework's test client would still miss: the
+    rule's variables from the recorded URL, the injected dependencies pointed at the scratch database, and the
+    arguments that come from the request body (a parameter not in the rule, a body the view reads)."""
+    aliases = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Name)}  # fmt: skip
     positional = [*fn.args.posonlyargs, *fn.args.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(fn.args.defaults))
     pairs = zip([*positional, *fn.args.kwonlyargs], [*defaults, *fn.args.defaults, *fn.args.kw_defaults], strict=True)
-    injected, params = [], []
+    injected: list[str] = []
+    path: list[str] = []
+    other: list[str] = []
     for param, default in pairs:
-        if isinstance(default, ast.Call) and _name(default).endswith("Depends"):
-            injected.append(f"{param.arg} = {ast.unparse(default)}")
-        elif param.arg != "request":
-            params.append(param.arg)
+        if param.arg == "request":
+            continue
+        if dependency := _injected(param, default, aliases):
+            injected.append(dependency)
+        elif (not rule and not (wrapped and path)) or f"{param.arg}}}" in rule or f"{param.arg}>" in rule:
+            path.append(param.arg)  # (a wrapped view's first argument is its URL's key, the rest its body's)
+        else:
+            other.append(param.arg)
     missing = []
-    if params:
-        missing.append(f"{', '.join(params)} from the recorded URL's path parameters (url.path against http.route)")
+    if path:
+        missing.append(f"{', '.join(path)} from the recorded URL's path parameters (url.path against http.route)")
     if injected:
-        missing.append(f"the injected {', '.join(injected)} overridden to the scratch database")
-    if _reads_body(fn, tree):
-        missing.append("the request body it reads, which the telemetry does not carry (record it on the request's "
-                       "span, or write a call spec: [repro] call_specs)")  # fmt: skip
+        missing.append(f"the injected {', '.join(injected)} pointed at the scratch database")
+    if other:
+        missing.append(f"{', '.join(other)} from the request body, which the telemetry does not carry")
+    elif body or _reads_body(fn, tree):
+        missing.append("the request body it reads, which the telemetry does not carry")
+    if other or body or _reads_body(fn, tree):
+        missing[-1] += " (record it on the request's span, or write a call spec: [repro] call_specs)"
     return (f"{qualname or fn.name}() is {what}: it runs behind the framework (its decorators, middleware and "
             f"dependencies), so it is not called directly, and calls through the framework's test client are not "
             f"derived; such a call needs {'; '.join(missing) or 'no argument'}")  # fmt: skip
 
 
-def _reads_body(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module) -> bool:
+def _reads_body(fn: ast.FunctionDef | ast.AsyncFunctionDef | None, tree: ast.Module) -> bool:
     """Whether the view (or a module-level helper it calls) reads ``request.<body>``."""
     helpers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     seen: set[str] = set()
-    todo: list[ast.AST] = [fn]
+    todo: list[ast.AST] = [fn] if fn is not None else []
     while todo:
         for node in ast.walk(todo.pop()):
             if isinstance(node, ast.Attribute) and node.attr in _BODY and _name(node.value) == "request":

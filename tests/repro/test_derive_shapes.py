@@ -127,7 +127,7 @@ def test_a_fastapi_handler_with_an_injected_session_and_a_django_view(tmp_path: 
     assert isinstance(why, str)
     assert why.startswith("take() is a route handler (@router.post('/stock/{sku}/take'))")
     assert why.endswith("such a call needs sku from the recorded URL's path parameters (url.path against "
-                        "http.route); the injected session = Depends(get_session) overridden to the scratch "
+                        "http.route); the injected session = Depends(get_session) pointed at the scratch "
                         "database")  # fmt: skip
     django = "def take(request, sku):\n    return request.POST['n']\n"
     why = derived(tmp_path, django)
@@ -161,6 +161,37 @@ def test_an_unrecorded_argument_names_what_would_supply_it(tmp_path: Path) -> No
     )
     assert derived(tmp_path, keyed, key="k-1") == CallSpec("svc.stock:take", (), (*SKU, ("idempotency_key",
                                                                                           RequestKey())))  # fmt: skip
+
+
+def on_stack(stack: str, view: str) -> str:
+    """The reason derived for a corpus stack's view, its sessions recorded in ``bench/corpus/stacks/<stack>``."""
+    event = incident("invariant_violation")
+    moved = {"function": f"bench.corpus.stacks.{stack}.app.{view}",
+             "file": str(REPO / "bench" / "corpus" / "stacks" / stack / "app.py")}  # fmt: skip
+    event = event.model_copy(update={"accesses": [a.model_copy(update=moved) for a in event.accesses]})
+    [(_, why)] = derive_call_specs(event, source_root=REPO).reasons.items()
+    return why
+
+
+def test_the_corpus_stacks_views_say_what_their_calls_lack() -> None:
+    """The ORM stacks' lost-update views, as written: Flask's reads its body through a helper, Django's is wrapped
+    into a view that parses the body, FastAPI's takes a pydantic body and an injected asyncpg connection."""
+    behind = ("it runs behind the framework (its decorators, middleware and dependencies), so it is not called "
+              "directly, and calls through the framework's test client are not derived; such a call needs "
+              "account_no from the recorded URL's path parameters (url.path against http.route); ")  # fmt: skip
+    record = " (record it on the request's span, or write a call spec: [repro] call_specs)"
+    assert on_stack("flask_sqlalchemy", "deposit") == (
+        f"deposit() is a route handler (@bp.post('/accounts/<account_no>/deposits')): {behind}the request body it "
+        f"reads, which the telemetry does not carry{record}"
+    )
+    assert on_stack("django_orm", "deposit") == (
+        f"deposit() is wrapped by @endpoint into a view taking the request: {behind}amount from the request body, "
+        f"which the telemetry does not carry{record}"
+    )
+    assert on_stack("fastapi_asyncpg", "deposit") == (
+        "app.py uses asyncpg: the application-level repro schedules psycopg 3 statements only (its cursor is what it "
+        "patches); the SQL-level repro replays them"
+    )
 
 
 @pytest.mark.parametrize(
