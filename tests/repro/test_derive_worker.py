@@ -1,6 +1,6 @@
 """The repro worker as ``make demo`` runs it now, with no call specs: each of the sample shop's incidents is proven
 at application level with the call specs derived from the spans and the shop's source (RED, faithful, GREEN against
-the repaired copy), on the real PostgreSQL."""
+the repaired copy), on the real PostgreSQL; and the derived calls of a method and a coroutine function, RED."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from processors.model.outputs import IncidentEvent, ReproEvent
+from processors.repro import compile_repro, first_divergence, run_repro
+from processors.repro.derive import derive_call_specs
 from tests.repair.test_repair_anomalies import source_copy
 from tests.repro.cases import REPO, incident
 from tests.repro.test_repro_worker import Worker
@@ -44,3 +46,49 @@ async def test_the_shops_incidents_are_proven_with_derived_call_specs(postgres_d
     assert VICTIM[anomaly] in event.red.failure
     assert event.green is not None and event.green.status == "passed", event.green
     assert event.repairs[0].strategy == STRATEGY[anomaly] and event.proven
+
+
+# The shop's checkout as a service class holding its connection, with an async method (a sync psycopg connection:
+# the gate patches psycopg's cursor), and as a coroutine function taking the connection.
+SERVICE = """
+from bench.shop.payments import allocate
+from bench.shop.race import race_point
+
+
+class Stock:
+    def __init__(self, conn):
+        self.conn = conn
+
+    async def take(self, sku):
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            (stock,) = cur.execute("SELECT stock FROM inventory WHERE sku = %s", (sku,)).fetchone()
+            if stock < 1:
+                raise LookupError(sku)
+            race_point()
+            (remaining,) = cur.execute("UPDATE inventory SET stock = stock - 1 WHERE sku = %s RETURNING stock",
+                                       (sku,)).fetchone()
+        allocate(sku, remaining)
+
+
+async def take(conn, sku):
+    await Stock(conn).take(sku)
+"""
+
+
+@pytest.mark.parametrize("function", ["svc.stock.Stock.take", "svc.stock.take"])
+def test_a_method_and_a_coroutine_function_are_called_red(postgres_dsn: str, tmp_path: Path, function: str) -> None:
+    """The oversell recorded in a method of an instance built with the connection, and in an ``async def``: the
+    derived spec builds the instance / runs the coroutine, and the repro is RED with the victim's own exception."""
+    root = source_copy(tmp_path / "app")
+    (root / "svc").mkdir()
+    (root / "svc" / "stock.py").write_text(SERVICE, encoding="utf-8")
+    event = incident("invariant_violation")
+    moved = {"function": function, "file": str(root / "svc" / "stock.py")}
+    event = event.model_copy(update={"accesses": [a.model_copy(update=moved) for a in event.accesses]})
+    derived = derive_call_specs(event, source_root=root)
+    assert not derived.reasons, derived.reasons
+    test = compile_repro(event, level="app", call_specs=derived.specs, source_root=str(root),
+                         schema_sql=(root / "bench" / "shop" / "schema.sql").read_text(encoding="utf-8"))  # fmt: skip
+    run, executed = run_repro(test, dsn=postgres_dsn, workdir=tmp_path / "red", source_root=str(root))
+    assert run.status == "failed" and "Oversold" in run.failure, run.failure
+    assert first_divergence(test.production_sequence, executed).faithful
