@@ -99,10 +99,10 @@ def _method(cls: ast.ClassDef, name: str, tree: ast.Module, file_name: str) -> C
         raise Underivable(_decorated(fn, tree, qualname))
     positional = [*fn.args.posonlyargs, *fn.args.args]
     skip = 0 if decorators == ["staticmethod"] else 1  # self / cls
-    if decorators or not positional[skip:] or positional[skip].arg in _CONNECTION:
+    if decorators or (len(positional) > skip and positional[skip].arg in _CONNECTION):
         if len(positional) <= skip:
             raise Underivable(f"{qualname}() takes no connection as its first parameter")
-        receiver = "" if decorators else _constructor(cls, qualname, needs_connection=False)
+        receiver = "" if decorators else _constructor(cls, qualname)
         return Callee(qualname, fn, positional[skip + 1 :], positional[skip].arg, receiver, coroutine,
                       max(len(fn.args.posonlyargs) - skip - 1, 0))  # fmt: skip
     connection = _constructor_connection(cls, qualname)
@@ -115,7 +115,7 @@ def _init(cls: ast.ClassDef) -> ast.FunctionDef | None:
     return found[-1] if found else None
 
 
-def _constructor(cls: ast.ClassDef, qualname: str, *, needs_connection: bool) -> str:
+def _constructor(cls: ast.ClassDef, qualname: str) -> str:
     """ "new" when ``Class()`` builds an instance, else Underivable."""
     init = _init(cls)
     if init is None:

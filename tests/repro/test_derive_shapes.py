@@ -68,6 +68,17 @@ def test_a_method_of_a_class_holding_the_connection(tmp_path: Path) -> None:
     )
 
 
+def test_a_method_taking_nothing_on_an_instance_holding_the_connection(tmp_path: Path) -> None:
+    """``Expiry(conn).run()``: a method with no parameter of its own; ``Stock.take(conn, ...)`` on a class whose
+    constructor needs something else is refused with what it needs."""
+    source = "class Expiry:\n    def __init__(self, db):\n        self.db = db\n    def run(self):\n        pass\n"
+    assert derived(tmp_path, source, "svc.stock.Expiry.run") == CallSpec("svc.stock:Expiry.run", receiver="connection")
+    needs = "class Stock:\n    def __init__(self, clock):\n        pass\n    def take(self, conn, sku):\n        pass\n"
+    assert derived(tmp_path, needs, "svc.stock.Stock.take") == (
+        "Stock.take(): Stock() needs clock: an instance can be built with no arguments or with the connection only"
+    )
+
+
 def test_static_and_class_methods_are_called_on_the_class(tmp_path: Path) -> None:
     """``@staticmethod``/``@classmethod``: called as ``Stock.take(conn, sku)``, no instance."""
     static = "class Stock:\n    @staticmethod\n    def take(conn, sku):\n        pass\n"
