@@ -9,7 +9,8 @@ file is parsed with :mod:`ast`, nothing of the service is imported here):
   ``.py``; not a standard-library name, which the import would shadow or be shadowed by);
 - the function is the recorded name's end in that file, in the shapes :mod:`processors.repro.derive_code` knows: a
   module-level ``def`` or ``async def``, a method (on the class, or on an instance built with no arguments or with
-  the connection); a route handler or another decorated function is refused with what a call would need;
+  the connection), a Flask view with an app factory (requested through its test client); another route handler or
+  decorated function is refused with what a call would need;
 - its first positional parameter (after ``self``/``cls``; none for a method whose instance holds the connection)
   receives the connection; every other parameter takes a recorded value by name:
   the column its name equals (``item`` ← ``WHERE item = %s``, ``guest`` ← ``INSERT ... (guest) VALUES (%s)``), or
@@ -117,6 +118,11 @@ def _derive(schedule: Schedule, s: SessionInfo, root: Path, source_map: Mapping[
             raise Underivable(_missing(name, param.arg, keyed, keyword_only=True))
         if arg is not None:
             kwargs.append((param.arg, arg))
+    if found.route is not None:  # a Flask view, requested through the test client of the app its factory builds
+        method, rule, factory, takes = found.route
+        return CallSpec(
+            f"{module}:{name}", (), tuple(kwargs), http=(method, rule), factory=(f"{module}:{factory}", takes)
+        )
     return CallSpec(f"{module}:{name}", tuple(args), tuple(kwargs), autocommit=not _commits(fn, found.connection),
                     receiver=found.receiver, coroutine=found.coroutine)  # fmt: skip
 

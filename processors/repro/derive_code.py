@@ -9,11 +9,15 @@ function) or ``Ledger.post`` (a method). Each shape is told apart here, nothing 
   method on an instance the test builds, which needs a constructor it can call: none of its own and no base class
   (``Class()``), an ``__init__`` whose parameters all have defaults (``Class()``), or one whose only required
   parameter is the connection (``Class(conn)``: the method then takes no connection of its own);
-- a route handler behind a web framework's decorator (Flask's ``@app.route``/``@bp.post``, FastAPI's
-  ``@router.get``; a Django view, whose first parameter is the ``request``): not called directly (the decorators
-  must run), and not yet through the framework's test client: the reason names the route, where its arguments would
-  come from (the recorded URL's path parameters), and what the telemetry does not carry (a request body the view
-  reads, a session FastAPI's ``Depends`` injects);
+- a Flask view (one ``@app.route``/``@bp.post(rule)`` on a module-level ``Flask``/``Blueprint``) whose parameters
+  are all the rule's variables and which reads no request body: requested through ``app.test_client()`` (the
+  decorators, hooks and error handlers run as in production) on the app a module-level factory (``create_app``,
+  ...) builds from the engine or the DSN of the scratch database; the rule's variables take recorded values by name;
+- any other route handler (a Flask view reading its body or without a factory, FastAPI's ``@router.get``, a Django
+  view, whose first parameter or whose wrapper's is the ``request``): not called directly (the decorators must run),
+  and not through FastAPI's or Django's test client yet: the reason names the route, where its arguments would come
+  from (the recorded URL's path parameters), and what the telemetry does not carry (a request body the view reads,
+  a session FastAPI's ``Depends`` injects);
 - any other decorator: its wrapper's signature is not known statically.
 
 A function whose module imports ``asyncpg`` talks to PostgreSQL through a driver the application-level gate does not
@@ -24,6 +28,7 @@ statements could not be scheduled, so it is refused with that reason.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -31,6 +36,8 @@ from typing import Final
 MAX_SOURCE: Final = 2_000_000  # bytes of a source file parsed to find a function
 _ROUTES: Final = frozenset({"route", "get", "post", "put", "patch", "delete", "api_route", "websocket"})
 _CONNECTION: Final = frozenset({"conn", "connection", "db", "session", "cursor", "cur"})
+_FACTORIES: Final = frozenset({"create_app", "make_app", "app_factory", "build_app"})
+_FACTORY_TAKES: Final = {"engine": "engine", "dsn": "dsn", "conninfo": "dsn", "database_url": "dsn"}
 _BODY: Final = frozenset({"get_json", "json", "form", "data", "body", "POST", "values"})
 
 
@@ -50,6 +57,7 @@ class Callee:
     receiver: str = ""  # "" | "new" (``Class()``) | "connection" (``Class(conn)``)
     coroutine: bool = False
     positional_only: int = 0  # how many of ``params`` are positional-only
+    route: tuple[str, str, str, str] | None = None  # Flask: (method, rule, app factory, what it takes)
 
 
 def parse(path: Path) -> ast.Module:
@@ -77,7 +85,10 @@ def callee(tree: ast.Module, recorded: str, file_name: str) -> Callee:
         raise Underivable(f"no module-level function {name}() in {file_name}")
     fn = found[-1]  # the binding that wins at import
     if fn.decorator_list:
-        raise Underivable(_decorated(fn, tree))
+        routed = _flask_route(fn, tree)
+        if routed is None:
+            raise Underivable(_decorated(fn, tree))
+        return routed
     positional = [*fn.args.posonlyargs, *fn.args.args]
     if positional and positional[0].arg == "request":
         raise Underivable(_view(fn, tree, "a Django view (its first parameter is the request)"))
@@ -159,8 +170,9 @@ def _decorated(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, qua
     wrappers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     for d in fn.decorator_list:
         if isinstance(d, ast.Call) and _name(d).rsplit(".", 1)[-1] in _ROUTES:
-            rule = ast.unparse(d.args[0]) if d.args else ""
-            return _view(fn, tree, f"a route handler (@{_name(d)}({rule}))", qualname, rule)
+            rule = d.args[0].value if d.args and isinstance(d.args[0], ast.Constant) else ""
+            return _view(fn, tree, f"a route handler (@{_name(d)}({ast.unparse(d.args[0]) if d.args else ''}))",
+                         qualname, str(rule))  # fmt: skip
         wrapper = wrappers.get(_name(d))
         inner = [n for n in ast.walk(wrapper) if isinstance(n, ast.FunctionDef) and n is not wrapper] if wrapper else []
         if any(a.arg == "request" for n in inner for a in n.args.args):  # a view wrapper (Django's shape)
@@ -169,6 +181,37 @@ def _decorated(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module, qua
     return (
         f"{qualname}() is decorated (@{_name(fn.decorator_list[0])}): its wrapper's signature is not known statically"
     )
+
+
+def _flask_route(fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module) -> Callee | None:
+    """A Flask view the test can request through ``app.test_client()``: one ``@<Blueprint or Flask>.<method>(rule)``,
+    every parameter a variable of the rule, no body read, and a module-level app factory taking the engine or the
+    DSN (the test points it at the scratch database); None when it is not one (Underivable without a factory)."""
+    apps = {t.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and _name(n.value).rsplit(".", 1)[-1] in ("Blueprint", "Flask") for t in n.targets
+            if isinstance(t, ast.Name)}  # fmt: skip
+    [d] = fn.decorator_list if len(fn.decorator_list) == 1 else [None]
+    if not isinstance(d, ast.Call) or not isinstance(d.func, ast.Attribute) or _name(d.func.value) not in apps:
+        return None
+    verb, rule = d.func.attr, d.args[0].value if d.args and isinstance(d.args[0], ast.Constant) else None
+    methods = [k.value for k in d.keywords if k.arg == "methods"]
+    listed = methods[0].elts if methods and isinstance(methods[0], ast.List | ast.Tuple) else []
+    method = (
+        verb if verb != "route" else str(listed[0].value) if listed and isinstance(listed[0], ast.Constant) else "get"
+    )
+    params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+    variables = set(re.findall(r"<(?:[^:<>]+:)?([^<>]+)>", rule)) if isinstance(rule, str) else set()
+    if verb not in _ROUTES - {"api_route", "websocket"} or not isinstance(rule, str) or _reads_body(fn, tree) \
+            or any(a.arg not in variables for a in params) or isinstance(fn, ast.AsyncFunctionDef):  # fmt: skip
+        return None
+    for factory in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in _FACTORIES):
+        args = [*factory.args.posonlyargs, *factory.args.args]
+        if args and args[0].arg in _FACTORY_TAKES:
+            return Callee(fn.name, fn, params, "", route=(method.upper(), rule, factory.name,
+                                                          _FACTORY_TAKES[args[0].arg]))  # fmt: skip
+    raise Underivable(f"{fn.name}() is a Flask view (@{_name(d)}({rule!r})): no app factory in its module "
+                      f"({', '.join(sorted(_FACTORIES))}) takes the engine or the DSN first, so the test cannot point "
+                      "the app at the scratch database")  # fmt: skip
 
 
 def _injected(param: ast.arg, default: ast.expr | None, aliases: dict[str, ast.expr]) -> str:

@@ -18,6 +18,7 @@ import os
 import re
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -54,9 +55,36 @@ def load(target: str) -> Any:
     return found
 
 
-def invoke(function: Any, call: dict[str, Any], conn: psycopg.Connection[Any]) -> Any:
+def request(call: dict[str, Any], session: Session, dsn: str) -> Any:
+    """A web view, requested through its framework's test client (its decorators and the app's hooks run as in
+    production) on an app its factory builds on the scratch database; the view's exception propagates. The app's
+    connections are the session's: the driver watches the lock waits of the last one opened."""
+    method, rule = call["http"]
+    factory, takes = call["factory"]
+
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(dsn)
+        session.pid = conn.info.backend_pid
+        return conn
+
+    given: Any = dsn
+    if takes == "engine":
+        import sqlalchemy  # (only a view's repro needs it)
+
+        given = sqlalchemy.create_engine("postgresql+psycopg://", creator=connect, poolclass=sqlalchemy.pool.NullPool)
+    app = load(factory)(given)
+    app.testing = True
+    path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: quote(str(call["kwargs"][m.group(1)]), safe=""), rule)
+    response = app.test_client().open(path, method=method)
+    return response.status_code, response.get_json(silent=True)
+
+
+def invoke(function: Any, call: dict[str, Any], session: Session, dsn: str) -> Any:
     """One recorded call: on an instance of the method's class when it needs one, run to completion when it is a
-    coroutine function (in this session's thread, on a loop of its own)."""
+    coroutine function (in this session's thread, on a loop of its own), or a request to a web view."""
+    if call.get("http"):
+        return request(call, session, dsn)
+    conn = session.conn
     args = [conn, *call["args"]]
     if call.get("receiver"):
         owner, _, method = call["target"].partition(":")[2].rpartition(".")
@@ -127,7 +155,7 @@ def play(monkeypatch: pytest.MonkeyPatch, order: list[int] | None) -> tuple[Driv
                     for n in sorted(SESSIONS)}  # fmt: skip
         try:
             install(monkeypatch, driver)
-            driver.run(sessions, lambda s: invoke(functions[s.number], CALLS[s.number], s.conn), order)
+            driver.run(sessions, lambda s: invoke(functions[s.number], CALLS[s.number], s, dsn), order)
             monkeypatch.undo()
             driver.raise_harness_errors((Exception,))
             problems = driver.problems(driver.snapshot()) if order is None else []

@@ -124,6 +124,29 @@ def test_a_flask_view_reading_its_body_says_what_a_call_would_need(tmp_path: Pat
     )
 
 
+def test_a_flask_view_without_an_app_factory_says_so(tmp_path: Path) -> None:
+    """A Flask view whose arguments are all the rule's: requested through the test client of the app a factory
+    builds (tests/repro/test_derive_worker.py runs one); without a factory taking the engine or the DSN, the reason
+    says so."""
+    source = """
+        from flask import Flask
+        app = Flask(__name__)
+
+        @app.route("/stock/<sku>/take", methods=["POST"])
+        def take(sku):
+            pass
+    """
+    assert derived(tmp_path, source) == (
+        "take() is a Flask view (@app.route('/stock/<sku>/take')): no app factory in its module (app_factory, "
+        "build_app, create_app, make_app) takes the engine or the DSN first, so the test cannot point the app at "
+        "the scratch database"
+    )
+    factory = "\n\ndef create_app(dsn):\n    return app\n"
+    assert derived(tmp_path, textwrap.dedent(source) + factory) == CallSpec(
+        "svc.stock:take", (), SKU, http=("POST", "/stock/<sku>/take"), factory=("svc.stock:create_app", "dsn")
+    )
+
+
 def test_a_fastapi_handler_with_an_injected_session_and_a_django_view(tmp_path: Path) -> None:
     """FastAPI's ``Depends`` names the injected session; a Django view is told by its ``request`` parameter."""
     fastapi = """

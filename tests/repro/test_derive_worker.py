@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from processors.model.outputs import IncidentEvent, ReproEvent
-from processors.repro import compile_repro, first_divergence, run_repro
+from processors.repro import CallSpec, Param, compile_repro, first_divergence, run_repro
 from processors.repro.derive import derive_call_specs
 from tests.repair.test_repair_anomalies import source_copy
 from tests.repro.cases import REPO, incident
@@ -87,6 +87,59 @@ def test_a_method_and_a_coroutine_function_are_called_red(postgres_dsn: str, tmp
     event = event.model_copy(update={"accesses": [a.model_copy(update=moved) for a in event.accesses]})
     derived = derive_call_specs(event, source_root=root)
     assert not derived.reasons, derived.reasons
+    test = compile_repro(event, level="app", call_specs=derived.specs, source_root=str(root),
+                         schema_sql=(root / "bench" / "shop" / "schema.sql").read_text(encoding="utf-8"))  # fmt: skip
+    run, executed = run_repro(test, dsn=postgres_dsn, workdir=tmp_path / "red", source_root=str(root))
+    assert run.status == "failed" and "Oversold" in run.failure, run.failure
+    assert first_divergence(test.production_sequence, executed).faithful
+
+
+# The shop's checkout as a Flask view on a SQLAlchemy engine (psycopg 3 driver, raw SQL through the engine), its app
+# built by a factory taking the engine, as Flask apps are.
+FLASK = """
+from flask import Blueprint, Flask, current_app
+from sqlalchemy.orm import Session
+
+from bench.shop.payments import allocate
+from bench.shop.race import race_point
+
+bp = Blueprint("stock", __name__)
+
+
+@bp.post("/stock/<sku>/take")
+def take(sku):
+    with Session(current_app.extensions["engine"]) as session, session.begin():
+        sql = session.connection().exec_driver_sql
+        (stock,) = sql("SELECT stock FROM inventory WHERE sku = %s", (sku,)).one()
+        if stock < 1:
+            return {"error": "sold out"}, 409
+        race_point()
+        (remaining,) = sql("UPDATE inventory SET stock = stock - 1 WHERE sku = %s RETURNING stock", (sku,)).one()
+    allocate(sku, remaining)
+    return {"stock": remaining}
+
+
+def create_app(engine):
+    app = Flask("stock")
+    app.extensions["engine"] = engine
+    app.register_blueprint(bp)
+    return app
+"""
+
+
+def test_a_flask_view_is_requested_through_its_test_client_red(postgres_dsn: str, tmp_path: Path) -> None:
+    """The oversell recorded in a Flask view: the derived spec requests ``POST /stock/<sku>/take`` with the recorded
+    sku through ``app.test_client()`` of the app its factory builds on the scratch database; RED, faithful."""
+    root = source_copy(tmp_path / "app")
+    (root / "svc").mkdir()
+    (root / "svc" / "web.py").write_text(FLASK, encoding="utf-8")
+    event = incident("invariant_violation")
+    moved = {"function": "svc.web.take", "file": str(root / "svc" / "web.py")}
+    event = event.model_copy(update={"accesses": [a.model_copy(update=moved) for a in event.accesses]})
+    derived = derive_call_specs(event, source_root=root)
+    assert derived.specs["svc.web.take"] == CallSpec("svc.web:take", (), (("sku", Param(0, 0)),),
+                                                     http=("POST", "/stock/<sku>/take"),
+                                                     factory=("svc.web:create_app", "engine"))  # fmt: skip
     test = compile_repro(event, level="app", call_specs=derived.specs, source_root=str(root),
                          schema_sql=(root / "bench" / "shop" / "schema.sql").read_text(encoding="utf-8"))  # fmt: skip
     run, executed = run_repro(test, dsn=postgres_dsn, workdir=tmp_path / "red", source_root=str(root))
