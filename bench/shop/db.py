@@ -34,12 +34,6 @@ def _next_ids(conn: psycopg.Connection, n: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def new_order_ids(dsn: str, n: int) -> list[int]:
-    """``n`` fresh order ids from the shop's sequence (for orders that requests create)."""
-    with untraced(dsn) as conn:
-        return _next_ids(conn, n)
-
-
 def seed_orders(dsn: str, n: int, *, amount: int = 4200) -> list[int]:
     """``n`` new 'pending' orders (version 0); returns their ids."""
     with untraced(dsn) as conn:

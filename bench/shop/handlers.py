@@ -1,4 +1,8 @@
-"""Request handlers: three real concurrency defects (``clean=False``) and their fixes (``clean=True``).
+"""Request handlers: three real concurrency defects (the default path) and their fixes (``clean=True``).
+
+The fixes sit behind a keyword flag, as a feature flag would: v1.0.0 calls the handlers without it (the buggy
+path), v1.1.0 turns it on (``service.Shop``). A call with the recorded arguments alone (an application-level repro's
+derived call spec) therefore runs the path production ran.
 
 Each handler runs one transaction on the connection it is given (autocommit connection, explicit
 ``conn.transaction()``: BEGIN and COMMIT are not statements, so not spans) and calls ``race_point()`` right
@@ -19,7 +23,8 @@ capture_payment (``POST /orders/{order_id}/capture``) races the ``jobs.expire_ca
     Clean: ``race_point()`` then ``SELECT ... FOR UPDATE``; the loser waits for the lock, reads the new status
     and stops (capture answers 409, the job skips): one ``u`` event, version 1.
 
-checkout (``POST /checkout``) — inventory oversell.
+checkout (``POST /checkout``, the client sends the sku) — inventory oversell. The order's id comes from the
+    shop's sequence and its amount is the shop's price (``UNIT_PRICE``), not the client's.
     Buggy: ``SELECT stock FROM inventory WHERE sku = %s`` → ≥ 1 → race point → ``UPDATE inventory SET stock =
     stock - 1 WHERE sku = %s RETURNING stock`` (no guard) → ``INSERT INTO orders`` → commit → warehouse
     allocation. Two checkouts of the last unit both pass the check and both decrement: stock ends at -1 (the
@@ -47,6 +52,7 @@ from bench.shop.race import race_point
 READ_ORDER = "SELECT status, version, amount FROM orders WHERE id = %s"
 TAKE_UNIT = "UPDATE inventory SET stock = stock - 1 WHERE sku = %s"
 SET_STATUS = "UPDATE orders SET status = %s, version = version + 1 WHERE id = %s RETURNING version"
+UNIT_PRICE = 4200  # what checkout charges for a unit (cents): the shop prices it, the client does not
 
 
 def audit_transition(order_id: int, read_version: int, written_version: int) -> None:
@@ -85,7 +91,8 @@ def _record_charge(cur: psycopg.Cursor[Any], order_id: int, amount: int, key: st
     return int(one_row(row.fetchone(), "inserted charge")[0])
 
 
-def capture_payment(conn: psycopg.Connection, order_id: int, idempotency_key: str, *, clean: bool) -> dict[str, Any]:
+def capture_payment(conn: psycopg.Connection, order_id: int, idempotency_key: str, *,
+                    clean: bool = False) -> dict[str, Any]:  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
         if clean:
             race_point()
@@ -103,8 +110,9 @@ def capture_payment(conn: psycopg.Connection, order_id: int, idempotency_key: st
     return {"order_id": order_id, "status": "paid", "charge_id": charge_id}
 
 
-def checkout(conn: psycopg.Connection, sku: str, order_id: int, amount: int, *, clean: bool) -> dict[str, Any]:
+def checkout(conn: psycopg.Connection, sku: str, *, clean: bool = False) -> dict[str, Any]:
     with conn.transaction(), conn.cursor() as cur:
+        (order_id,) = one_row(cur.execute("SELECT nextval(%s)", ("shop_order_ids",)).fetchone(), "order id")
         (stock,) = one_row(cur.execute("SELECT stock FROM inventory WHERE sku = %s", (sku,)).fetchone(), f"sku {sku}")
         if stock < 1:
             raise OutOfStock(f"sku {sku} is out of stock")
@@ -114,13 +122,13 @@ def checkout(conn: psycopg.Connection, sku: str, order_id: int, amount: int, *, 
         if row is None and clean:
             raise OutOfStock(f"sku {sku} sold out meanwhile")
         (remaining,) = one_row(row, f"sku {sku}")
-        cur.execute("INSERT INTO orders (id, status, amount) VALUES (%s, %s, %s)", (order_id, "pending", amount))
+        cur.execute("INSERT INTO orders (id, status, amount) VALUES (%s, %s, %s)", (order_id, "pending", UNIT_PRICE))
     allocate(sku, remaining)
     return {"order_id": order_id, "sku": sku, "stock": remaining}
 
 
 def charge(conn: psycopg.Connection, order_id: int, amount: int, idempotency_key: str, *,
-           clean: bool) -> dict[str, Any]:  # fmt: skip
+           clean: bool = False) -> dict[str, Any]:  # fmt: skip
     with conn.transaction(), conn.cursor() as cur:
         charge_id = _record_charge(cur, order_id, amount, idempotency_key, clean=clean, race=True)
     capture = PROVIDER.capture(idempotency_key, charge_id, amount)

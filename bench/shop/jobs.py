@@ -10,7 +10,7 @@ from bench.shop.handlers import READ_ORDER, SET_STATUS, audit_transition, one_ro
 from bench.shop.race import race_point
 
 
-def expire_cart(conn: psycopg.Connection, order_id: int, *, clean: bool) -> dict[str, Any]:
+def expire_cart(conn: psycopg.Connection, order_id: int, *, clean: bool = False) -> dict[str, Any]:
     """Cancel a still-'pending' order whose cart expired. Buggy: unlocked read, then an unconditional UPDATE
     (see ``handlers`` for the race with ``capture_payment``). Clean: the read takes the row lock."""
     with conn.transaction(), conn.cursor() as cur:

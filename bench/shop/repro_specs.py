@@ -1,4 +1,7 @@
-"""How the repro compiler calls the shop's handlers and jobs from a recorded incident (application-level repros).
+"""Hand-written call specs for the shop's handlers and jobs: an example of the ``[repro] call_specs`` override.
+
+The demo does not use them (the repro worker derives the same calls from the spans and the source,
+:mod:`processors.repro.derive`); tests use them to compile application-level repros without a source checkout.
 
 Per recorded function (``code.function.name``): its import path, and where each argument comes from. Statement
 numbers count the function's statements on the incident's entity, in order. The generated test calls the
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from processors.repro.app_level import CallSpec, Const, Format, Param, PerSession
+from processors.repro.app_level import CallSpec, Const, Format, Param
 
 SCHEMA_SQL = Path(__file__).with_name("schema.sql").read_text(encoding="utf-8")
 BUGGY = (("clean", Const(False)),)
@@ -22,11 +25,8 @@ CALL_SPECS: dict[str, CallSpec] = {
     ),
     # expire_cart(conn, order_id)
     "shop.jobs.expire_cart": CallSpec("bench.shop.jobs:expire_cart", (Param(0, 0),), BUGGY),
-    # checkout(conn, sku, order_id, amount): the sku is the stock read's parameter; the order it creates needs an
-    # id of its own per session (the INSERT INTO orders is not on the inventory row, so it is not recorded there).
-    "shop.handlers.checkout": CallSpec(
-        "bench.shop.handlers:checkout", (Param(0, 0), PerSession(9_000_000), Const(4200)), BUGGY
-    ),
+    # checkout(conn, sku): the sku is the stock read's parameter (the order's id and price are the shop's own).
+    "shop.handlers.checkout": CallSpec("bench.shop.handlers:checkout", (Param(0, 0),), BUGGY),
     # charge(conn, order_id, amount, idempotency_key): both from the INSERT; the retry reuses the client's key.
     "shop.handlers.charge": CallSpec(
         "bench.shop.handlers:charge", (Param(0, 0), Param(0, 1), Format("pay-{}", (Param(0, 0),))), BUGGY

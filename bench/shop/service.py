@@ -1,10 +1,11 @@
 """Requests and jobs as spans: what an instrumented web framework and job runner would record.
 
 A request is a SERVER span ``<METHOD> <route>`` (``http.request.method``, ``http.route``, ``url.path``,
-``http.response.status_code``, ``app.idempotency_key`` when the client sent one) with an INTERNAL child span
-per handler (``code.function.name``, ``code.file.path``, ``code.line.number``); a job run is a root INTERNAL
-span ``job <name>`` with the ``code.*`` attributes. The handler's psycopg statements are CLIENT spans under
-them. A 5xx outcome sets status ERROR and records the exception (an ``exception`` span event).
+``http.response.status_code``; ``app.idempotency_key`` when the client sent one, as baggage: on every span of
+the request) with an INTERNAL child span per handler (``code.function.name``, ``code.file.path``,
+``code.line.number``); a job run is a root INTERNAL span ``job <name>`` with the ``code.*`` attributes. The
+handler's psycopg statements are CLIENT spans under them. A 5xx outcome sets status ERROR and records the exception
+(an ``exception`` span event).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from opentelemetry import baggage, context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from bench.shop.errors import ShopError
@@ -50,7 +52,8 @@ def _fail(span: Span, exc: BaseException) -> None:
 
 
 class Shop:
-    """Runs handlers as traced requests and jobs, one connection (and one transaction) each."""
+    """Runs handlers as traced requests and jobs, one connection (and one transaction) each: with the recorded
+    arguments only (v1.0.0), or with the fixes' flag on (``clean``, v1.1.0)."""
 
     def __init__(self, dsn: str, tracer: Tracer, *, clean: bool) -> None:
         self.dsn = dsn
@@ -66,7 +69,7 @@ class Shop:
         trace_id = format(span.get_span_context().trace_id, "032x")
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                result = fn(conn, *args, clean=self.clean)
+                result = fn(conn, *args, clean=True) if self.clean else fn(conn, *args)
         except Exception as exc:
             status = exc.status if isinstance(exc, ShopError) else 500
             if status >= 500:
@@ -77,8 +80,15 @@ class Shop:
     def request(self, method: str, route: str, path: str, fn: Handler, *args: Any,
                 idempotency_key: str = "") -> Outcome:  # fmt: skip
         attrs: dict[str, Any] = {"http.request.method": method, "http.route": route, "url.path": path}
-        if idempotency_key:
-            attrs["app.idempotency_key"] = idempotency_key
+        token = context.attach(baggage.set_baggage("app.idempotency_key", idempotency_key)) if idempotency_key else None
+        try:
+            return self._request(method, route, fn, args, attrs)
+        finally:
+            if token is not None:
+                context.detach(token)
+
+    def _request(self, method: str, route: str, fn: Handler, args: tuple[Any, ...],
+                 attrs: dict[str, Any]) -> Outcome:  # fmt: skip
         with self._span(f"{method} {route}", SpanKind.SERVER, attrs) as server:
             with self._span(fn.__name__, SpanKind.INTERNAL, code_attributes(fn)) as span:
                 outcome, exc = self._call(span, fn, args)

@@ -6,6 +6,10 @@ With ``OTEL_SEMCONV_STABILITY_OPT_IN=database`` the psycopg client spans carry `
 ``db.namespace`` and ``db.query.text`` (the statement with its ``%s`` placeholders) and, with
 ``capture_parameters``, ``db.statement.parameters`` (``str()`` of the parameter tuple).
 
+A request's idempotency key travels as baggage (``app.idempotency_key``) and :class:`RequestBaggage` stamps it on
+every span the request starts, its statements' included (OpenTelemetry's baggage span processor pattern), which is
+where the daemon reads it (``[decode] idempotency_key_attribute``).
+
 The instrumentor is process-wide: one ``Telemetry`` at a time; ``shutdown`` un-instruments psycopg and flushes.
 """
 
@@ -14,15 +18,28 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from opentelemetry import baggage
+from opentelemetry.context import Context
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
 from bench.shop.kafka_exporter import KafkaSpanExporter
 
 OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+REQUEST_BAGGAGE = ("app.idempotency_key",)  # request facts copied onto every span of the request
+
+
+class RequestBaggage(SpanProcessor):
+    """Stamps the request's baggage entries (``REQUEST_BAGGAGE``) on each span started in its context."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        for name in REQUEST_BAGGAGE:
+            value = baggage.get_baggage(name, parent_context)
+            if isinstance(value, str) and value:
+                span.set_attribute(name, value)
 
 
 @dataclass
@@ -81,6 +98,7 @@ def start_telemetry(
     )
     exporter = KafkaSpanExporter(kafka_bootstrap, topic)
     provider = TracerProvider(resource=resource)
+    provider.add_span_processor(RequestBaggage())
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=schedule_delay_ms))
     instrumentor.instrument(tracer_provider=provider, capture_parameters=capture_parameters())
     return Telemetry(provider, provider.get_tracer("shop", version), exporter)

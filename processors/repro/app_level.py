@@ -61,13 +61,20 @@ Arg = Param | Const | PerSession | Format | RequestKey
 
 @dataclass(frozen=True, slots=True)
 class CallSpec:
-    """How to call one recorded function: ``target`` is ``package.module:function``; it receives a psycopg
-    connection first, then ``args`` and ``kwargs``."""
+    """How to call one recorded function: ``target`` is ``package.module:function`` (or ``:Class.method``); it
+    receives a psycopg connection first, then ``args`` and ``kwargs``. A method with a ``receiver`` is called on an
+    instance the test builds: ``Class()`` ("new"), or ``Class(conn)`` ("connection": the method then gets no
+    connection of its own). A ``coroutine`` function's result is run to completion (``asyncio.run``). A web view
+    (``http``) is requested through the test client of the app ``factory`` builds on the scratch database."""
 
     target: str
     args: tuple[Arg, ...] = ()
     kwargs: tuple[tuple[str, Arg], ...] = ()
     autocommit: bool = True
+    receiver: str = ""  # "" | "new" | "connection"
+    coroutine: bool = False
+    http: tuple[str, ...] = ()  # a web view: (method, rule), requested with ``kwargs`` as the rule's variables
+    factory: tuple[str, ...] = ()  # its app: ("module:create_app", "engine" | "dsn"), given the scratch database
 
     @property
     def module_path(self) -> str:
@@ -109,8 +116,8 @@ def counted_steps(schedule: Schedule, session: int) -> list[Step]:
 
 def calls(schedule: Schedule, specs: Mapping[str, CallSpec],
           keys: Mapping[str, str] | None = None) -> dict[int, dict[str, Any]]:  # fmt: skip
-    """Session number → {target, args, kwargs, autocommit} with resolved values (``keys``: trace id → the
-    idempotency key its request carried)."""
+    """Session number → {target, args, kwargs, autocommit[, receiver, coroutine, http, factory]} with resolved
+    values (``keys``: trace id → the idempotency key its request carried)."""
     out: dict[int, dict[str, Any]] = {}
     for s in schedule.sessions:
         spec = spec_for(s, specs)
@@ -121,6 +128,9 @@ def calls(schedule: Schedule, specs: Mapping[str, CallSpec],
             "args": [_resolve(a, s.number, params, key) for a in spec.args],
             "kwargs": {k: _resolve(a, s.number, params, key) for k, a in spec.kwargs},
             "autocommit": spec.autocommit,
+            **({"receiver": spec.receiver} if spec.receiver else {}),
+            **({"coroutine": True} if spec.coroutine else {}),
+            **({"http": list(spec.http), "factory": list(spec.factory)} if spec.http else {}),
         }
     return out
 

@@ -7,9 +7,12 @@ file is parsed with :mod:`ast`, nothing of the service is imported here):
 - the file is the recorded path mapped onto the source root (``source_map``, longest prefix, as the planner maps
   it); resolved, it must lie under the root, and its path relative to the root must be a module path (identifiers,
   ``.py``; not a standard-library name, which the import would shadow or be shadowed by);
-- the function is the last part of the recorded name, a module-level ``def`` there (not ``async``, not decorated:
-  a decorator's signature is not known statically; a method needs an instance, so it is not called);
-- its first positional parameter receives the connection; every other parameter takes a recorded value by name:
+- the function is the recorded name's end in that file, in the shapes :mod:`processors.repro.derive_code` knows: a
+  module-level ``def`` or ``async def``, a method (on the class, or on an instance built with no arguments or with
+  the connection), a Flask view with an app factory (requested through its test client); another route handler or
+  decorated function is refused with what a call would need;
+- its first positional parameter (after ``self``/``cls``; none for a method whose instance holds the connection)
+  receives the connection; every other parameter takes a recorded value by name:
   the column its name equals (``item`` ← ``WHERE item = %s``, ``guest`` ← ``INSERT ... (guest) VALUES (%s)``), or
   the table's ``id`` column as ``<table in the singular>_id`` (``order_id`` ← ``orders.id``), in the session's
   statements on the incident's rows (the ones :class:`~processors.repro.app_level.Param` counts), the first
@@ -38,12 +41,12 @@ from sqlglot import exp
 from processors.model.outputs import IncidentEvent
 from processors.repair.planner import local_path
 from processors.repro.app_level import Arg, CallSpec, Param, RequestKey, counted_steps
+from processors.repro.derive_code import Underivable, callee, parse
 from processors.repro.schedule import Schedule, SessionInfo, build
 from processors.repro.statements import ReproError
 from processors.sql import number_qmarks, psycopg_to_qmark
 from processors.sql.syntax import DIALECT, Pos, comparison, name_of, ref_of, table_of
 
-MAX_SOURCE: Final = 2_000_000  # bytes of a source file parsed to find a function
 _KEY_NAMES: Final = ("idempotency_key", "idempotencykey", "request_key")
 
 
@@ -53,10 +56,6 @@ class Derived:
 
     specs: dict[str, CallSpec] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # function -> why no spec
-
-
-class _Underivable(Exception):
-    """Why one function has no derived spec."""
 
 
 def derive_call_specs(incident: IncidentEvent, *, source_root: Path, source_map: Mapping[str, Path] | None = None,
@@ -75,7 +74,7 @@ def derive_call_specs(incident: IncidentEvent, *, source_root: Path, source_map:
             continue
         try:
             spec = _derive(schedule, s, source_root, source_map or {}, s.trace_id in keys)
-        except _Underivable as why:
+        except Underivable as why:
             reasons[name] = str(why)
             found.pop(name, None)
             continue
@@ -87,28 +86,27 @@ def derive_call_specs(incident: IncidentEvent, *, source_root: Path, source_map:
 
 def _derive(schedule: Schedule, s: SessionInfo, root: Path, source_map: Mapping[str, Path], keyed: bool) -> CallSpec:
     if (not s.function or not s.file) and s.candidates:
-        raise _Underivable(f"code not located to one function ({s.located_by}: {len(s.candidates)} candidates: "
-                           f"{', '.join(s.candidates)})")  # fmt: skip
+        raise Underivable(f"code not located to one function ({s.located_by}: {len(s.candidates)} candidates: "
+                          f"{', '.join(s.candidates)})")  # fmt: skip
     if not s.function or not s.file:
-        raise _Underivable("no code.function.name / code.file.path recorded, nor located in the source checkout")
+        raise Underivable("no code.function.name / code.file.path recorded, nor located in the source checkout")
     module, path = _module(s.file, root, source_map)
-    name = s.function.rsplit(".", 1)[-1]
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise _Underivable(f"{s.function!r} does not end with a function name")
-    fn = _function(path, name)
+    if not all(p.isidentifier() and not keyword.iskeyword(p) for p in s.function.split(".")[-2:]):
+        raise Underivable(f"{s.function!r} does not end with a function name")
+    found = callee(parse(path), s.function, path.name)
+    fn, name = found.fn, found.qualname
     bound = _bound(schedule, s.number)
-    positional = [*fn.args.posonlyargs, *fn.args.args]
-    if not positional:
-        raise _Underivable(f"{name}() takes no connection as its first parameter")
     args: list[Arg] = []
     kwargs: list[tuple[str, Arg]] = []
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    offset = len(positional) - len(found.params)
     required = len(positional) - len(fn.args.defaults)
     gap = False  # a positional-only parameter left to its default: later ones cannot be passed either
-    for i, param in enumerate(positional[1:], start=1):
+    for i, param in enumerate(found.params):
         arg = _argument(param.arg, bound, keyed)
-        if arg is None and i < required:
-            raise _Underivable(f"{name}(): no recorded value for its parameter {param.arg!r}")
-        if i >= len(fn.args.posonlyargs):
+        if arg is None and offset + i < required:
+            raise Underivable(_missing(name, param.arg, keyed, keyword_only=False))
+        if i >= found.positional_only:
             kwargs += [(param.arg, arg)] if arg is not None else []
         elif arg is None or gap:
             gap = True
@@ -117,10 +115,27 @@ def _derive(schedule: Schedule, s: SessionInfo, root: Path, source_map: Mapping[
     for param, default in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True):
         arg = _argument(param.arg, bound, keyed)
         if arg is None and default is None:
-            raise _Underivable(f"{name}(): no recorded value for its keyword parameter {param.arg!r}")
+            raise Underivable(_missing(name, param.arg, keyed, keyword_only=True))
         if arg is not None:
             kwargs.append((param.arg, arg))
-    return CallSpec(f"{module}:{name}", tuple(args), tuple(kwargs), autocommit=not _commits(fn, positional[0].arg))
+    if found.route is not None:  # a Flask view, requested through the test client of the app its factory builds
+        method, rule, factory, takes = found.route
+        return CallSpec(
+            f"{module}:{name}", (), tuple(kwargs), http=(method, rule), factory=(f"{module}:{factory}", takes)
+        )
+    return CallSpec(f"{module}:{name}", tuple(args), tuple(kwargs), autocommit=not _commits(fn, found.connection),
+                    receiver=found.receiver, coroutine=found.coroutine)  # fmt: skip
+
+
+def _missing(function: str, param: str, keyed: bool, *, keyword_only: bool) -> str:
+    """What is missing for ``param`` of ``function``, and what would supply it."""
+    what = "keyword parameter" if keyword_only else "parameter"
+    if param.lower() in _KEY_NAMES and not keyed:
+        return (f"{function}(): its {what} {param!r} is the request's idempotency key, which its statements' spans "
+                "do not carry (record it on them: [decode] idempotency_key_attribute)")  # fmt: skip
+    return (f"{function}(): no recorded value for its {what} {param!r} (no statement of the session on the "
+            "incident's rows compares or stores a column of that name, nor <table>.id as <table>_id; a call spec "
+            "in [repro] call_specs can supply it)")  # fmt: skip
 
 
 def _module(recorded: str, root: Path, source_map: Mapping[str, Path]) -> tuple[str, Path]:
@@ -130,39 +145,20 @@ def _module(recorded: str, root: Path, source_map: Mapping[str, Path]) -> tuple[
         resolved = path.resolve()
         relative = resolved.relative_to(root.resolve())
     except (OSError, ValueError):
-        raise _Underivable(f"{recorded} is not under the source root {root}") from None
+        raise Underivable(f"{recorded} is not under the source root {root}") from None
     parts = list(relative.parts)
     if not parts or not parts[-1].endswith(".py"):
-        raise _Underivable(f"{recorded} is not a Python module")
+        raise Underivable(f"{recorded} is not a Python module")
     parts[-1] = parts[-1].removesuffix(".py")
     if parts[-1] == "__init__":
         parts.pop()
     if not parts or not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
-        raise _Underivable(f"{relative.as_posix()} is not importable as a module path")
+        raise Underivable(f"{relative.as_posix()} is not importable as a module path")
     if parts[0] in sys.stdlib_module_names:
-        raise _Underivable(f"{relative.as_posix()}: {parts[0]!r} is a standard library module's name")
+        raise Underivable(f"{relative.as_posix()}: {parts[0]!r} is a standard library module's name")
     if not resolved.is_file():
-        raise _Underivable(f"{recorded} not found (as {path})")
+        raise Underivable(f"{recorded} not found (as {path})")
     return ".".join(parts), resolved
-
-
-def _function(path: Path, name: str) -> ast.FunctionDef:
-    """The module-level ``def name`` of the file."""
-    try:
-        if path.stat().st_size > MAX_SOURCE:
-            raise _Underivable(f"{path} is larger than {MAX_SOURCE} bytes")
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise _Underivable(f"{path} cannot be parsed: {exc}") from None
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name]
-    if not found:
-        raise _Underivable(f"no module-level function {name}() in {path.name}")
-    fn = found[-1]  # the binding that wins at import
-    if isinstance(fn, ast.AsyncFunctionDef):
-        raise _Underivable(f"{name}() is a coroutine function")
-    if fn.decorator_list:
-        raise _Underivable(f"{name}() is decorated: its signature is not known statically")
-    return fn
 
 
 def _bound(schedule: Schedule, session: int) -> list[tuple[str, str, Param]]:
@@ -229,16 +225,21 @@ def _singular(table: str) -> set[str]:
     return names
 
 
-def _commits(fn: ast.FunctionDef, connection: str) -> bool:
-    """Whether the function calls ``<connection>.commit()`` itself."""
+def _commits(fn: ast.FunctionDef | ast.AsyncFunctionDef, connection: str) -> bool:
+    """Whether the function calls ``<connection>.commit()`` (or ``self.<connection>.commit()``) itself."""
     return any(
         isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == "commit"
-        and isinstance(n.func.value, ast.Name)
-        and n.func.value.id == connection
+        and (_named(n.func.value, connection) or (isinstance(n.func.value, ast.Attribute)
+                                                  and n.func.value.attr == connection
+                                                  and _named(n.func.value.value, "self")))
         for n in ast.walk(fn)
-    )
+    )  # fmt: skip
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 __all__ = ["Derived", "derive_call_specs"]

@@ -2,20 +2,23 @@
 
 The recorded functions are imported from the service's source tree (``REPRO_SOURCE_ROOT``, default: where they
 were recorded) and called in two threads with the recorded arguments, each with its own connection to the scratch
-database. ``psycopg.Cursor.execute`` and the transaction's COMMIT are patched so that every statement passes the
-driver's gate: a statement on the entity's table of the kind the session's next recorded step has *is* that step
-and waits for its turn; any other statement runs within the session's current turn. When the check asks for it
-(``CHECK["serial"]``), the functions are also run one after the other, in each order, each on a fresh scratch
-database, for the stale-read verdict (those runs' own exceptions are not the verdict).
+database (a method on an instance built with no arguments or with that connection; a coroutine function run to
+completion in its thread). ``psycopg.Cursor.execute`` and the transaction's COMMIT are patched so that every
+statement passes the driver's gate: a statement on the entity's table of the kind the session's next recorded step
+has *is* that step and waits for its turn; any other statement runs within the session's current turn. When the
+check asks for it (``CHECK["serial"]``), the functions are also run one after the other, in each order, each on a
+fresh scratch database, for the stale-read verdict (those runs' own exceptions are not the verdict).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import re
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -50,6 +53,46 @@ def load(target: str) -> Any:
     for part in name.split("."):
         found = getattr(found, part)
     return found
+
+
+def request(call: dict[str, Any], session: Session, dsn: str) -> Any:
+    """A web view, requested through its framework's test client (its decorators and the app's hooks run as in
+    production) on an app its factory builds on the scratch database; the view's exception propagates. The app's
+    connections are the session's: the driver watches the lock waits of the last one opened."""
+    method, rule = call["http"]
+    factory, takes = call["factory"]
+
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(dsn)
+        session.pid = conn.info.backend_pid
+        return conn
+
+    given: Any = dsn
+    if takes == "engine":
+        import sqlalchemy  # (only a view's repro needs it)
+
+        given = sqlalchemy.create_engine("postgresql+psycopg://", creator=connect, poolclass=sqlalchemy.pool.NullPool)
+    app = load(factory)(given)
+    app.testing = True
+    path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: quote(str(call["kwargs"][m.group(1)]), safe=""), rule)
+    response = app.test_client().open(path, method=method)
+    return response.status_code, response.get_json(silent=True)
+
+
+def invoke(function: Any, call: dict[str, Any], session: Session, dsn: str) -> Any:
+    """One recorded call: on an instance of the method's class when it needs one, run to completion when it is a
+    coroutine function (in this session's thread, on a loop of its own), or a request to a web view."""
+    if call.get("http"):
+        return request(call, session, dsn)
+    conn = session.conn
+    args = [conn, *call["args"]]
+    if call.get("receiver"):
+        owner, _, method = call["target"].partition(":")[2].rpartition(".")
+        cls = load(call["target"].partition(":")[0] + ":" + owner)
+        function = getattr(cls(conn) if call["receiver"] == "connection" else cls(), method)
+        args = args[1:] if call["receiver"] == "connection" else args
+    result = function(*args, **call["kwargs"])
+    return asyncio.run(result) if call.get("coroutine") else result
 
 
 def classify(text: str) -> tuple[str, bool]:
@@ -112,8 +155,7 @@ def play(monkeypatch: pytest.MonkeyPatch, order: list[int] | None) -> tuple[Driv
                     for n in sorted(SESSIONS)}  # fmt: skip
         try:
             install(monkeypatch, driver)
-            driver.run(sessions, lambda s: functions[s.number](s.conn, *CALLS[s.number]["args"],
-                                                                 **CALLS[s.number]["kwargs"]), order)  # fmt: skip
+            driver.run(sessions, lambda s: invoke(functions[s.number], CALLS[s.number], s, dsn), order)
             monkeypatch.undo()
             driver.raise_harness_errors((Exception,))
             problems = driver.problems(driver.snapshot()) if order is None else []

@@ -112,7 +112,9 @@ def test_repairs_and_app_level_repros_read_the_located_code() -> None:
     assert [(r.function, r.file, r.located_by) for r in plan.repairs] == [("lost_update.deposit", "lost_update.py",
                                                                            "statement")]  # fmt: skip
     assert derive_call_specs(lost, source_root=APPS).reasons == {
-        "lost_update.deposit": "deposit(): no recorded value for its parameter 'amount'"
+        "lost_update.deposit": "deposit(): no recorded value for its parameter 'amount' (no statement of the session "
+        "on the incident's rows compares or stores a column of that name, nor <table>.id as <table>_id; a call spec in "
+        "[repro] call_specs can supply it)"
     }
     skew = IncidentEvent.model_validate(_replayed("write_skew", True).incidents[0])
     why = ("code not located to one function (statement: 2 candidates: write_skew.go_off_call, "

@@ -10,6 +10,7 @@ import pytest
 
 from bench.shop.repro_specs import CALL_SPECS, SCHEMA_SQL
 from processors.repro import CallSpec, Param, ReproError, compile_repro
+from processors.repro.app_level import Const, PerSession
 from processors.repro.schedule import build
 from processors.repro.statements import shape, to_psycopg
 from tests.repro.cases import ANOMALIES, REPO, incident
@@ -147,8 +148,10 @@ def test_each_module_is_imported_on_one_line_across_the_templates(level: str) ->
 
 
 def test_app_arguments_come_from_the_recorded_parameters_by_the_call_specs() -> None:
-    """checkout gets the recorded sku, a fresh order id per session and the fixed amount; a bad spec is refused."""
-    test = compile_repro(incident("invariant_violation"), level="app", call_specs=CALL_SPECS)
+    """A spec's arguments resolve to the recorded sku, a fresh value per session and a fixed one; a bad spec is
+    refused."""
+    spec = CallSpec("bench.shop.handlers:checkout", (Param(0, 0), PerSession(9_000_000), Const(4200)))
+    test = compile_repro(incident("invariant_violation"), level="app", call_specs={"shop.handlers.checkout": spec})
     assert "'args': ['sku-d3912d92-0', 9000001, 4200]" in test.source
     assert "'args': ['sku-d3912d92-0', 9000002, 4200]" in test.source
     assert test.source_root == str(REPO)
