@@ -32,8 +32,9 @@ GATE_JOB = r"""# trace-repro: the proof-of-fix gate for merge requests that say 
 #   1. takes N from the description, and the proof contract from .trace-repro/contracts/N.json, committed with the
 #      merge request (`trace-repro contract add ... --issue N --write .trace-repro/contracts/N.json`);
 #   2. runs the Python test files the merge request adds or changes (or TRACE_REPRO_TESTS) with pytest --junitxml;
-#   3. runs `trace-repro gate` on the diff, the description, the contract and that test run, which also writes a
-#      Code Quality report of what failed. Both reports are uploaded with paths relative to the repository.
+#   3. runs `trace-repro gate` on the diff, the description, the commit messages, the contract and that test run,
+#      which also writes a Code Quality report of what failed. Both reports are uploaded with paths relative to the
+#      repository.
 # The image must have trace-repro (and the application's test dependencies): override `image` or `before_script` in
 # .gitlab-ci.yml (a job of the same name there is merged over this one). Nothing is installed by name here; the
 # CI/CD component (templates/trace-repro-gate.yml in trace-repro's repository) installs a wheel pinned by SHA-256.
@@ -62,6 +63,7 @@ trace-repro-gate:
     - base="$CI_MERGE_REQUEST_DIFF_BASE_SHA"; head="${CI_MERGE_REQUEST_SOURCE_BRANCH_SHA:-HEAD}"
     - git cat-file -e "$base^{commit}" 2>/dev/null || git fetch --quiet --depth=1 origin "$base"
     - git diff "$base" "$head" > trace-repro-reports/mr.diff
+    - git log --format=%B "$base..$head" > trace-repro-reports/commits.txt
     - >-
       tests="${TRACE_REPRO_TESTS:-$(git diff --name-only --diff-filter=AMR "$base" "$head"
       -- 'test_*.py' '*/test_*.py' '*_test.py' | tr '\n' ' ')}"
@@ -73,7 +75,7 @@ trace-repro-gate:
       fi
     - >-
       trace-repro gate --diff trace-repro-reports/mr.diff --description trace-repro-reports/description.md
-      --contract "${TRACE_REPRO_CONTRACT:-.trace-repro/contracts/$N.json}"
+      --contract "${TRACE_REPRO_CONTRACT:-.trace-repro/contracts/$N.json}" --commits trace-repro-reports/commits.txt
       --junit trace-repro-reports/junit.xml --codequality trace-repro-reports/gl-code-quality-report.json
   artifacts:
     when: always
