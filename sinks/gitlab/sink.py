@@ -36,7 +36,14 @@ secret volume, a vault agent) un-parks the sink without a restart.
 **Telemetry** goes to the :class:`~processors.telemetry.Telemetry` given (the factory passes the component's):
 drops ``rejected``, ``orphan`` and ``max_queued``; counts ``issues_created``, ``occurrences``, ``notes``,
 ``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``, ``duplicates``,
-``parked``, ``resumed``, ``token_reloads``; the state gauge ``queued``.
+``parked``, ``resumed``, ``token_reloads``, ``contracts_edited``, ``contracts_invalid``, ``contracts_published``;
+the state gauge ``queued``.
+
+**Contracts.** Every incident's issue carries its proof contract in a section people edit
+(:mod:`sinks.gitlab.contract_section`). The sink reads it back when an occurrence touches the issue and, every
+``contract_poll_s``, for the newest open issues (:mod:`sinks.gitlab.contract_sync`); a person's edit is published
+on ``trace-repro.contracts`` (with ``publish``: the runtime's), where the proof desk takes it over its automatic
+contract. The "Proves #N" merge request commits the issue's contract.
 
 **The token** is a ``SecretStr`` unwrapped only into python-gitlab's ``PRIVATE-TOKEN`` header; log lines carry
 operation names and status codes only, error texts are redacted (of every token the sink has held), and
@@ -48,8 +55,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,10 +66,12 @@ import structlog
 from gitlab._backends.requests_backend import RequestsBackend, RequestsResponse
 from pydantic import SecretStr
 
+from processors.model.contract import ProofContract
 from processors.model.outputs import IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
 from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
+from sinks.gitlab.contract_sync import IssueContracts
 from sinks.gitlab.issues import IssueRef, Issues
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import Event, Filed, event_id
@@ -128,6 +138,9 @@ class GitLabSink(Sink):
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
+        publish: Callable[[Published], Awaitable[None]] | None = None,
+        contract_poll_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be >= 1")
@@ -148,6 +161,9 @@ class GitLabSink(Sink):
         self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry,
                               confidential=confidential, links=links)  # fmt: skip
         self._mrs = MergeRequests(self._issues, target_branch=target_branch, telemetry=self.telemetry)
+        self._contracts = IssueContracts(self._issues)
+        self._publish, self._clock, self.contract_poll_s = publish, clock, contract_poll_s
+        self._next_poll = clock() + contract_poll_s  # the first poll after one period: filing comes first
         self._queue: deque[Event] = deque()
         self._queued: set[str] = set()  # event ids in the queue
         self._lock = asyncio.Lock()
@@ -207,6 +223,21 @@ class GitLabSink(Sink):
                 self._pop()
                 if self.parked is not None:  # GitLab took an event again
                     self._resume()
+            if self._publish is not None and self.contract_poll_s > 0 and self._clock() >= self._next_poll:
+                await self._poll_contracts()
+
+    async def _poll_contracts(self) -> None:
+        """Publish the people's edits of the open issues' contracts; a failed poll waits for the next one (the
+        queue's events, not the poll, decide whether the sink parks)."""
+        self._next_poll = self._clock() + self.contract_poll_s
+        try:
+            await self._run(self._load_project, "project")
+            contracts = await self._run(self._contracts.poll, "contract.poll")
+        except (GitLabRetryableError, GitLabPermanentError) as exc:
+            log.warning("gitlab.contract_poll_failed", error=type(exc).__name__)
+            return
+        for contract in contracts:
+            await self._publish_contract(contract)
 
     def _pop(self) -> None:
         self._queued.discard(self._queue.popleft().event_id)
@@ -286,6 +317,7 @@ class GitLabSink(Sink):
                 return
             try:
                 await self._run(functools.partial(issues.occurrence, ref, e), "issue.occurrence")
+                await self._sync_contract(ref)
                 return
             except GitLabPermanentError as exc:
                 if exc.status != 404 or attempt == 2:
@@ -304,6 +336,19 @@ class GitLabSink(Sink):
         )
         if noted and e.outcome == "FIXED":
             await self._on_issue(e.fingerprint, "issue.close", lambda ref: self._issues.close_fixed(ref, e))
+
+    async def _sync_contract(self, ref: IssueRef) -> None:
+        """Publish a person's edit of the issue's contract section (read when an event touches the issue)."""
+        if self._publish is None:
+            return
+        contract: ProofContract | None = await self._run(functools.partial(self._contracts.sync, ref), "contract.sync")
+        if contract is not None:
+            await self._publish_contract(contract)
+
+    async def _publish_contract(self, contract: ProofContract) -> None:
+        assert self._publish is not None
+        await self._publish(contract)
+        self.telemetry.count("contracts_published")
 
     async def _on_issue(self, fingerprint: str, op: str, step: Callable[[IssueRef], object]) -> bool:
         """Run ``step`` on the fingerprint's issue; False (and nothing done) when no issue was ever filed."""
