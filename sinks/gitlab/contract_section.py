@@ -23,7 +23,6 @@ and keeps the last good contract); a description without a section (an issue fil
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -188,11 +187,6 @@ def invalid_note_id(description: str) -> str:
     return "contract-invalid-" + hashlib.sha256(blocks[0].encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def to_json(contract: ProofContract) -> str:
-    """The contract file the merge request commits (as ``trace-repro contract add --write`` writes it)."""
-    return json.dumps(json.loads(contract.model_dump_json()), indent=2) + "\n"
-
-
 __all__ = [
     "HEADING",
     "INFO",
@@ -206,6 +200,5 @@ __all__ = [
     "parse",
     "promised_event",
     "render",
-    "to_json",
     "with_hidden",
 ]
