@@ -37,7 +37,9 @@ import re
 import secrets
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -980,8 +982,11 @@ class FakeGitLab:
             raise HttpError(405, "405 Method Not Allowed")
         branches = self.store.data["branches"]
         source = branches[m["source_branch"]]
+        merged = _merge_files(m.get("base_files", {}), branches[m["target_branch"]]["files"], source["files"])
+        if merged is None:
+            raise HttpError(406, "Branch cannot be merged")  # GitLab's answer to a conflict
         sha = _sha(source["commit"], "merge", self.store.next_id())
-        branches[m["target_branch"]] = {"commit": sha, "files": dict(source["files"])}
+        branches[m["target_branch"]] = {"commit": sha, "files": merged}
         messages = [c["message"] for c in self.store.data["commits"] if c["branch"] == m["source_branch"]]
         self.store.data["commits"].append({"id": sha, "message": f"Merge branch '{m['source_branch']}'",
                                            "branch": m["target_branch"], "parent_ids": [source["commit"]]})  # fmt: skip
@@ -994,6 +999,34 @@ class FakeGitLab:
                         issue.update(state="closed", closed_at=_now(), closed_by=USER)
                         self._system_note(issue["iid"], f"closed via merge request !{m['iid']}")
         return 200, self._mr_json(m, base), {}
+
+
+def _merge_files(base: dict[str, str], target: dict[str, str], source: dict[str, str]) -> dict[str, str] | None:
+    """A three-way merge of whole trees: what the source changed since ``base`` goes onto ``target``; a file both
+    changed is merged by lines (``git merge-file``); None on a conflict."""
+    merged = dict(target)
+    for path in set(base) | set(source):
+        was, theirs, ours = base.get(path), source.get(path), target.get(path)
+        if theirs in (was, ours):
+            continue  # the source did not change it, or made the same change
+        if ours == was:
+            if theirs is None:
+                merged.pop(path, None)
+            else:
+                merged[path] = theirs
+            continue
+        if None in (was, theirs, ours):
+            return None  # added or deleted on both sides, differently
+        with tempfile.TemporaryDirectory() as tmp:
+            names = []
+            for name, text in (("ours", ours), ("base", was), ("theirs", theirs)):
+                (Path(tmp) / name).write_text(str(text))
+                names.append(str(Path(tmp) / name))
+            done = subprocess.run(["git", "merge-file", "-p", *names], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return None
+        merged[path] = done.stdout
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
