@@ -197,7 +197,7 @@ class MergeRequests:
         current = repaired[ci_path] if ci_path in repaired else self._file(ci_path, target)
         edited = ci_job.with_include(current)
         if edited is not None and proof is not None:
-            edited = ci_job.with_include(edited, proof)
+            edited = ci_job.with_include(edited, proof_files.PROOF_INCLUDE)
         if edited is not None and edited != current:
             files[ci_path] = edited
         return replace(setup, included=edited is not None), files

@@ -11,7 +11,8 @@
   ``trace-repro-proof-<N>``, runs the generated test against a PostgreSQL service (``postgres:16``) with the
   variables the test reads (``REPRO_DSN``, ``REPRO_SOURCE_ROOT``), and keeps its JUnit report as an artifact with
   repository-relative paths (``trace-repro-reports/proof-<N>/junit.xml``), which the gate job judges. It runs in
-  the ``.pre`` stage, so that its artifacts reach the gate job of the ``test`` stage.
+  the ``.pre`` stage, so that its artifacts reach the gate job of the ``test`` stage. The CI configuration includes
+  them all with one wildcard entry, :data:`PROOF_INCLUDE`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from processors.model.contract import ProofContract
 from processors.repair.emit_event import EVENT_NAME
 
 PROOF_DIR = ".gitlab/trace-repro"
+PROOF_INCLUDE = f"{PROOF_DIR}/*.yml"  # one include for every incident's job: the MRs of several incidents edit the
+# CI configuration alike, so they merge one after the other without a conflict
 POSTGRES_IMAGE = "postgres:16"
 TEST_NAME = "test_the_repair_emits_the_promised_event"
 
@@ -124,4 +127,13 @@ def contract_file(contract: ProofContract) -> str:
     return json.dumps(json.loads(contract.model_dump_json()), indent=2) + "\n"
 
 
-__all__ = ["PROOF_DIR", "TEST_NAME", "contract_file", "emit_test", "proof_job", "proof_job_path", "proof_report_dir"]
+__all__ = [
+    "PROOF_DIR",
+    "PROOF_INCLUDE",
+    "TEST_NAME",
+    "contract_file",
+    "emit_test",
+    "proof_job",
+    "proof_job_path",
+    "proof_report_dir",
+]

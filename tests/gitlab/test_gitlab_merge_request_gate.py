@@ -16,7 +16,7 @@ from tests.gitlab.helpers import FIXTURES, deliver, incident, repro
 
 BRANCH = f"trace-repro/{incident().fingerprint}"
 PROOF_JOB = proof_files.proof_job_path(1)
-INCLUDES = [{"local": PROOF_JOB}, {"local": ci_job.GATE_JOB_PATH}]  # the incident's proof job, the gate
+INCLUDES = [{"local": proof_files.PROOF_INCLUDE}, {"local": ci_job.GATE_JOB_PATH}]  # every incident's proof job
 
 
 def _seed_app(server: FakeGitLab) -> None:

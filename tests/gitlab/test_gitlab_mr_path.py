@@ -69,7 +69,7 @@ async def test_the_proof_job_runs_the_test_against_postgresql(server: FakeGitLab
     for path in [*job["artifacts"]["paths"], job["artifacts"]["reports"]["junit"]]:
         assert not path.startswith(("/", "$")) and ".." not in path.split("/")
     ci = server.file(".gitlab-ci.yml", branch)
-    assert ci is not None and {"local": proof_files.proof_job_path(1)} in yaml.safe_load(ci)["include"]
+    assert ci is not None and {"local": proof_files.PROOF_INCLUDE} in yaml.safe_load(ci)["include"]
     assert "trace-repro-reports/proof-$N/junit.xml" in ci_job.GATE_JOB  # the gate judges the proof job's report
 
 
@@ -92,3 +92,21 @@ async def test_merged_the_issue_stays_open_and_a_fixes_commit_would_close_it(
     project.mergerequests.create({"source_branch": "hotfix", "target_branch": "main", "title": "Proves #2",  # type: ignore[attr-defined]
                                   "description": "Proves #2"}).merge()  # fmt: skip
     assert server.issues()[1]["state"] == "closed"
+
+
+async def test_two_incidents_merge_requests_merge_one_after_the_other(
+    server: FakeGitLab, make_sink: SinkFactory
+) -> None:
+    """Both MRs are opened from the same main: their CI configuration edits are the same (one wildcard include for
+    every proof job), so the second merges after the first without a conflict."""
+    await _open(server, make_sink)
+    other = repro().model_copy(update={"fingerprint": "c0ffee", "test_path": "tests/repro/test_other.py", "patch": "",
+                                       "repairs": []})  # another defect, repaired elsewhere  # fmt: skip
+    await deliver(make_sink(merge_requests=True), incident(fingerprint="c0ffee"), other)
+    project = _project(server)
+    for iid in (1, 2):
+        project.mergerequests.get(iid).merge()  # type: ignore[attr-defined]
+    assert [m["state"] for m in server.merge_requests()] == ["merged", "merged"]
+    for n in (1, 2):
+        assert server.file(proof_files.proof_job_path(n)) is not None
+        assert server.file(ci_job.contract_path(n)) is not None
