@@ -33,6 +33,12 @@ class EmitError(ValueError):
     """The event cannot be emitted in this source (no such function, an unsafe event name, unparsable code)."""
 
 
+def promised_event(fingerprint: str) -> str:
+    """The must-start event an incident's contract promises until a person names another one (the issue's *Proof
+    contract* section shows it): ``trace_repro.fix.<fingerprint>``."""
+    return "trace_repro.fix." + (re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint).strip("._") or "incident")[:64]
+
+
 def emit_line(event: str) -> str:
     """The statement that emits ``event`` (see the module docstring)."""
     return f'opentelemetry.trace.get_tracer("{TRACER}").start_span("{event}").end()'
@@ -153,4 +159,4 @@ def emit_after_repair(after: str, function: str, event: str, *, before: str | No
     return str(AddImportsVisitor(context).transform_module(updated).code)
 
 
-__all__ = ["EVENT_NAME", "TRACER", "EmitError", "emit_after_repair", "emit_line"]
+__all__ = ["EVENT_NAME", "TRACER", "EmitError", "emit_after_repair", "emit_line", "promised_event"]

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from processors.connectors.proofs.contracts import parse_signature
 from processors.model.contract import ProofContract
-from processors.repair.emit_event import EVENT_NAME
+from processors.repair.emit_event import EVENT_NAME, promised_event
 
 INFO = "trace-repro-contract"
 KEYS = ("must_stop", "must_start", "watch_s")
@@ -41,7 +41,6 @@ _HIDDEN = re.compile(r"^<!-- trace-repro:contract (\{.*\}) -->$", re.MULTILINE)
 _REGION = re.compile(
     rf"^{re.escape(HEADING)}\n.*?^<!-- trace-repro:contract \{{[^\n]*\}} -->$", re.MULTILINE | re.DOTALL
 )
-_SAFE_ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 class ContractSectionError(ValueError):
@@ -59,11 +58,6 @@ class Section:
     @classmethod
     def of(cls, contract: ProofContract) -> Section:
         return cls(contract.signature, contract.must_start, contract.watch_s)
-
-
-def promised_event(fingerprint: str) -> str:
-    """The must-start event an incident's contract promises until a person names another one."""
-    return "trace_repro.fix." + (_SAFE_ID.sub("_", fingerprint).strip("._") or "incident")[:64]
 
 
 def _value(text: str) -> str:

@@ -5,6 +5,7 @@ runs on the diff, description, commits and contract read back from the GitLab AP
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import gitlab
@@ -17,6 +18,7 @@ from sinks.gitlab import ci_job, contract_section, proof_files
 from streamer.gate import main as gate
 from tests.gitlab.conftest import SinkFactory
 from tests.gitlab.helpers import FIXTURES, PROJECT, TOKEN, deliver, incident, repro
+from tests.regressions.test_ci_template import JOB_KEYWORDS
 
 EVENT = contract_section.promised_event(incident().fingerprint)
 
@@ -110,3 +112,11 @@ async def test_two_incidents_merge_requests_merge_one_after_the_other(
     for n in (1, 2):
         assert server.file(proof_files.proof_job_path(n)) is not None
         assert server.file(ci_job.contract_path(n)) is not None
+
+
+def test_the_proof_job_is_gitlab_ci_and_shell() -> None:
+    """Only GitLab CI keywords, in the stage before the gate's (so the gate gets its report); each line valid shell."""
+    job = yaml.safe_load(proof_files.proof_job(7, ".trace-repro/ab12/test_repro.py"))["trace-repro-proof-7"]
+    assert set(job) <= {*JOB_KEYWORDS, "services"} and job["stage"] == ".pre"
+    for line in job["script"]:
+        assert subprocess.run(["bash", "-n", "-c", line], check=False).returncode == 0, line
