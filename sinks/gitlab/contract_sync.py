@@ -14,15 +14,20 @@ Steps in the sense of :mod:`sinks.gitlab.issues` (synchronous, idempotent, run b
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 
+from processors.model.base import Published
 from processors.model.contract import ProofContract
+from processors.telemetry import Telemetry
 from sinks.gitlab import contract_section as cs
 from sinks.gitlab.escape import code
 from sinks.gitlab.issues import IssueRef, Issues
 from sinks.gitlab.markdown import marker
+from sinks.gitlab.retry import GitLabPermanentError, GitLabRetryableError
 
 log = structlog.get_logger("trace_repro.gitlab")
 
@@ -85,4 +90,45 @@ class IssueContracts:
         return contract
 
 
-__all__ = ["POLL_ISSUES", "IssueContracts", "invalid_note"]
+Run = Callable[[Callable[[], Any], str], Awaitable[Any]]  # the sink's retrier: run(step, op)
+
+
+class ContractPublisher:
+    """Publishes what :class:`IssueContracts` finds (``publish``: the runtime's; None: nothing is read back), and
+    knows when the next poll is due (every ``poll_s``; 0 = never)."""
+
+    def __init__(self, contracts: IssueContracts, publish: Callable[[Published], Awaitable[None]] | None, *,
+                 poll_s: float, clock: Callable[[], float], telemetry: Telemetry) -> None:  # fmt: skip
+        self.contracts, self.publish, self.poll_s, self.clock = contracts, publish, poll_s, clock
+        self.telemetry = telemetry
+        self.next_poll = clock() + poll_s  # the first poll after one period: filing comes first
+
+    def due(self) -> bool:
+        return self.publish is not None and self.poll_s > 0 and self.clock() >= self.next_poll
+
+    async def sync(self, run: Run, ref: IssueRef) -> None:
+        """Publish a person's edit of the issue ``ref``'s contract (read when an event touches the issue)."""
+        if self.publish is not None:
+            found: ProofContract | None = await run(functools.partial(self.contracts.sync, ref), "contract.sync")
+            await self._publish([found] if found is not None else [])
+
+    async def poll(self, run: Run, load_project: Callable[[], None]) -> None:
+        """Publish the people's edits of the open issues' contracts; a failed poll waits for the next one (the
+        queue's events, not the poll, decide whether the sink parks)."""
+        self.next_poll = self.clock() + self.poll_s
+        try:
+            await run(load_project, "project")
+            found: list[ProofContract] = await run(self.contracts.poll, "contract.poll")
+        except (GitLabRetryableError, GitLabPermanentError) as exc:
+            log.warning("gitlab.contract_poll_failed", error=type(exc).__name__)
+            return
+        await self._publish(found)
+
+    async def _publish(self, contracts: list[ProofContract]) -> None:
+        for contract in contracts:
+            assert self.publish is not None
+            await self.publish(contract)
+            self.telemetry.count("contracts_published")
+
+
+__all__ = ["POLL_ISSUES", "ContractPublisher", "IssueContracts", "invalid_note"]

@@ -41,7 +41,8 @@ the state gauge ``queued``.
 
 **Contracts.** Every incident's issue carries its proof contract in a section people edit
 (:mod:`sinks.gitlab.contract_section`). The sink reads it back when an occurrence touches the issue and, every
-``contract_poll_s``, for the newest open issues (:mod:`sinks.gitlab.contract_sync`); a person's edit is published
+``contract_poll_s``, for the newest open issues (from the flush, or from the periodic health check when no event
+comes) (:mod:`sinks.gitlab.contract_sync`); a person's edit is published
 on ``trace-repro.contracts`` (with ``publish``: the runtime's), where the proof desk takes it over its automatic
 contract. The "Proves #N" merge request commits the issue's contract.
 
@@ -53,6 +54,7 @@ python-gitlab's debug mode is never enabled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import time
@@ -66,12 +68,11 @@ import structlog
 from gitlab._backends.requests_backend import RequestsBackend, RequestsResponse
 from pydantic import SecretStr
 
-from processors.model.contract import ProofContract
 from processors.model.outputs import IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
 from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
-from sinks.gitlab.contract_sync import IssueContracts
+from sinks.gitlab.contract_sync import ContractPublisher, IssueContracts
 from sinks.gitlab.issues import IssueRef, Issues
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import Event, Filed, event_id
@@ -161,9 +162,9 @@ class GitLabSink(Sink):
         self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry,
                               confidential=confidential, links=links)  # fmt: skip
         self._mrs = MergeRequests(self._issues, target_branch=target_branch, telemetry=self.telemetry)
-        self._contracts = IssueContracts(self._issues)
-        self._publish, self._clock, self.contract_poll_s = publish, clock, contract_poll_s
-        self._next_poll = clock() + contract_poll_s  # the first poll after one period: filing comes first
+        self._contracts = ContractPublisher(IssueContracts(self._issues), publish, poll_s=contract_poll_s, clock=clock,
+                                            telemetry=self.telemetry)  # fmt: skip
+        self._poll_task: asyncio.Task[None] | None = None
         self._queue: deque[Event] = deque()
         self._queued: set[str] = set()  # event ids in the queue
         self._lock = asyncio.Lock()
@@ -223,21 +224,14 @@ class GitLabSink(Sink):
                 self._pop()
                 if self.parked is not None:  # GitLab took an event again
                     self._resume()
-            if self._publish is not None and self.contract_poll_s > 0 and self._clock() >= self._next_poll:
-                await self._poll_contracts()
+            if self._contracts.due():
+                await self._contracts.poll(self._run, self._load_project)
 
-    async def _poll_contracts(self) -> None:
-        """Publish the people's edits of the open issues' contracts; a failed poll waits for the next one (the
-        queue's events, not the poll, decide whether the sink parks)."""
-        self._next_poll = self._clock() + self.contract_poll_s
-        try:
-            await self._run(self._load_project, "project")
-            contracts = await self._run(self._contracts.poll, "contract.poll")
-        except (GitLabRetryableError, GitLabPermanentError) as exc:
-            log.warning("gitlab.contract_poll_failed", error=type(exc).__name__)
-            return
-        for contract in contracts:
-            await self._publish_contract(contract)
+    async def _poll_when_idle(self) -> None:
+        """The contracts' poll from the periodic health check, between flushes (the sink's lock)."""
+        async with self._lock:
+            if self._contracts.due() and self.parked is None:
+                await self._contracts.poll(self._run, self._load_project)
 
     def _pop(self) -> None:
         self._queued.discard(self._queue.popleft().event_id)
@@ -269,6 +263,8 @@ class GitLabSink(Sink):
             ok, error = True, ""
         except Exception as exc:
             ok, error = False, classify(exc, op="project").what
+        if ok and self._contracts.due() and (self._poll_task is None or self._poll_task.done()):
+            self._poll_task = asyncio.create_task(self._poll_when_idle())  # not awaited: the check stays short
         if ok != self._healthy:
             if ok:
                 log.info("gitlab.healthy")
@@ -278,6 +274,10 @@ class GitLabSink(Sink):
         return ok
 
     async def close(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
         await asyncio.to_thread(self._gl.session.close)
 
     def issue_url(self, fingerprint: str) -> str | None:
@@ -317,7 +317,7 @@ class GitLabSink(Sink):
                 return
             try:
                 await self._run(functools.partial(issues.occurrence, ref, e), "issue.occurrence")
-                await self._sync_contract(ref)
+                await self._contracts.sync(self._run, ref)
                 return
             except GitLabPermanentError as exc:
                 if exc.status != 404 or attempt == 2:
@@ -336,19 +336,6 @@ class GitLabSink(Sink):
         )
         if noted and e.outcome == "FIXED":
             await self._on_issue(e.fingerprint, "issue.close", lambda ref: self._issues.close_fixed(ref, e))
-
-    async def _sync_contract(self, ref: IssueRef) -> None:
-        """Publish a person's edit of the issue's contract section (read when an event touches the issue)."""
-        if self._publish is None:
-            return
-        contract: ProofContract | None = await self._run(functools.partial(self._contracts.sync, ref), "contract.sync")
-        if contract is not None:
-            await self._publish_contract(contract)
-
-    async def _publish_contract(self, contract: ProofContract) -> None:
-        assert self._publish is not None
-        await self._publish(contract)
-        self.telemetry.count("contracts_published")
 
     async def _on_issue(self, fingerprint: str, op: str, step: Callable[[IssueRef], object]) -> bool:
         """Run ``step`` on the fingerprint's issue; False (and nothing done) when no issue was ever filed."""

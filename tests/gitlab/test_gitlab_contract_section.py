@@ -3,6 +3,8 @@ the contract the desk and the merge request use, a bad edit gets a note saying w
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bench.gitlab_server import FakeGitLab
@@ -64,9 +66,11 @@ def _edit(server: FakeGitLab, iid: int, old: str, new: str) -> None:
 class Recorder:
     def __init__(self) -> None:
         self.published: list[Published] = []
+        self.seen = asyncio.Event()
 
     async def __call__(self, event: Published) -> None:
         self.published.append(event)
+        self.seen.set()
 
 
 async def test_a_persons_edit_becomes_the_contract(server: FakeGitLab, make_sink: SinkFactory) -> None:
@@ -130,3 +134,16 @@ async def test_an_upgrade_of_the_description_keeps_the_persons_edit(server: Fake
     assert "_None observed" not in text  # upgraded
     section = cs.parse(text)
     assert section is not None and section.must_start == "orders.expire.locked"
+
+
+async def test_the_health_check_polls_when_no_event_comes(server: FakeGitLab, make_sink: SinkFactory) -> None:
+    """No event, no flush: the periodic health check starts the due poll, which publishes the edit."""
+    published = Recorder()
+    now = [0.0]
+    sink = make_sink(publish=published, contract_poll_s=60, clock=lambda: now[0])
+    await deliver(sink, incident())
+    _edit(server, 1, f"must_start: {EVENT}", "must_start: orders.expire.locked")
+    now[0] = 61.0
+    assert await sink.healthcheck()
+    await asyncio.wait_for(published.seen.wait(), 10)  # the poll runs beside the check
+    assert [c.must_start for c in published.published if isinstance(c, ProofContract)] == ["orders.expire.locked"]
