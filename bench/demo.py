@@ -2,9 +2,10 @@
 
 Engines up → the sample shop (v1.0.0, three real concurrency bugs) under concurrent traffic → the daemon finds
 three incidents and files them as GitLab issues → the daemon is killed with SIGKILL and restarted (still three
-issues) → each incident's repro fails RED, the planned repairs make it GREEN → the patched shop is deployed as
-v1.1.0 and gets the same traffic → the proof judge says FIXED on v1.1.0's own telemetry and the issues close →
-a summary table → everything stopped.
+issues) → each incident's repro fails RED, the planned repairs make it GREEN → each proven repro opens a "Proves #N"
+merge request on the local GitLab, which runs its tests and passes its own gate and is merged (bench/demo_mr.py) →
+main as merged is deployed as v1.1.0 and gets the same traffic → the proof judge says FIXED on v1.1.0's own
+telemetry and the issues close → a summary table → everything stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from bench import demo_mr
 from bench.demo_agent import ask
 from bench.gitlab_server import FakeGitLab
 from bench.shop import db
@@ -101,6 +103,7 @@ class Demo:
         self.env.update({"TRACE_REPRO_GITLAB__URL": self.gitlab.url, "TRACE_REPRO_GITLAB__PROJECT": "trace-repro/shop",
                          "TRACE_REPRO_GITLAB_TOKEN": "demo-token"})  # fmt: skip
         print(f"   no GitLab configured: a local GitLab-compatible server at {self.gitlab.url}")
+        self.start_merge_requests()
 
     def issues(self) -> list[dict[str, Any]]:
         return self.gitlab.issues() if self.gitlab is not None else []
@@ -190,6 +193,35 @@ class Demo:
                 lock = f"{rep['lock_before']} -> {rep['lock_after']}"
                 print(f"      repair {rep['strategy']:<18} {rep['function']:<32} lock {lock}")
         return repros
+
+    # ---- the merge-request path (bench/demo_mr.py) -----------------------------------------------------------
+
+    def start_merge_requests(self) -> None:
+        """The shop's source on the local GitLab's main, and the sink opening "Proves #N" merge requests."""
+        assert self.gitlab is not None
+        files = demo_mr.seed_repository(self.gitlab, REPO)
+        self.env["TRACE_REPRO_GITLAB__MERGE_REQUESTS"] = "true"
+        print(f"   the shop's source ({files} files) on its main branch; proven repros open merge requests")
+
+    def merge_request_path(self, repros: list[dict[str, Any]]) -> list[demo_mr.MergeRequestRun]:
+        """Each proven repro's MR: its tests against the local PostgreSQL, its own gate, merged when it passes."""
+        if self.gitlab is None:
+            return []
+        say("the merge-request path: each proven repro's 'Proves #N' MR runs its tests and its own gate, then merges")
+        proven = len({r["fingerprint"] for r in repros if r["proven"]})
+        demo_mr.wait_merge_requests(self.gitlab, proven, 120)
+        runs = demo_mr.prove_and_merge(self.gitlab, "demo-token", self.engines.address("postgres"), self.out / "mr")
+        demo_mr.show(runs, self.gitlab)
+        return runs
+
+    def deploy(self, incidents: list[dict[str, Any]], runs: list[demo_mr.MergeRequestRun]) -> Path:
+        """``main`` as the merge requests left it when every one merged; else the planned repairs applied here."""
+        if self.gitlab is None or not runs or not all(r.merged for r in runs):
+            return self.deploy_patched(incidents)
+        say("deploying main, as the merge requests left it, as v1.1.0")
+        copy = demo_mr.deploy_merged(self.gitlab, self.out / "shop-1.1.0")
+        print(f"   {len(runs)} merge request(s) merged; the issues stay open until production proves the fix")
+        return copy
 
     def deploy_patched(self, incidents: list[dict[str, Any]]) -> Path:
         """A copy of the shop with every planned repair applied (plans for one file compose in sequence)."""
@@ -286,7 +318,8 @@ def main() -> int:
         repros = demo.wait_repros()
         say("after the restart: the same defects again, still one issue each")
         demo.show_issues(bodies=False)
-        patched = demo.deploy_patched(incidents)
+        mr_runs = demo.merge_request_path(repros)
+        patched = demo.deploy(incidents, mr_runs)
         os.environ["SHOP_BARRIER_TIMEOUT_S"] = "0.5"  # repaired code locks before its race point
         demo.env["SHOP_BARRIER_TIMEOUT_S"] = "0.5"
         # the fixed build must serve enough of each route to show the drop: with 6 of 12 requests failing before,
@@ -297,11 +330,14 @@ def main() -> int:
         while any(i["state"] != "closed" for i in demo.issues()) and time.monotonic() < deadline:
             time.sleep(0.5)
         demo.summary(incidents, repros, verdicts)
+        if demo.gitlab is not None:
+            demo_mr.show(mr_runs, demo.gitlab)
         say("a coding agent asks `trace-repro mcp` about it: incident -> repro -> critical path")
         answered = asyncio.run(ask(demo.env))
         ok = (answered and len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
               and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues())
-              and all(proven(v) for v in verdicts if v["outcome"] == "FIXED"))  # fmt: skip
+              and all(proven(v) for v in verdicts if v["outcome"] == "FIXED")
+              and (demo.gitlab is None or (len(mr_runs) == 3 and all(r.merged for r in mr_runs))))  # fmt: skip
         say(f"done in {time.monotonic() - started:.0f}s: {'the whole loop completed' if ok else 'INCOMPLETE'}")
         return 0 if ok else 1
     finally:

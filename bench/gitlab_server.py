@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import difflib
 import email.parser
 import email.policy
 import hashlib
@@ -36,7 +37,9 @@ import re
 import secrets
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +55,9 @@ from bench.gitlab_deploys import routes as deploy_routes
 API = "/api/v4"
 USER = {"id": 1, "username": "trace-repro-bot", "name": "trace-repro", "state": "active", "avatar_url": None}
 FAULT_KINDS = ("error", "rate_limit", "hang", "drop", "barrier")
+# GitLab's default issue closing pattern, simplified: a closing word, then #N (an issue of this project).
+CLOSES = re.compile(r"\b(?:clos(?:e|es|ed|ing)|fix(?:es|ed|ing)?|resolv(?:e|es|ed|ing)|implement(?:s|ed|ing)?)\b:?"
+                    r"\s+#(\d+)\b", re.IGNORECASE)  # fmt: skip
 
 Json = dict[str, Any]
 Reply = tuple[int, Any, dict[str, str]]
@@ -279,6 +285,10 @@ class FakeGitLab:
                 ("POST", "/repository/commits", self._create_commit),
                 ("GET", "/merge_requests", self._list_mrs),
                 ("POST", "/merge_requests", self._create_mr),
+                ("GET", r"/merge_requests/(?P<iid>\d+)", self._get_mr),
+                ("GET", r"/merge_requests/(?P<iid>\d+)/diffs", self._mr_diffs),
+                ("GET", r"/merge_requests/(?P<iid>\d+)/commits", self._mr_commits),
+                ("PUT", r"/merge_requests/(?P<iid>\d+)/merge", self._merge_mr),
             )
         ]
         # What verdicts act on (issue 35): deployments, job retry, tags, releases (bench.gitlab_deploys).
@@ -573,7 +583,7 @@ class FakeGitLab:
     def _mr_json(self, m: Json, base: str) -> Json:
         project = self.store.data["project"]
         return {
-            **m,
+            **{k: v for k, v in m.items() if k not in ("base_files", "merged_files")},  # the server's own
             "project_id": project["id"],
             "author": USER,
             "merge_status": "can_be_merged",
@@ -923,12 +933,104 @@ class FakeGitLab:
             "labels": _labels(data.get("labels")),
             "created_at": _now(),
             "sha": branches[source]["commit"],
+            "base_files": dict(branches[target]["files"]),  # the target as the MR forked from it: its diff's base
+            "base_commit": branches[target]["commit"],
         }
         mrs.append(mr)
         out = self._mr_json(mr, base)
         if self.verbose:
             self.say(f"[gitlab] merge request !{mr['iid']} created: {out['web_url']}\n{mr['description']}")
         return 201, out, {}
+
+    # ---- merge requests: one, its diffs and commits, merging --------------------------------------------------
+
+    def _mr(self, iid: int) -> Json:
+        found: list[Json] = [m for m in self.store.data["merge_requests"] if m["iid"] == iid]
+        if not found:
+            raise HttpError(404, "404 Not found")
+        return found[0]
+
+    def _get_mr(self, *, base: str, iid: str, **_: Any) -> Reply:
+        return 200, self._mr_json(self._mr(int(iid)), base), {}
+
+    def _mr_diffs(self, *, base: str, iid: str, query: dict[str, list[str]], **_: Any) -> Reply:
+        """GitLab's ``/diffs``: per changed file, its paths, new/deleted flags and the hunks (from ``@@``)."""
+        m = self._mr(int(iid))
+        old = m.get("base_files", {})
+        new = self.store.data["branches"].get(m["source_branch"], {}).get("files", {}) if m["state"] != "merged" else (
+            m.get("merged_files", {}))  # fmt: skip
+        items = []
+        for path in sorted(set(old) | set(new)):
+            before, after = old.get(path), new.get(path)
+            if before == after:
+                continue
+            hunks = difflib.unified_diff((before or "").splitlines(), (after or "").splitlines(), lineterm="", n=3)
+            text = "\n".join(list(hunks)[2:]) + "\n"
+            items.append({"old_path": path, "new_path": path, "diff": text, "new_file": before is None,
+                          "renamed_file": False, "deleted_file": after is None})  # fmt: skip
+        return self._page(items, query, base, f"{API}/projects/1/merge_requests/{m['iid']}/diffs")
+
+    def _mr_commits(self, *, base: str, iid: str, query: dict[str, list[str]], **_: Any) -> Reply:
+        """The MR's own commits (on its source branch since it forked), newest first, as GitLab lists them."""
+        m = self._mr(int(iid))
+        ids = [c["id"] for c in self.store.data["commits"] if c["branch"] == m["source_branch"]]
+        commits = [c for c in self.store.data["commits"] if c["id"] in ids]
+        items = [{**c, "short_id": c["id"][:8], "title": str(c["message"]).split("\n", 1)[0]} for c in commits[::-1]]
+        return self._page(items, query, base, f"{API}/projects/1/merge_requests/{m['iid']}/commits")
+
+    def _merge_mr(self, *, base: str, iid: str, **_: Any) -> Reply:
+        """Merge: the target branch takes the source's files; merged into the default branch, the issues the
+        description or a commit message closes (``Closes #N``, ``Fixes #N``, ...) are closed, as GitLab does."""
+        m = self._mr(int(iid))
+        if m["state"] != "opened":
+            raise HttpError(405, "405 Method Not Allowed")
+        branches = self.store.data["branches"]
+        source = branches[m["source_branch"]]
+        merged = _merge_files(m.get("base_files", {}), branches[m["target_branch"]]["files"], source["files"])
+        if merged is None:
+            raise HttpError(406, "Branch cannot be merged")  # GitLab's answer to a conflict
+        sha = _sha(source["commit"], "merge", self.store.next_id())
+        branches[m["target_branch"]] = {"commit": sha, "files": merged}
+        messages = [c["message"] for c in self.store.data["commits"] if c["branch"] == m["source_branch"]]
+        self.store.data["commits"].append({"id": sha, "message": f"Merge branch '{m['source_branch']}'",
+                                           "branch": m["target_branch"], "parent_ids": [source["commit"]]})  # fmt: skip
+        m.update(state="merged", merged_at=_now(), merge_commit_sha=sha, merged_files=dict(source["files"]))
+        if m["target_branch"] == self.store.data["project"]["default_branch"]:
+            for text in [m["description"], *messages]:
+                for number in CLOSES.findall(text):
+                    issue = next((i for i in self.store.data["issues"] if i["iid"] == int(number)), None)
+                    if issue is not None and issue["state"] != "closed":
+                        issue.update(state="closed", closed_at=_now(), closed_by=USER)
+                        self._system_note(issue["iid"], f"closed via merge request !{m['iid']}")
+        return 200, self._mr_json(m, base), {}
+
+
+def _merge_files(base: dict[str, str], target: dict[str, str], source: dict[str, str]) -> dict[str, str] | None:
+    """A three-way merge of whole trees: what the source changed since ``base`` goes onto ``target``; a file both
+    changed is merged by lines (``git merge-file``); None on a conflict."""
+    merged = dict(target)
+    for path in set(base) | set(source):
+        was, theirs, ours = base.get(path), source.get(path), target.get(path)
+        if theirs in (was, ours):
+            continue  # the source did not change it, or made the same change
+        if ours == was:
+            if theirs is None:
+                merged.pop(path, None)
+            else:
+                merged[path] = theirs
+            continue
+        if None in (was, theirs, ours):
+            return None  # added or deleted on both sides, differently
+        with tempfile.TemporaryDirectory() as tmp:
+            names = []
+            for name, text in (("ours", ours), ("base", was), ("theirs", theirs)):
+                (Path(tmp) / name).write_text(str(text))
+                names.append(str(Path(tmp) / name))
+            done = subprocess.run(["git", "merge-file", "-p", *names], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return None
+        merged[path] = done.stdout
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:

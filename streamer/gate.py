@@ -3,8 +3,10 @@
 An MR that claims to fix a production defect must let production prove it, so the gate checks that
 
 1. the description says ``Proves #N`` and uses no closing keyword (``Closes``/``Fixes``/``Resolves``/``Implements``
-   ``#N`` or an issue URL): the issue closes on the FIXED verdict, not on merge;
-2. an added line outside the tests (and outside the contract and CI job committed with the fix: ``.trace-repro/``,
+   ``#N`` or an issue URL), nor do the MR's commit messages (``--commits``: GitLab closes an issue a commit message
+   names that way when the commit reaches the default branch): the issue closes on the FIXED verdict, not on merge;
+2. an added line of code (a comment or a docstring that names the event does not count: :mod:`streamer.gate_code`)
+   outside the tests (and outside the contract and CI job committed with the fix: ``.trace-repro/``,
    ``.gitlab/``, ``.gitlab-ci.yml``) emits the contract's must-start event (its name appears in it); a contract
    without one is refused (an empty name would match every line);
 3. an added line in a test file mentions the event inside an assertion (on that line or in the assertion that
@@ -42,6 +44,7 @@ from pydantic import ValidationError
 from processors.connectors.proofs.contracts import ErrorSignature, parse_signature, short_exception
 from processors.model.contract import ProofContract
 from streamer.diffs import Diff, parse_diff
+from streamer.gate_code import code_of, is_code, is_test_path, mentions
 
 PROVES = re.compile(r"\bproves\s+#(\d+)\b", re.IGNORECASE)
 CLOSING = re.compile(
@@ -54,7 +57,6 @@ REPORTS = re.compile(
     r"\braise\b|\bthrow\b|\blog(?:ger|ging)?\s*\.|\.(?:error|exception|warning|critical|record_exception)\s*\("
 )
 TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(test\w*)\s*\(")
-PROOF_MATERIAL = (".trace-repro/", ".gitlab/", ".gitlab-ci.yml")  # the contract and the CI job: not the fix
 SWALLOW = re.compile(r"^\s*(?:pass|return|continue|\.\.\.)\s*(?:#.*)?$")
 LOOKBACK = 5
 
@@ -101,21 +103,6 @@ class Asserting:
     function: str | None
 
 
-def is_test_path(path: str) -> bool:
-    """Test files by the usual conventions: a tests/test/spec directory, test_*.py, *_test.*, *.test.*, *Test.*"""
-    parts = path.split("/")
-    name = parts[-1]
-    return (
-        any(p in ("tests", "test", "spec", "__tests__") for p in parts[:-1])
-        or name.startswith("test_")
-        or bool(re.search(r"(?:_test|\.test|\.spec|Test|Tests)\.\w+$", name))
-    )
-
-
-def _mentions(name: str, text: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", text) is not None
-
-
 def _normal(text: str) -> str:
     return " ".join(text.split())
 
@@ -134,25 +121,36 @@ def _description(description: str, failed: list[Finding], passed: list[str]) -> 
     return int(proves[1]) if proves else None
 
 
-def _is_code(path: str) -> bool:
-    """A file that can emit the event: not a test, not the contract or CI job committed with the fix."""
-    return not is_test_path(path) and not path.startswith(PROOF_MATERIAL)
+def _commit_messages(commits: str, failed: list[Finding], passed: list[str]) -> None:
+    """GitLab closes the issues a commit message names with a closing keyword when the commit reaches the default
+    branch, whatever the description says: the MR's commit messages must not use one either."""
+    closing = [m[0] for m in CLOSING.finditer(commits)]
+    if closing:
+        failed.append(Finding(f"closing keyword(s) in a commit message would close the issue on merge: {closing} "
+                              "(reword the commit: say Proves #N)"))  # fmt: skip
+    else:
+        passed.append("no closing keyword in the commit messages")
 
 
 def _emits(diff: Diff, event: str, failed: list[Finding], passed: list[str]) -> Asserting | None:
-    """Check 2 and 3; where an added test asserts ``event`` (None: no added test does)."""
-    emitted = [a for a in diff.added if _is_code(a.path) and _mentions(event, a.text)]
+    """Check 2 and 3 (on the code of the added lines: a comment or a docstring naming the event does not count);
+    where an added test asserts ``event`` (None: no added test does)."""
+    code = code_of(diff.added)
+    emitted = [a for a, text in code if is_code(a.path) and mentions(event, text)]
     if emitted:
         passed.append(f"emits {event!r} at {emitted[0].path}:{emitted[0].number}")
     else:
-        failed.append(Finding(f"no added line outside the tests emits the must-start event {event!r}"))
+        named = [a for a in diff.added if is_code(a.path) and mentions(event, a.text)]
+        where = f" (named only in a comment or docstring at {named[0].path}:{named[0].number})" if named else ""
+        failed.append(Finding(f"no added line outside the tests emits the must-start event {event!r}{where}",
+                              named[0].path if named else "", named[0].number if named else 0))  # fmt: skip
     by_file: dict[str, dict[int, str]] = {}
-    for a in diff.added:
+    for a, text in code:
         if is_test_path(a.path):
-            by_file.setdefault(a.path, {})[a.number] = a.text
+            by_file.setdefault(a.path, {})[a.number] = text
     for path, lines in sorted(by_file.items()):
         for number, text in sorted(lines.items()):
-            if not _mentions(event, text):
+            if not mentions(event, text):
                 continue
             window = [lines.get(number - k, "") for k in range(LOOKBACK + 1)]
             contiguous: list[str] = []
@@ -181,7 +179,7 @@ def _reported_names(contract: ProofContract) -> list[str]:
 
 
 def _reporting(name: str, text: str) -> bool:
-    if not _mentions(name, text):
+    if not mentions(name, text):
         return False
     return REPORTS.search(text) is not None or re.match(rf"\s*class\s+{re.escape(name)}\b", text) is not None
 
@@ -252,11 +250,15 @@ def _tests_ran(run: TestRun, asserting: Asserting | None, failed: list[Finding],
                               asserting.path, 1))  # fmt: skip
 
 
-def check(diff_text: str, description: str, contract: ProofContract, run: TestRun | None = None) -> GateResult:
-    """Whether an MR may go in as the proof-of-fix of ``contract``; see the module docstring."""
+def check(diff_text: str, description: str, contract: ProofContract, run: TestRun | None = None,
+          commits: str | None = None) -> GateResult:  # fmt: skip
+    """Whether an MR may go in as the proof-of-fix of ``contract``; see the module docstring. ``commits`` is the
+    text of the MR's commit messages (None: not given, not checked)."""
     failed: list[Finding] = []
     passed: list[str] = []
     proves = _description(description, failed, passed)
+    if commits is not None:
+        _commit_messages(commits, failed, passed)
     diff = parse_diff(diff_text)
     if not diff.added and not diff.removed:
         failed.append(Finding("the diff changes no line"))
@@ -343,6 +345,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--diff", required=True, help="unified diff of the MR ('-' = stdin)")
     p.add_argument("--description", required=True, help="file with the MR description")
     p.add_argument("--contract", required=True, help="the proof contract (JSON; `contract add --write` writes one)")
+    p.add_argument("--commits", help="the MR's commit messages (git log --format=%%B base..head): no closing keyword")
     p.add_argument("--junit", help="JUnit XML of the MR's tests (pytest --junitxml): they must have run and passed")
     p.add_argument("--codequality", help="also write the failures here as a GitLab Code Quality report (JSON)")
 
@@ -364,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the gate on parsed arguments; print the reasons; 0 pass, 1 fail, 2 unusable input."""
     try:
         diff, description = _read(args.diff), _read(args.description)
+        commits = _read(args.commits) if args.commits else None
     except OSError as exc:
         return _unusable(args, str(exc))
     try:
@@ -382,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
             tests = TestRun(0, frozenset(), ())  # the tests did not even write their report: nothing ran
         except (OSError, ValueError) as exc:
             return _unusable(args, f"unusable JUnit report {args.junit}: {exc}")
-    result = check(diff, description, contract, tests)
+    result = check(diff, description, contract, tests, commits)
     _write_code_quality(args.codequality, result, args.contract)
     print(f"gate {'PASSED' if result.ok else 'FAILED'} for {contract.signature} (must start {contract.must_start!r})")
     for line in result.passed:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from processors.connectors.proofs.contracts import contract_from_incident
+from processors.model.contract import ProofContract
 from processors.model.outputs import AccessInfo, IncidentEvent
+from sinks.gitlab import contract_section
 from sinks.gitlab.escape import code, mermaid_alias, mermaid_text, plain, title_text
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, fingerprint_label, iso, marker, reopen_id
@@ -157,6 +160,13 @@ def mermaid(e: IncidentEvent) -> str:
     return "\n".join(lines)
 
 
+def filed_contract(e: IncidentEvent) -> ProofContract:
+    """The proof contract the issue is filed with: the incident's, promising :func:`contract_section.promised_event`
+    (a person edits it in the issue)."""
+    return contract_from_incident(e, contract_section.promised_event(e.fingerprint), automatic=True,
+                                  now_ms=e.detected_at_unix_ms)  # fmt: skip
+
+
 def description(e: IncidentEvent, state: IssueState | None = None, links: Links | None = None) -> str:
     """The issue description of the incident ``e`` (the occurrence that filed it)."""
     links = links or Links()
@@ -170,6 +180,8 @@ def description(e: IncidentEvent, state: IssueState | None = None, links: Links 
         *_overview(e, links),
         "",
         occurrences_line(state),
+        "",
+        *contract_section.render(filed_contract(e)),
         "",
         "### Damage",
         "",
@@ -244,4 +256,4 @@ def upgrade_note(e: IncidentEvent) -> str:
     )
 
 
-__all__ = ["description", "mermaid", "occurrence_note", "reopen_note", "title", "upgrade_note"]
+__all__ = ["description", "filed_contract", "mermaid", "occurrence_note", "reopen_note", "title", "upgrade_note"]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from processors.model.contract import ProofContract
 from processors.model.outputs import ReproEvent
 from sinks.gitlab import ci_job
 from sinks.gitlab.escape import code, one_line, plain, title_text
@@ -138,6 +139,8 @@ class GateSetup:
     ci_path: str
     included: bool
     contract: str
+    committed: ProofContract | None = None  # the issue's contract, committed at ``contract``
+    proof_job: str = ""  # the incident's proof job file, when committed
 
 
 def _gate(e: ReproEvent, issue_iid: int, gate: GateSetup) -> list[str]:
@@ -146,6 +149,19 @@ def _gate(e: ReproEvent, issue_iid: int, gate: GateSetup) -> list[str]:
     else:
         runs = (f"{code(ci_job.GATE_JOB_PATH)}; {code(gate.ci_path)} could not be edited safely, so add "
                 f"{code(f'- local: {ci_job.GATE_JOB_PATH}')} to its {code('include:')} list")  # fmt: skip
+    if gate.committed is not None and gate.committed.must_start:
+        c = gate.committed
+        job = code(f"trace-repro-proof-{issue_iid}")
+        proof = (f" The job {job} ({code(gate.proof_job)}) runs the reproduction against a PostgreSQL service; the "
+                 "gate judges its JUnit report.") if gate.proof_job else ""  # fmt: skip
+        return [
+            "### Gate",
+            "",
+            f"The job {code('trace-repro-gate')} ({runs}) runs {code('trace-repro gate')} in this merge request's "
+            f"pipelines on the proof contract of #{issue_iid}, committed as {code(gate.contract)} from the issue's "
+            f"*Proof contract* section: must stop {code(c.signature)}, must start {code(c.must_start)} (the repaired "
+            f"code emits it, and a test asserts it), watched for {c.watch_s:g} s.{proof}",
+        ]
     command = (f"trace-repro contract add --fingerprint {e.fingerprint} --signature <signature> "
                f"--must-start <event> --issue {issue_iid} --write {gate.contract}")  # fmt: skip
     return [

@@ -31,9 +31,12 @@ GATE_JOB = r"""# trace-repro: the proof-of-fix gate for merge requests that say 
 # keep it near the top, as trace-repro does). It
 #   1. takes N from the description, and the proof contract from .trace-repro/contracts/N.json, committed with the
 #      merge request (`trace-repro contract add ... --issue N --write .trace-repro/contracts/N.json`);
-#   2. runs the Python test files the merge request adds or changes (or TRACE_REPRO_TESTS) with pytest --junitxml;
-#   3. runs `trace-repro gate` on the diff, the description, the contract and that test run, which also writes a
-#      Code Quality report of what failed. Both reports are uploaded with paths relative to the repository.
+#   2. runs the Python test files the merge request adds or changes (or TRACE_REPRO_TESTS) with pytest --junitxml,
+#      unless the issue's proof job (trace-repro-proof-N, .gitlab/trace-repro/proof-N.yml, committed with
+#      trace-repro's own merge requests: the generated test against PostgreSQL) left its JUnit report;
+#   3. runs `trace-repro gate` on the diff, the description, the commit messages, the contract and that test run,
+#      which also writes a Code Quality report of what failed. Both reports are uploaded with paths relative to the
+#      repository.
 # The image must have trace-repro (and the application's test dependencies): override `image` or `before_script` in
 # .gitlab-ci.yml (a job of the same name there is merged over this one). Nothing is installed by name here; the
 # CI/CD component (templates/trace-repro-gate.yml in trace-repro's repository) installs a wheel pinned by SHA-256.
@@ -62,18 +65,22 @@ trace-repro-gate:
     - base="$CI_MERGE_REQUEST_DIFF_BASE_SHA"; head="${CI_MERGE_REQUEST_SOURCE_BRANCH_SHA:-HEAD}"
     - git cat-file -e "$base^{commit}" 2>/dev/null || git fetch --quiet --depth=1 origin "$base"
     - git diff "$base" "$head" > trace-repro-reports/mr.diff
+    - git log --format=%B "$base..$head" > trace-repro-reports/commits.txt
     - >-
       tests="${TRACE_REPRO_TESTS:-$(git diff --name-only --diff-filter=AMR "$base" "$head"
       -- 'test_*.py' '*/test_*.py' '*_test.py' | tr '\n' ' ')}"
     - 'echo "proving issue $N with the tests: ${tests:-none}"'
     - >-
-      if [ -n "$tests" ]; then
+      if [ -f "trace-repro-reports/proof-$N/junit.xml" ]; then
+      echo "the tests of issue $N ran in the job trace-repro-proof-$N: the gate judges its report";
+      cp "trace-repro-reports/proof-$N/junit.xml" trace-repro-reports/junit.xml;
+      elif [ -n "$tests" ]; then
       python -m pytest $tests $TRACE_REPRO_PYTEST_ARGS --junitxml=trace-repro-reports/junit.xml
       || echo "pytest exited with $?: the gate judges its report";
       fi
     - >-
       trace-repro gate --diff trace-repro-reports/mr.diff --description trace-repro-reports/description.md
-      --contract "${TRACE_REPRO_CONTRACT:-.trace-repro/contracts/$N.json}"
+      --contract "${TRACE_REPRO_CONTRACT:-.trace-repro/contracts/$N.json}" --commits trace-repro-reports/commits.txt
       --junit trace-repro-reports/junit.xml --codequality trace-repro-reports/gl-code-quality-report.json
   artifacts:
     when: always
@@ -86,7 +93,6 @@ trace-repro-gate:
 """
 
 _TOP_INCLUDE = re.compile(r"^include[ \t]*:(?P<rest>.*)$", re.MULTILINE)
-_ENTRY = f"- local: {GATE_JOB_PATH}"
 
 
 def contract_path(issue_iid: int) -> str:
@@ -94,16 +100,18 @@ def contract_path(issue_iid: int) -> str:
     return f"{CONTRACTS_DIR}/{issue_iid}.json"
 
 
-def with_include(ci: str | None) -> str | None:
-    """``ci`` (the CI configuration's text, None when the project has none) including :data:`GATE_JOB_PATH`;
-    ``ci`` itself when it already does, None when its ``include:`` has a form this does not edit."""
+def with_include(ci: str | None, path: str = GATE_JOB_PATH) -> str | None:
+    """``ci`` (the CI configuration's text, None when the project has none) including ``path`` (default
+    :data:`GATE_JOB_PATH`); ``ci`` itself when it already does, None when its ``include:`` has a form this does not
+    edit."""
+    entry = f"- local: {path}"
     if ci is None or not ci.strip():
-        return f"include:\n  {_ENTRY}\n"
-    if GATE_JOB_PATH in ci:
+        return f"include:\n  {entry}\n"
+    if re.search(rf"local:\s*['\"]?{re.escape(path)}['\"]?\s*$", ci, re.MULTILINE):
         return ci
     found = list(_TOP_INCLUDE.finditer(ci))
     if not found:
-        return ci.rstrip("\n") + f"\n\ninclude:\n  {_ENTRY}\n"
+        return ci.rstrip("\n") + f"\n\ninclude:\n  {entry}\n"
     if len(found) > 1 or found[0]["rest"].split("#", 1)[0].strip():
         return None  # include: <string or flow list>, or two documents that each include
     after = ci[found[0].end() :].split("\n")[1:]
@@ -114,7 +122,7 @@ def with_include(ci: str | None) -> str | None:
         if item is None:
             return None  # a map (include: {local: ...}) or an empty include
         at = found[0].end()
-        return ci[:at] + f"\n{item[1]}{_ENTRY}" + ci[at:]
+        return ci[:at] + f"\n{item[1]}{entry}" + ci[at:]
     return None
 
 

@@ -75,6 +75,10 @@ class GitLabConfig(Section):
     max_queued: int = Field(
         1000, ge=1, description="events kept while GitLab is down or the sink is parked; more are read again later"
     )
+    contract_poll_s: float = Field(
+        60.0, ge=0, description="how often the open issues' proof contract sections are read back (a person's edit "
+        "becomes the contract the proof desk and the merge request use); 0 = only when an event touches the issue"
+    )  # fmt: skip
     token_file: str = Field("", description="read the token from this file (re-read by each health check)")
     confidential: bool = Field(
         False, description="file issues as confidential (only project members see them; existing issues unchanged)"

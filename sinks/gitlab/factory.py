@@ -47,6 +47,10 @@ def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
             token = SecretStr(text) if text else token
     if token is None or not token.get_secret_value():
         return None
+    try:
+        publish = ctx.publish  # a person's edit of an issue's contract is published on trace-repro.contracts
+    except RuntimeError:
+        publish = None
     return GitLabSink(
         config.url,
         config.project,
@@ -68,6 +72,8 @@ def create(config: GitLabConfig, ctx: Context) -> GitLabSink | None:
         rollback=rollback_hook(config),
         releases=config.releases,
         telemetry=ctx.telemetry("gitlab"),
+        publish=publish,
+        contract_poll_s=config.contract_poll_s,
     )
 
 

@@ -38,6 +38,7 @@ from processors.model.outputs import IncidentEvent, ReproEvent, VerdictEvent
 from processors.telemetry import Telemetry
 from sinks.gitlab import body_incident, body_regression
 from sinks.gitlab.body_repro import repro_note
+from sinks.gitlab.contract_section import keep_section
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import (
     FP_LABEL_PREFIX,
@@ -208,7 +209,7 @@ class Issues:
             # A better-evidenced occurrence (manifest, its row changes correlated, more confident) of the same
             # defect: the issue shows it from now on, instead of a new issue being opened.
             upgraded = replace(counted, evidence=evidence(e))
-            update["description"] = body_incident.description(e, upgraded, self.links)
+            update["description"] = keep_section(text, body_incident.description(e, upgraded, self.links))
             update["title"] = _title(e)
             severity = severity_label(e)
             if severity is not None:  # a latent defect that did damage: severity::low becomes severity::high

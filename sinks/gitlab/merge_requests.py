@@ -24,15 +24,17 @@ committed again, and a 409 on creation (another instance opened it meanwhile) pi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 from gitlab.exceptions import GitlabError
 
+from processors.model.contract import ProofContract
 from processors.model.outputs import ReproEvent
+from processors.repair.emit_event import EmitError, emit_after_repair
 from processors.telemetry import Telemetry
-from sinks.gitlab import ci_job, patching
+from sinks.gitlab import ci_job, contract_section, patching, proof_files
 from sinks.gitlab.body_repro import GateSetup, merge_request_description, merge_request_note, merge_request_title
 from sinks.gitlab.issues import IssueRef, Issues
 
@@ -97,9 +99,11 @@ class MergeRequests:
                     raise
                 project.branches.create({"branch": branch, "ref": target})
             repair = self._repaired_files(e, target)
-            gate, ci_files = self._gate_files(target, ref.iid, repair.files)
+            contract = contract_section.contract(project.issues.get(ref.iid).description, ref.iid)
+            proof = self._proof_files(e, ref.iid, target, repair, contract)
+            gate, ci_files = self._gate_files(target, ref.iid, {**repair.files, **proof}, contract)
             actions = []
-            for path, content in {**repair.files, **ci_files}.items():
+            for path, content in {**repair.files, **proof, **ci_files}.items():
                 current = self._file(path, branch)
                 if current == content:
                     continue  # committed by an earlier attempt
@@ -151,19 +155,52 @@ class MergeRequests:
             wanted[path] = e.patch
             return _Repair(False, path, wanted)
 
-    def _gate_files(self, target: str, issue_iid: int, repaired: dict[str, str | None]
-                    ) -> tuple[GateSetup, dict[str, str | None]]:  # fmt: skip
-        """The gate job file and the CI configuration that includes it (left out when it cannot be edited)."""
+    def _proof_files(self, e: ReproEvent, issue_iid: int, target: str, repair: _Repair,
+                     contract: ProofContract | None) -> dict[str, str | None]:  # fmt: skip
+        """The issue's contract, the promised event emitted by the repaired functions and a test asserting it, and
+        the incident's proof job (:mod:`sinks.gitlab.proof_files`); nothing without a contract that promises one."""
+        if contract is None or not contract.must_start:
+            return {}
+        files: dict[str, str | None] = {ci_job.contract_path(issue_iid): proof_files.contract_file(contract)}
+        test_path = _test_path(e)
+        files[proof_files.proof_job_path(issue_iid)] = proof_files.proof_job(issue_iid, test_path)
+        if not repair.applied:
+            return files
+        emitting: list[str] = []
+        for r in e.repairs:
+            after = files.get(r.file, repair.files.get(r.file))
+            if after is None:
+                continue
+            try:
+                files[r.file] = emit_after_repair(after, r.function, contract.must_start,
+                                                  before=self._file(r.file, target))  # fmt: skip
+                emitting.append(r.file)
+            except EmitError as exc:
+                log.warning("gitlab.event_not_emitted", fingerprint=e.fingerprint, file=r.file, error=str(exc)[:200])
+        test = repair.files.get(test_path)
+        if emitting and test is not None and proof_files.TEST_NAME not in test:
+            files[test_path] = test + proof_files.emit_test(contract.must_start, e.level, sorted(set(emitting)))
+        return files
+
+    def _gate_files(self, target: str, issue_iid: int, repaired: dict[str, str | None],
+                    contract: ProofContract | None = None) -> tuple[GateSetup, dict[str, str | None]]:  # fmt: skip
+        """The gate job file and the CI configuration that includes it and the issue's proof job (left out when it
+        cannot be edited)."""
         files: dict[str, str | None] = {ci_job.GATE_JOB_PATH: ci_job.GATE_JOB}
+        proof = proof_files.proof_job_path(issue_iid) if proof_files.proof_job_path(issue_iid) in repaired else None
         configured = str(getattr(self.issues.project, "ci_config_path", None) or "").strip()
         ci_path = configured or ci_job.CI_CONFIG_PATH
+        setup = GateSetup(ci_path, included=False, contract=ci_job.contract_path(issue_iid), committed=contract,
+                          proof_job=proof if proof else "")  # fmt: skip
         if "@" in ci_path or "://" in ci_path:  # a configuration in another project or at a URL
-            return GateSetup(ci_path, included=False, contract=ci_job.contract_path(issue_iid)), files
+            return setup, files
         current = repaired[ci_path] if ci_path in repaired else self._file(ci_path, target)
         edited = ci_job.with_include(current)
+        if edited is not None and proof is not None:
+            edited = ci_job.with_include(edited, proof_files.PROOF_INCLUDE)
         if edited is not None and edited != current:
             files[ci_path] = edited
-        return GateSetup(ci_path, included=edited is not None, contract=ci_job.contract_path(issue_iid)), files
+        return replace(setup, included=edited is not None), files
 
 
 __all__ = ["MergeRequests", "safe_fingerprint"]

@@ -38,8 +38,15 @@ secret volume, a vault agent) un-parks the sink without a restart.
 **Telemetry** goes to the :class:`~processors.telemetry.Telemetry` given (the factory passes the component's):
 drops ``rejected``, ``orphan``, ``max_queued`` and ``rollback_refused``; counts ``issues_created``, ``occurrences``,
 ``notes``, ``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``,
-``duplicates``, ``parked``, ``resumed``, ``token_reloads``, ``releases``, ``rollbacks``, ``rollbacks_skipped``; the
-state gauge ``queued``.
+``duplicates``, ``parked``, ``resumed``, ``token_reloads``, ``releases``, ``rollbacks``, ``rollbacks_skipped``,
+``contracts_edited``, ``contracts_invalid``, ``contracts_published``; the state gauge ``queued``.
+
+**Contracts.** Every incident's issue carries its proof contract in a section people edit
+(:mod:`sinks.gitlab.contract_section`). The sink reads it back when an occurrence touches the issue and, every
+``contract_poll_s``, for the newest open issues (from the flush, or from the periodic health check when no event
+comes) (:mod:`sinks.gitlab.contract_sync`); a person's edit is published
+on ``trace-repro.contracts`` (with ``publish``: the runtime's), where the proof desk takes it over its automatic
+contract. The "Proves #N" merge request commits the issue's contract.
 
 **The token** is a ``SecretStr`` unwrapped only into python-gitlab's ``PRIVATE-TOKEN`` header; log lines carry
 operation names and status codes only, error texts are redacted (of every token the sink has held), and
@@ -49,10 +56,12 @@ python-gitlab's debug mode is never enabled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +74,7 @@ from processors.model.outputs import IncidentEvent, Published, RegressionEvent, 
 from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
+from sinks.gitlab.contract_sync import ContractPublisher, IssueContracts
 from sinks.gitlab.issues import IssueRef, Issues
 from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import Event, Filed, event_id
@@ -135,6 +145,9 @@ class GitLabSink(Sink):
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
+        publish: Callable[[Published], Awaitable[None]] | None = None,
+        contract_poll_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be >= 1")
@@ -159,6 +172,9 @@ class GitLabSink(Sink):
         self._issues = Issues(labels=self.labels, occurrence_notes=occurrence_notes, telemetry=self.telemetry,
                               confidential=confidential, links=links)  # fmt: skip
         self._mrs = MergeRequests(self._issues, target_branch=target_branch, telemetry=self.telemetry)
+        self._contracts = ContractPublisher(IssueContracts(self._issues), publish, poll_s=contract_poll_s, clock=clock,
+                                            telemetry=self.telemetry)  # fmt: skip
+        self._poll_task: asyncio.Task[None] | None = None
         self._queue: deque[Event] = deque()
         self._queued: set[str] = set()  # event ids in the queue
         self._lock = asyncio.Lock()
@@ -218,6 +234,14 @@ class GitLabSink(Sink):
                 self._pop()
                 if self.parked is not None:  # GitLab took an event again
                     self._resume()
+            if self._contracts.due():
+                await self._contracts.poll(self._run, self._load_project)
+
+    async def _poll_when_idle(self) -> None:
+        """The contracts' poll from the periodic health check, between flushes (the sink's lock)."""
+        async with self._lock:
+            if self._contracts.due() and self.parked is None:
+                await self._contracts.poll(self._run, self._load_project)
 
     def _pop(self) -> None:
         self._queued.discard(self._queue.popleft().event_id)
@@ -249,6 +273,8 @@ class GitLabSink(Sink):
             ok, error = True, ""
         except Exception as exc:
             ok, error = False, classify(exc, op="project").what
+        if ok and self._contracts.due() and (self._poll_task is None or self._poll_task.done()):
+            self._poll_task = asyncio.create_task(self._poll_when_idle())  # not awaited: the check stays short
         if ok != self._healthy:
             if ok:
                 log.info("gitlab.healthy")
@@ -258,6 +284,10 @@ class GitLabSink(Sink):
         return ok
 
     async def close(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll_task
         await asyncio.to_thread(self._gl.session.close)
 
     def issue_url(self, fingerprint: str) -> str | None:
@@ -297,6 +327,7 @@ class GitLabSink(Sink):
                 return
             try:
                 await self._run(functools.partial(issues.occurrence, ref, e), "issue.occurrence")
+                await self._contracts.sync(self._run, ref)
                 return
             except GitLabPermanentError as exc:
                 if exc.status != 404 or attempt == 2:

@@ -175,12 +175,17 @@ def _unescaped_pipes(line: str) -> int:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(hostile, min_size=1, max_size=6))
 def test_hostile_strings_cannot_break_out(strings: list[str]) -> None:
-    """Whatever the statements, names and parameters: one closed mermaid block, clean labels, intact tables."""
+    """Whatever the statements, names and parameters: a clean contract block, one closed mermaid block, clean labels,
+    intact tables."""
     e = _hostile_event(strings)
     text = body_incident.description(e)
     lines = text.split("\n")
     fences = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(("```", "~~~"))]
-    assert len(fences) == 2 and lines[fences[0]] == "```mermaid" and lines[fences[1]] == "```"
+    assert [lines[i] for i in fences] == ["```trace-repro-contract", "```", "```mermaid", "```"]
+    contract = lines[fences[0] + 1 : fences[1]]  # the proof contract block: three clean key: value lines
+    assert [line.split(": ", 1)[0] for line in contract] == ["must_stop", "must_start", "watch_s"], contract
+    assert not any("`" in line for line in contract)
+    contract_fences, fences = (fences[0], fences[1]), fences[2:]
     block = lines[fences[0] + 1 : fences[1]]
     assert block[0] == "sequenceDiagram"
     for line in block[1:]:
@@ -198,8 +203,10 @@ def test_hostile_strings_cannot_break_out(strings: list[str]) -> None:
             if not previous.startswith("|"):
                 header_pipes = _unescaped_pipes(line)  # a new table
             assert _unescaped_pipes(line) == header_pipes, line
-    outside = [ln for i, ln in enumerate(lines) if not fences[0] <= i <= fences[1]]
-    prose = CODE_SPAN.sub("", "\n".join(ln for ln in outside if not ln.startswith(("<!-- trace-repro:state", "<sub>"))))
+    blocks = (contract_fences, fences)
+    outside = [ln for i, ln in enumerate(lines) if not any(a <= i <= b for a, b in blocks)]
+    hidden = ("<!-- trace-repro:state", "<!-- trace-repro:contract", "<sub>")
+    prose = CODE_SPAN.sub("", "\n".join(ln for ln in outside if not ln.startswith(hidden)))
     assert "@" not in prose and "<" not in prose and "`" not in prose
     assert sum(ln.startswith("**Occurrences:**") for ln in lines) == 1
     assert sum(ln.startswith("<!-- trace-repro:state ") for ln in lines) == 1

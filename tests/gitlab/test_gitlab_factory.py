@@ -10,6 +10,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from bench.gitlab_server import FakeGitLab
 from processors.component import Context, GraphQueries, Publish, Section
+from processors.model.base import Published
 from processors.state.provenance import NO_EVENTS, StateEvents
 from processors.telemetry import Telemetry
 from sinks.gitlab import FACTORY, GitLabConfig, GitLabRetryableError, GitLabSink
@@ -24,6 +25,7 @@ class FakeContext:
     def __init__(self, **secrets: str) -> None:
         self.secrets = {k: SecretStr(v) for k, v in secrets.items()}
         self.telemetries: dict[str, Telemetry] = {}
+        self.published: list[Published] = []
 
     @property
     def clock(self) -> Callable[[], int]:
@@ -48,7 +50,12 @@ class FakeContext:
 
     @property
     def publish(self) -> Publish:
-        raise AssertionError("the GitLab sink publishes nothing")
+        """Records what the sink publishes (a person's edit of an issue's proof contract)."""
+
+        async def publish(event: Published) -> None:
+            self.published.append(event)
+
+        return publish
 
 
 def build(config: GitLabConfig, ctx: FakeContext) -> GitLabSink | None:

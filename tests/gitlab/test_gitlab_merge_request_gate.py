@@ -8,13 +8,15 @@ import re
 import yaml
 
 from bench.gitlab_server import FakeGitLab
-from sinks.gitlab import ci_job
+from sinks.gitlab import ci_job, proof_files
 from sinks.gitlab.merge_requests import safe_fingerprint
 from streamer.gate import CLOSING, PROVES
 from tests.gitlab.conftest import SinkFactory
 from tests.gitlab.helpers import FIXTURES, deliver, incident, repro
 
 BRANCH = f"trace-repro/{incident().fingerprint}"
+PROOF_JOB = proof_files.proof_job_path(1)
+INCLUDES = [{"local": proof_files.PROOF_INCLUDE}, {"local": ci_job.GATE_JOB_PATH}]  # every incident's proof job
 
 
 def _seed_app(server: FakeGitLab) -> None:
@@ -29,7 +31,7 @@ async def test_the_merge_request_carries_the_gate_job(server: FakeGitLab, make_s
     [mr] = server.merge_requests()
     assert server.file(ci_job.GATE_JOB_PATH, BRANCH) == ci_job.GATE_JOB
     ci = server.file(".gitlab-ci.yml", BRANCH)
-    assert ci is not None and yaml.safe_load(ci) == {"include": [{"local": ci_job.GATE_JOB_PATH}]}
+    assert ci is not None and yaml.safe_load(ci) == {"include": INCLUDES}
     assert server.file(".gitlab-ci.yml", "main") is None and server.file(ci_job.GATE_JOB_PATH, "main") is None
     description = mr["description"]
     proves = PROVES.search(description)
@@ -38,7 +40,7 @@ async def test_the_merge_request_carries_the_gate_job(server: FakeGitLab, make_s
     rule_re = re.search(r"=~ /(.+)/i$", rule)
     assert rule_re is not None and re.search(rule_re[1], description, re.IGNORECASE)
     assert "`.trace-repro/contracts/1.json`" in description and "included by `.gitlab-ci.yml`" in description
-    assert f"--write {ci_job.contract_path(1)}" in description and "--issue 1" in description
+    assert "from the issue's *Proof contract* section" in description and f"`{PROOF_JOB}`" in description
 
 
 async def test_an_existing_configuration_gets_the_include_and_keeps_the_rest(
@@ -53,7 +55,7 @@ async def test_an_existing_configuration_gets_the_include_and_keeps_the_rest(
     ci = server.file(".gitlab-ci.yml", BRANCH)
     assert ci is not None and "# the suite" in ci
     data = yaml.safe_load(ci)
-    assert data["include"] == [{"local": ci_job.GATE_JOB_PATH}, {"template": "Security/SAST.gitlab-ci.yml"}]
+    assert data["include"] == [*INCLUDES, {"template": "Security/SAST.gitlab-ci.yml"}]
     assert data["unit"] == {"script": ["pytest"]} and server.file(".gitlab-ci.yml", "main") == original
     commits = len(server.store.data["commits"])
     await deliver(make_sink(merge_requests=True), repro())
@@ -79,7 +81,7 @@ async def test_the_projects_ci_config_path_is_the_one_edited(server: FakeGitLab,
     server.seed_file("ci/pipeline.yml", "lint:\n  script: [ruff]\n")
     await deliver(make_sink(merge_requests=True), incident(), repro())
     ci = server.file("ci/pipeline.yml", BRANCH)
-    assert ci is not None and {"local": ci_job.GATE_JOB_PATH} in yaml.safe_load(ci)["include"]
+    assert ci is not None and all(i in yaml.safe_load(ci)["include"] for i in INCLUDES)
     assert server.file(".gitlab-ci.yml", BRANCH) is None
 
 
@@ -96,4 +98,4 @@ async def test_a_crafted_fingerprint_names_no_other_branch_or_path(server: FakeG
     files = server.store.data["branches"][mr["source_branch"]]["files"]
     assert f".trace-repro/{safe}.patch" in files and f".trace-repro/{safe}/test_repro.py" in files
     assert all(".." not in path.split("/") for path in files)
-    assert yaml.safe_load(files[".gitlab-ci.yml"]) == {"include": [{"local": ci_job.GATE_JOB_PATH}]}
+    assert yaml.safe_load(files[".gitlab-ci.yml"]) == {"include": INCLUDES}

@@ -357,7 +357,8 @@ async def test_merge_request_proves_the_issue(server: FakeGitLab, make_sink: Sin
     branch = f"trace-repro/{e.fingerprint}"
     assert mr["source_branch"] == branch and mr["target_branch"] == "main"
     assert mr["description"].startswith("Proves #1\n") and not CLOSING.search(mr["description"])
-    assert server.file(r.test_path, branch) == r.test_source
+    committed = server.file(r.test_path, branch)  # the generated test, and the one asserting the promised event
+    assert committed is not None and committed.startswith(r.test_source) and "PROMISED_EVENT" in committed
     repaired = server.file("bench/shop/jobs.py", branch)
     assert repaired is not None and "row = cur.execute(READ_ORDER, (order_id,))" not in repaired
     assert server.file("bench/shop/jobs.py", "main") == (FIXTURES / "jobs_before.py.txt").read_text()
