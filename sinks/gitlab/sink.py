@@ -39,14 +39,8 @@ secret volume, a vault agent) un-parks the sink without a restart.
 drops ``rejected``, ``orphan``, ``max_queued`` and ``rollback_refused``; counts ``issues_created``, ``occurrences``,
 ``notes``, ``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``,
 ``duplicates``, ``parked``, ``resumed``, ``token_reloads``, ``releases``, ``rollbacks``, ``rollbacks_skipped``,
-``contracts_edited``, ``contracts_invalid``, ``contracts_published``; the state gauge ``queued``.
-
-**Contracts.** Every incident's issue carries its proof contract in a section people edit
-(:mod:`sinks.gitlab.contract_section`). The sink reads it back when an occurrence touches the issue and, every
-``contract_poll_s``, for the newest open issues (from the flush, or from the periodic health check when no event
-comes) (:mod:`sinks.gitlab.contract_sync`); a person's edit is published
-on ``trace-repro.contracts`` (with ``publish``: the runtime's), where the proof desk takes it over its automatic
-contract. The "Proves #N" merge request commits the issue's contract.
+``contracts_edited``, ``contracts_invalid``, ``contracts_published``; the state gauge ``queued``. **Contracts**: an
+issue's contract section, edited by a person, becomes the contract (:mod:`sinks.gitlab.contract_sync`).
 
 **The token** is a ``SecretStr`` unwrapped only into python-gitlab's ``PRIVATE-TOKEN`` header; log lines carry
 operation names and status codes only, error texts are redacted (of every token the sink has held), and
