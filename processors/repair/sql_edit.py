@@ -63,7 +63,7 @@ class SqlEdit:
 def parse(statement: str) -> exp.Expression:
     """One statement with positional ``%s`` placeholders → its sqlglot AST (placeholders as ``$n``). A named one
     (``%(pk_1)s``, as SQLAlchemy renders a statement) counts as the next positional one: the statement's shape is
-    what a rewrite needs, and a rewrite that adds a parameter is refused where the code binds them by name."""
+    what a rewrite needs; a rewrite that adds a parameter is refused (:func:`finish`)."""
     positional = _NAMED.sub("%s", statement)
     if "%(" in positional:
         raise RewriteError("named placeholders are not supported")
@@ -111,7 +111,10 @@ def param(n: int) -> exp.Parameter:
 def finish(
     statement: str, after: exp.Expression, insertions: list[tuple[int, str]], params: dict[int, ParamSource]
 ) -> SqlEdit:
-    """Apply the insertions and check them against the edited AST; place the new parameters."""
+    """Apply the insertions and check them against the edited AST; place the new parameters (refused in a statement
+    with named placeholders: a positional one cannot join them)."""
+    if params and _NAMED.search(statement):
+        raise RewriteError("named placeholders: a new parameter cannot be added")
     ordered = sorted(insertions, key=lambda i: i[0])
     text = statement
     for at, piece in reversed(ordered):
