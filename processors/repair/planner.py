@@ -29,7 +29,8 @@ from processors.repair.file_patch import FilePatch, apply_files, revert_files, u
 from processors.repair.locate import normalise
 from processors.repair.patch import Patch
 from processors.repair.source import SourceIndex
-from processors.repair.sql_edit import SqlEdit
+from processors.repair.sql_edit import RewriteError, SqlEdit
+from processors.repair.sql_inserts import equality_columns
 from processors.repair.strategies import (
     ATOMIC_UPDATE,
     IDEMPOTENCY_GUARD,
@@ -203,6 +204,10 @@ def _writers(
             continue
         if not writes:
             continue
+        if anomaly == "write_skew" and reads and _checks_locked(accesses, reads, table):
+            notes.append(f"{name}: reads {table} under a lock before it writes (its other reads are by key): "
+                         "already protected")  # fmt: skip
+            continue
         if anomaly in _NEEDS_READ and not reads:
             locked = next((a.lock for a in accesses if a.operation == "read" and a.lock != "none"
                            and (any_table or table_of(a.statement) == table)), None)  # fmt: skip
@@ -228,6 +233,22 @@ def _writers(
             continue
         writers.append(Writer(function, file, path, rel, writes, reads))
     return writers, notes
+
+
+def _checks_locked(accesses: Sequence[AccessInfo], reads: Sequence[AccessInfo], table: str) -> bool:
+    """Whether a write skew's party reads the table under a lock (its check) and its unlocked reads each fetch one
+    row by one key column (the row it then changes, as ``session.get`` reads it), which no check is."""
+    if not any(a.operation == "read" and a.lock != "none" and table_of(a.statement) == table for a in accesses):
+        return False
+    return all(len(pinned_columns(r.statement)) == 1 for r in reads)
+
+
+def pinned_columns(statement: str) -> list[str]:
+    """The columns a SELECT pins to one value each (none when its WHERE is anything else)."""
+    try:
+        return equality_columns(statement)
+    except RewriteError:
+        return []
 
 
 def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]) -> tuple[list[Writer], list[str]]:
