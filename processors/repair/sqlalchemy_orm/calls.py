@@ -16,7 +16,7 @@ from pathlib import Path
 import libcst as cst
 
 from processors.repair.patch import Patch
-from processors.repair.source import SourceIndex, walk
+from processors.repair.source import SourceError, SourceIndex, walk
 from processors.repair.strategies.base import NotApplicable, Writer
 
 _EMPTY = cst.Module(body=[])
@@ -37,7 +37,10 @@ class Scope:
 
 def scope_of(index: SourceIndex, w: Writer) -> Scope:
     """The writer's function and the module-level functions of its module it calls."""
-    fn = index.function(w.path, w.function)
+    try:
+        fn = index.function(w.path, w.function)
+    except SourceError as exc:
+        raise NotApplicable(str(exc)) from exc
     if fn is None:
         raise NotApplicable(f"function {w.function} not found in {w.rel}")
     helpers: list[cst.FunctionDef] = []

@@ -1,0 +1,121 @@
+"""Repairs of SQLAlchemy code: the flask_sqlalchemy stack's bugs, as the daemon records them, get ORM-level edits.
+
+Each bug view's incident (two requests, SQLAlchemy's own statement text, no parameters, the code located to the
+view) is planned against a private copy of the stack's ``app.py``: the raw-SQL form cannot find a statement the
+code never writes as a string, so the SQLAlchemy form repairs it (golden diffs), with its SQL-level form alongside;
+every plan applies and reverts byte for byte; the controls (the views already protected) are left alone.
+``test_sqlalchemy_orm_live`` runs the patched copies against PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.repair import apply, plan_repairs, revert
+from processors.repair.classify import lock_of, table_of
+from processors.repair.planner import RepairPlan
+from processors.repair.source import SourceIndex
+from processors.repair.sql_inserts import equality_columns
+from processors.repair.strategies import (
+    ROW_LOCK,
+    STRATEGIES,
+    STRICTER_ISOLATION,
+    UNIQUE_INSERT,
+    Context,
+    NotApplicable,
+    Writer,
+    runs_serializable,
+)
+from tests.repair.sqla_cases import path_accesses, recorded, stack_copy, stack_incident
+from tests.repair.test_repair_shop import golden
+
+BUGS = {"lost_update": ROW_LOCK, "write_skew": ROW_LOCK, "phantom": UNIQUE_INSERT}
+CONTROLS = [key.split("/") for key in recorded() if "/control:" in key]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return stack_copy(tmp_path)
+
+
+def every_plan(plan: RepairPlan) -> list[RepairPlan]:
+    return [plan, *plan.alternatives]
+
+
+def test_sqlalchemys_text_is_read_as_the_daemon_reads_it() -> None:
+    """Named placeholders (``%(pk_1)s``) and cast values (``%(day_1)s::VARCHAR``), as SQLAlchemy renders them."""
+    statements = recorded()
+    read = statements["lost_update/bug"]["statements"][0]  # type: ignore[index]
+    locked = statements["lost_update/control:for_update"]["statements"][0]  # type: ignore[index]
+    lookup = statements["phantom/bug"]["statements"][0]  # type: ignore[index]
+    assert (table_of(read), lock_of(read), lock_of(locked)) == ("corpus_accounts", "none", "for_update")
+    assert equality_columns(lookup) == ["room", "day"]
+
+
+@pytest.mark.parametrize("anomaly", list(BUGS))
+def test_each_bug_is_repaired_by_an_orm_edit(root: Path, anomaly: str) -> None:
+    plan = plan_repairs(stack_incident(anomaly, "bug", root), root=root)
+    assert plan.strategy == BUGS[anomaly]
+    assert {r.function for r in plan.repairs} == {f"app.{recorded()[f'{anomaly}/bug']['view']}"}
+    golden(f"sqlalchemy.{anomaly}.diff", plan.diff)
+    assert [a.strategy for a in plan.alternatives] == [STRICTER_ISOLATION]
+    for alternative in plan.alternatives:
+        golden(f"sqlalchemy.{anomaly}.{alternative.strategy}.diff", alternative.diff)
+        assert alternative.isolation == {plan.repairs[0].function: "serializable"}
+
+
+def test_the_sql_level_forms_go_with_the_orm_edits(root: Path) -> None:
+    """What a SQL-level repro replays: the recorded statement → the repaired one, and the migration."""
+    lost = plan_repairs(stack_incident("lost_update", "bug", root), root=root)
+    [edit] = lost.edits
+    assert edit.before == recorded()["lost_update/bug"]["statements"][0]  # type: ignore[index]
+    assert edit.after == edit.before + " FOR UPDATE"
+    skew = plan_repairs(stack_incident("write_skew", "bug", root), root=root)
+    count = skew.edits[0]
+    assert count.before.startswith("SELECT count(*)") and ") AS corpus_doctors" in count.after
+    assert "FOR UPDATE)" in count.after  # the aggregate reads its rows through a locking subquery
+    phantom = plan_repairs(stack_incident("phantom", "bug", root), root=root)
+    assert phantom.migrations == ["CREATE UNIQUE INDEX IF NOT EXISTS corpus_bookings_room_day_key ON "
+                                  "corpus_bookings(room, day)"]  # fmt: skip
+    [insert] = phantom.edits
+    assert " ON CONFLICT (room, day) DO NOTHING RETURNING " in insert.after
+
+
+@pytest.mark.parametrize("anomaly", list(BUGS))
+def test_every_plan_applies_and_reverts_byte_for_byte(root: Path, anomaly: str) -> None:
+    source = root / "app.py"
+    original = source.read_bytes()
+    for plan in every_plan(plan_repairs(stack_incident(anomaly, "bug", root), root=root)):
+        apply(plan, root)
+        patched = source.read_bytes()
+        assert patched != original
+        compile(patched, str(source), "exec")
+        revert(plan, root)
+        assert source.read_bytes() == original
+
+
+def test_the_raw_sql_form_finds_no_statement_in_orm_code(root: Path) -> None:
+    incident = stack_incident("lost_update", "bug", root)
+    reads = tuple(a for a in incident.accesses if a.operation == "read" and a.trace_id == incident.victim.trace_id)
+    w = Writer("app.deposit", "app.py", root / "app.py", "app.py", (incident.victim,), reads)
+    with pytest.raises(NotApplicable, match=r"not found in app\.deposit"):
+        STRATEGIES[ROW_LOCK](Context(index=SourceIndex(root)), w)
+
+
+@pytest.mark.parametrize(("anomaly", "kind"), CONTROLS, ids=[f"{a}-{k}" for a, k in CONTROLS])
+def test_a_control_is_left_alone(root: Path, anomaly: str, kind: str) -> None:
+    """As the incident's own parties, or as code paths the graph knows beside the bug's."""
+    plan = plan_repairs(stack_incident(anomaly, kind, root), root=root)
+    assert (plan.repairs, plan.diff) == ([], "")
+    sites = path_accesses(f"{anomaly}/{kind}", "c", root)
+    beside = plan_repairs(stack_incident(anomaly, "bug", root), root=root, sites=sites)
+    assert beside.diff == plan_repairs(stack_incident(anomaly, "bug", root), root=root).diff
+    assert {r.function for r in beside.repairs} == {f"app.{recorded()[f'{anomaly}/bug']['view']}"}
+
+
+def test_serializable_set_through_sqlalchemy_counts_as_serializable(root: Path) -> None:
+    index = SourceIndex(root)
+    assert runs_serializable(index, root / "app.py", "app.go_off_call_serializable")
+    assert not runs_serializable(index, root / "app.py", "app.go_off_call")
