@@ -19,6 +19,7 @@ from processors.repair.planner import RepairPlan
 from processors.repair.source import SourceIndex
 from processors.repair.sql_inserts import equality_columns
 from processors.repair.strategies import (
+    OPTIMISTIC_VERSION,
     ROW_LOCK,
     STRATEGIES,
     STRICTER_ISOLATION,
@@ -32,6 +33,8 @@ from tests.repair.sqla_cases import path_accesses, recorded, stack_copy, stack_i
 from tests.repair.test_repair_shop import golden
 
 BUGS = {"lost_update": ROW_LOCK, "write_skew": ROW_LOCK, "phantom": UNIQUE_INSERT}
+OFFERED = {"lost_update": [OPTIMISTIC_VERSION, STRICTER_ISOLATION], "write_skew": [STRICTER_ISOLATION],
+           "phantom": [STRICTER_ISOLATION]}  # fmt: skip
 CONTROLS = [key.split("/") for key in recorded() if "/control:" in key]
 
 
@@ -60,10 +63,11 @@ def test_each_bug_is_repaired_by_an_orm_edit(root: Path, anomaly: str) -> None:
     assert plan.strategy == BUGS[anomaly]
     assert {r.function for r in plan.repairs} == {f"app.{recorded()[f'{anomaly}/bug']['view']}"}
     golden(f"sqlalchemy.{anomaly}.diff", plan.diff)
-    assert [a.strategy for a in plan.alternatives] == [STRICTER_ISOLATION]
+    assert [a.strategy for a in plan.alternatives] == OFFERED[anomaly]
     for alternative in plan.alternatives:
         golden(f"sqlalchemy.{anomaly}.{alternative.strategy}.diff", alternative.diff)
-        assert alternative.isolation == {plan.repairs[0].function: "serializable"}
+    serializable = plan.alternatives[-1]
+    assert serializable.isolation == {plan.repairs[0].function: "serializable"}
 
 
 def test_the_sql_level_forms_go_with_the_orm_edits(root: Path) -> None:
@@ -76,6 +80,9 @@ def test_the_sql_level_forms_go_with_the_orm_edits(root: Path) -> None:
     count = skew.edits[0]
     assert count.before.startswith("SELECT count(*)") and ") AS corpus_doctors" in count.after
     assert "FOR UPDATE)" in count.after  # the aggregate reads its rows through a locking subquery
+    [versioned] = [a for a in lost.alternatives if a.strategy == OPTIMISTIC_VERSION]
+    assert versioned.migrations == ["ALTER TABLE corpus_accounts ADD COLUMN version integer NOT NULL DEFAULT 1"]
+    assert versioned.edits == []  # SQLAlchemy binds the version: no SQL-level form with named placeholders
     phantom = plan_repairs(stack_incident("phantom", "bug", root), root=root)
     assert phantom.migrations == ["CREATE UNIQUE INDEX IF NOT EXISTS corpus_bookings_room_day_key ON "
                                   "corpus_bookings(room, day)"]  # fmt: skip
