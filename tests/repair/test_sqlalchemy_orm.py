@@ -19,6 +19,7 @@ from processors.repair.planner import RepairPlan
 from processors.repair.source import SourceIndex
 from processors.repair.sql_inserts import equality_columns
 from processors.repair.strategies import (
+    ATOMIC_UPDATE,
     OPTIMISTIC_VERSION,
     ROW_LOCK,
     STRATEGIES,
@@ -126,3 +127,21 @@ def test_serializable_set_through_sqlalchemy_counts_as_serializable(root: Path) 
     index = SourceIndex(root)
     assert runs_serializable(index, root / "app.py", "app.go_off_call_serializable")
     assert not runs_serializable(index, root / "app.py", "app.go_off_call")
+
+
+def test_an_invariant_violation_gets_the_guarded_atomic_update(root: Path) -> None:
+    """The deposit as an invariant violation: the attribute change becomes ``update(...).values(...)`` guarded by the
+    configured invariant, its "no row" path raising; without an invariant an increment is not guarded."""
+    incident = stack_incident("lost_update", "bug", root).model_copy(update={"anomaly": "invariant_violation"})
+    plan = plan_repairs(incident, root=root, invariants={"corpus_accounts": ["balance >= 0"]})
+    assert plan.strategy == ATOMIC_UPDATE
+    golden("sqlalchemy.invariant_violation.diff", plan.diff)
+    unguarded = plan_repairs(incident, root=root)
+    assert "+            .values(balance=Account.balance + amount)\n" in unguarded.diff
+    assert ">= 0" not in unguarded.diff
+    source = root / "app.py"
+    original = source.read_bytes()
+    apply(plan, root)
+    compile(source.read_bytes(), str(source), "exec")
+    revert(plan, root)
+    assert source.read_bytes() == original

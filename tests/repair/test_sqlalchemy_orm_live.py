@@ -31,7 +31,7 @@ from bench.corpus.stacks.flask_sqlalchemy import app as stack
 from bench.corpus.stacks.web import STACK_SCENARIOS, restack
 from processors.repair import apply, plan_repairs
 from processors.repair.planner import RepairPlan
-from processors.repair.strategies import OPTIMISTIC_VERSION, ROW_LOCK, STRICTER_ISOLATION, UNIQUE_INSERT
+from processors.repair.strategies import ATOMIC_UPDATE, OPTIMISTIC_VERSION, ROW_LOCK, STRICTER_ISOLATION, UNIQUE_INSERT
 from tests.repair.sqla_cases import recorded, stack_copy, stack_incident
 
 pytestmark = pytest.mark.engines
@@ -46,7 +46,12 @@ CASES = [
     ("phantom", UNIQUE_INSERT, "ON CONFLICT", [200, 409]),
     ("write_skew", STRICTER_ISOLATION, "", [200, 409]),
     ("lost_update", OPTIMISTIC_VERSION, "AND corpus_accounts.version = ", [200, 500]),
+    ("lost_update", ATOMIC_UPDATE, "SET balance=(corpus_accounts.balance + ", [200, 200]),
 ]
+# The atomic update is what an invariant violation gets first: the deposit planned as one (balance >= 0), which
+# the guarded UPDATE keeps, and which a lost deposit would not break.
+PLANNED_AS = {ATOMIC_UPDATE: "invariant_violation"}
+INVARIANTS = {"corpus_accounts": ["balance >= 0"]}
 
 
 def damage(conn: psycopg.Connection, anomaly: str, plan: RoundPlan, statuses: tuple[int, int]) -> str:
@@ -119,7 +124,9 @@ def test_the_patched_stack_no_longer_shows_the_damage(postgres_dsn: str, schema:
         assert set(statements) == set(recorded()[f"{anomaly}/{BUG}"]["statements"])  # type: ignore[arg-type]
 
         root = stack_copy(tmp_path)
-        plan = chosen(plan_repairs(stack_incident(anomaly, BUG, root), root=root), strategy)
+        incident = stack_incident(anomaly, BUG, root)
+        incident = incident.model_copy(update={"anomaly": PLANNED_AS.get(strategy, anomaly)})
+        plan = chosen(plan_repairs(incident, root=root, invariants=INVARIANTS), strategy)
         apply(plan, root)
         with untraced(postgres_dsn, schema) as conn:
             if anomaly == "phantom":  # the RED round's duplicates are merged first, as the plan's note says
