@@ -9,10 +9,15 @@ every plan applies and reverts byte for byte; the controls (the views already pr
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql
 
+from processors.model.outputs import AccessInfo
 from processors.repair import apply, plan_repairs, revert
 from processors.repair.classify import lock_of, table_of
 from processors.repair.planner import RepairPlan
@@ -30,6 +35,7 @@ from processors.repair.strategies import (
     Writer,
     runs_serializable,
 )
+from tests.repair.cases import incident
 from tests.repair.sqla_cases import path_accesses, recorded, stack_copy, stack_incident
 from tests.repair.test_repair_shop import golden
 
@@ -37,6 +43,7 @@ BUGS = {"lost_update": ROW_LOCK, "write_skew": ROW_LOCK, "phantom": UNIQUE_INSER
 OFFERED = {"lost_update": [OPTIMISTIC_VERSION, STRICTER_ISOLATION], "write_skew": [STRICTER_ISOLATION],
            "phantom": [STRICTER_ISOLATION]}  # fmt: skip
 CONTROLS = [key.split("/") for key in recorded() if "/control:" in key]
+CORE_BANK = Path(__file__).with_name("fixtures") / "core_bank" / "bank.py"
 
 
 @pytest.fixture
@@ -145,3 +152,35 @@ def test_an_invariant_violation_gets_the_guarded_atomic_update(root: Path) -> No
     compile(source.read_bytes(), str(source), "exec")
     revert(plan, root)
     assert source.read_bytes() == original
+
+
+def test_core_code_gets_the_lock_on_its_select_chain(tmp_path: Path) -> None:
+    """SQLAlchemy Core (``Table(...)``, no mapped class): the read in a helper, ``select(...).where(...)``, takes
+    ``.with_for_update()``; the statements are SQLAlchemy's own, compiled for PostgreSQL (psycopg)."""
+    root = tmp_path / "bank"
+    root.mkdir()
+    shutil.copy(CORE_BANK, root / "bank.py")
+    spec = importlib.util.spec_from_file_location("core_bank_fixture", root / "bank.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+    table = module.accounts
+    read = str(select(table.c.balance).where(table.c.id == 1).compile(dialect=dialect))
+    write = str(update(table).where(table.c.id == 1).values(balance=5).compile(dialect=dialect))
+
+    def access(statement: str, operation: str, trace: str) -> AccessInfo:
+        return AccessInfo(trace_id=trace * 32, span_id=trace * 16, service="bank", version="1",
+                          function="bank.withdraw", file="bank.py", route="", operation=operation, lock="none",
+                          statement=statement, params=[], set_values={}, start_unix_ms=0.0, offset_ms=0.0, error=False,
+                          exception="", http_status=200)  # fmt: skip
+
+    accesses = [access(read, "read", "a"), access(read, "read", "b"), access(write, "write", "a"),
+                access(write, "write", "b")]  # fmt: skip
+    plan = plan_repairs(
+        incident("lost_update", "accounts", "accounts:1", accesses[2], accesses[3], accesses), root=root
+    )
+    assert plan.strategy == ROW_LOCK
+    assert "+    return int(conn.execute(select(accounts.c.balance).where(accounts.c.id == account_id)" \
+           ".with_for_update()).scalar_one())\n" in plan.diff  # fmt: skip
+    assert [e.after for e in plan.edits] == [read + " FOR UPDATE"]
