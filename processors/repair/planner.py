@@ -280,7 +280,8 @@ def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]
 
 def _unlockable(incident: IncidentEvent) -> str:
     """Why ``FOR UPDATE`` on the reads cannot prevent this write skew ("" when it can): each row one request changed
-    must have existed, and been selected by a read of the other, when that read ran."""
+    must have existed, and been selected by a read of the other, when that read ran. A read whose selection cannot
+    be told (its parameters were not recorded, as no stock instrumentation records them) is taken to select it."""
     reads: dict[str, list[AccessInfo]] = {}
     for a in incident.accesses:
         if a.operation == "read" and a.lock == "none":
@@ -289,7 +290,7 @@ def _unlockable(incident: IncidentEvent) -> str:
         if c.before is None:
             return f"lsn {c.lsn} inserted its row: a lock cannot cover a row that does not exist yet"
         others = [r for trace, rs in reads.items() if trace != c.trace_id for r in rs]
-        if not any(selects(r.statement, r.params, c.before) is True for r in others):
+        if all(selects(r.statement, r.params, c.before) is False for r in others):
             return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
     return ""
 

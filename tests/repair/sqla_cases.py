@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
+from processors.model.incident import CommitInfo
 from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
@@ -22,6 +23,16 @@ from tests.repair.cases import REPO, incident
 STACK: Final = REPO / "bench" / "corpus" / "stacks" / "flask_sqlalchemy"
 RECORDED: Final = Path(__file__).with_name("fixtures") / "flask_sqlalchemy_statements.json"
 TABLES: Final = {"lost_update": "corpus_accounts", "write_skew": "corpus_doctors", "phantom": "corpus_bookings"}
+# Each round's row changes as Debezium shows them (before, after), the leader's first.
+IMAGES: Final = {
+    "lost_update": [({"account_no": "acc-1", "balance": 100}, {"account_no": "acc-1", "balance": 110}),
+                    ({"account_no": "acc-1", "balance": 110}, {"account_no": "acc-1", "balance": 125})],
+    "write_skew": [({"name": "alice-1", "shift": 1, "on_call": True},
+                    {"name": "alice-1", "shift": 1, "on_call": False}),
+                   ({"name": "bob-1", "shift": 1, "on_call": True}, {"name": "bob-1", "shift": 1, "on_call": False})],
+    "phantom": [(None, {"booking_id": 1, "room": 101, "day": "2030-01-15", "guest": "ann"}),
+                (None, {"booking_id": 2, "room": 101, "day": "2030-01-15", "guest": "bo"})],
+}  # fmt: skip
 _WRITES: Final = ("write", "insert", "delete")
 
 
@@ -66,11 +77,19 @@ def path_accesses(key: str, trace: str, root: Path, at: float = 0.0) -> list[Acc
 
 
 def stack_incident(anomaly: str, kind: str, root: Path) -> IncidentEvent:
-    """Two requests of the view of ``kind`` (the leader ``a`` commits first, the follower ``b``), as an incident."""
+    """Two requests of the view of ``kind`` (the leader ``a`` commits first, the follower ``b``), as an incident, with
+    their row changes (no statement parameters: the stack's spans carry none)."""
     leader = path_accesses(f"{anomaly}/{kind}", "a", root, at=0)
     follower = path_accesses(f"{anomaly}/{kind}", "b", root, at=1)
     accesses = sorted(leader + follower, key=lambda a: a.start_unix_ms)
     culprit = next(a for a in leader if a.operation in _WRITES)
     victim = next(a for a in follower if a.operation in _WRITES)
     table = TABLES[anomaly]
-    return incident(anomaly, table, f"{table}:x", culprit, victim, accesses)
+    commits = [
+        CommitInfo(lsn=101 + i, tx_id=str(700 + i), commit_unix_ms=1_800_000_000_010 + i, offset_ms=10.0 + i,
+                   op="c" if before is None else "u", before=before, after=after, trace_id=who.trace_id,
+                   span_id=who.span_id, correlation="values_time", skew_ms=0.0)
+        for i, ((before, after), who) in enumerate(zip(IMAGES[anomaly], (culprit, victim), strict=True))
+    ]  # fmt: skip
+    event = incident(anomaly, table, f"{table}:x", culprit, victim, accesses)
+    return event.model_copy(update={"commits": commits})
