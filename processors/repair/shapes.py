@@ -11,6 +11,7 @@ from typing import Final
 
 from processors.repair import django_orm, sqlalchemy_orm
 from processors.repair.strategies import STRATEGIES, Context, NotApplicable, Outcome, Writer
+from processors.repair.strategies.base import NotThisShape
 
 Strategy = Callable[[Context, Writer], Outcome]
 
@@ -28,16 +29,21 @@ def known(strategy: str) -> bool:
 
 def repair(ctx: Context, strategy: str, w: Writer) -> Outcome:
     """The writer repaired by ``strategy`` in the first shape it applies to (:class:`NotApplicable` with every
-    shape's reason when none does; one shape's reason as it is)."""
+    shape's reason when none does, leaving out the shapes the code is not written in when another has a reason;
+    one shape's reason as it is)."""
     reasons: list[tuple[str, str]] = []
+    foreign: list[tuple[str, str]] = []  # shapes the code is not written in
     for shape, table in SHAPES:
         fn = table.get(strategy)
         if fn is None:
             continue
         try:
             return fn(ctx, w)
+        except NotThisShape as exc:
+            foreign.append((shape, str(exc)))
         except NotApplicable as exc:
             reasons.append((shape, str(exc)))
+    reasons = reasons or foreign
     if len(reasons) == 1:
         raise NotApplicable(reasons[0][1])
     raise NotApplicable("; ".join(f"{shape}: {why}" for shape, why in reasons))

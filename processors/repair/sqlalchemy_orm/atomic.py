@@ -23,7 +23,7 @@ from processors.repair.source import walk
 from processors.repair.sql_edit import RewriteError, parse
 from processors.repair.sqlalchemy_orm.calls import Scope, code, ensure_import, scope_of, session_gets
 from processors.repair.sqlalchemy_orm.models import Model, model_for
-from processors.repair.strategies.base import ATOMIC_UPDATE, Context, NotApplicable, Op, Outcome, Writer
+from processors.repair.strategies.base import ATOMIC_UPDATE, Context, NotApplicable, NotThisShape, Op, Outcome, Writer
 
 _SESSION_METHODS = frozenset({"flush", "execute", "scalar", "scalars", "get", "add", "commit"})
 _OPS = {">=": ">=", ">": ">", "<=": "<=", "<": "<"}
@@ -40,7 +40,7 @@ def atomic_update(ctx: Context, w: Writer) -> Outcome:
         table = table_of(update.statement)
         model = model_for(ctx.index, w.path, table) if table else None
         if model is None or not model.orm or not model.primary_key:
-            raise NotApplicable(f"no mapped class with a primary key for {table or update.statement!r} in {w.rel}")
+            raise NotThisShape(f"no mapped class with a primary key for {table or update.statement!r} in {w.rel}")
         change = _change(ctx, scope, model, _set_columns(update.statement))
         guard = _guard(ctx, update.statement, change[2], change[3])
         out.ops.append(_op(ctx, scope, model, change, guard))

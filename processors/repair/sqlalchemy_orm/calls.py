@@ -17,7 +17,7 @@ import libcst as cst
 
 from processors.repair.patch import Patch
 from processors.repair.source import SourceError, SourceIndex, walk
-from processors.repair.strategies.base import NotApplicable, Writer
+from processors.repair.strategies.base import NotApplicable, NotThisShape, Writer
 
 _EMPTY = cst.Module(body=[])
 
@@ -43,6 +43,8 @@ def scope_of(index: SourceIndex, w: Writer) -> Scope:
         raise NotApplicable(str(exc)) from exc
     if fn is None:
         raise NotApplicable(f"function {w.function} not found in {w.rel}")
+    if not _uses_sqlalchemy(index, w.path):
+        raise NotThisShape(f"{w.rel} does not use SQLAlchemy (nor do the local modules it imports from)")
     helpers: list[cst.FunctionDef] = []
     for node in walk(fn.body):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
@@ -50,6 +52,25 @@ def scope_of(index: SourceIndex, w: Writer) -> Scope:
             if found is not None and found[0] == w.path and found[1] is not fn and found[1] not in helpers:
                 helpers.append(found[1])
     return Scope(w.path, fn, tuple(helpers))
+
+
+def _uses_sqlalchemy(index: SourceIndex, path: Path) -> bool:
+    """Whether the module, or a local module it imports from, imports SQLAlchemy."""
+    for file in {path, *(source for source, _ in index.imports(path).values())}:
+        try:
+            body = index.module(file).body
+        except SourceError:
+            continue
+        for stmt in body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                    if code(small.module).split(".")[0] in ("sqlalchemy", "flask_sqlalchemy"):
+                        return True
+                elif isinstance(small, cst.Import) and any(
+                    code(a.name).split(".")[0] in ("sqlalchemy", "flask_sqlalchemy") for a in small.names
+                ):
+                    return True
+    return False
 
 
 def code(node: cst.CSTNode) -> str:

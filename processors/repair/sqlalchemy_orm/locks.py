@@ -46,6 +46,7 @@ from processors.repair.strategies.base import (
     SHARE_LOCK,
     Context,
     NotApplicable,
+    NotThisShape,
     Op,
     Outcome,
     Writer,
@@ -85,7 +86,7 @@ def _model(ctx: Context, w: Writer, access: AccessInfo) -> Model:
         raise NotApplicable(f"cannot tell the table of {access.statement!r}")
     model = model_for(ctx.index, w.path, table)
     if model is None:
-        raise NotApplicable(f"no SQLAlchemy model of {table} in {w.rel}")
+        raise NotThisShape(f"no SQLAlchemy model of {table} in {w.rel}")
     return model
 
 

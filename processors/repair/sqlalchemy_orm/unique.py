@@ -35,7 +35,16 @@ from processors.repair.sqlalchemy_orm.calls import (
     scope_of,
 )
 from processors.repair.sqlalchemy_orm.models import Model, has_table_args, model_for, tablename_statement
-from processors.repair.strategies.base import UNIQUE_INSERT, Context, NotApplicable, Op, Outcome, Writer, rewrite
+from processors.repair.strategies.base import (
+    UNIQUE_INSERT,
+    Context,
+    NotApplicable,
+    NotThisShape,
+    Op,
+    Outcome,
+    Writer,
+    rewrite,
+)
 
 _PG = "sqlalchemy.dialects.postgresql"
 
@@ -51,7 +60,7 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         table = table_of(insert.statement)
         model = model_for(ctx.index, w.path, table) if table else None
         if model is None or not model.orm or not model.primary_key:
-            raise NotApplicable(f"no mapped class with a primary key for {table or insert.statement!r} in {w.rel}")
+            raise NotThisShape(f"no mapped class with a primary key for {table or insert.statement!r} in {w.rel}")
         columns = _identity(w, insert.statement)
         edit = rewrite(partial(sql_inserts.on_conflict_do_nothing, insert.statement, columns))
         migration = rewrite(partial(sql_inserts.unique_index, insert.statement, columns))

@@ -21,7 +21,15 @@ from processors.repair.patch import Patch
 from processors.repair.sql_edit import RewriteError, identifier
 from processors.repair.sqlalchemy_orm.calls import ensure_import, names, scope_of
 from processors.repair.sqlalchemy_orm.models import Model, model_for
-from processors.repair.strategies.base import OPTIMISTIC_VERSION, Context, NotApplicable, Op, Outcome, Writer
+from processors.repair.strategies.base import (
+    OPTIMISTIC_VERSION,
+    Context,
+    NotApplicable,
+    NotThisShape,
+    Op,
+    Outcome,
+    Writer,
+)
 
 
 def optimistic_version(ctx: Context, w: Writer) -> Outcome:
@@ -38,7 +46,7 @@ def optimistic_version(ctx: Context, w: Writer) -> Outcome:
         table = table_of(update.statement)
         model = model_for(ctx.index, w.path, table) if table else None
         if model is None or model.node is None:
-            raise NotApplicable(f"no mapped class for {table or update.statement!r} in {w.rel}")
+            raise NotThisShape(f"no mapped class for {table or update.statement!r} in {w.rel}")
         if not any(names(fn, model.name) for fn in scope.defs):
             raise NotApplicable(f"{scope.function.name.value} does not use {model.name}")
         last = _last_column(model.node)

@@ -41,6 +41,11 @@ class NotApplicable(Exception):
     """The strategy cannot repair this writer (the message says why)."""
 
 
+class NotThisShape(NotApplicable):
+    """The writer's code is not written in this shape at all (an ORM's form on code that does not use the ORM): its
+    reason is left out of the notes when another shape has one."""
+
+
 @dataclass(frozen=True, slots=True)
 class Writer:
     """One code path that writes the entity unprotected, with the unlocked reads it does before."""
