@@ -18,8 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql
 
 from processors.model.outputs import AccessInfo
-from processors.repair import apply, plan_repairs, revert
+from processors.repair import apply, plan_repairs, revert, sqlalchemy_orm
 from processors.repair.classify import lock_of, table_of
+from processors.repair.patch import Patch
 from processors.repair.planner import RepairPlan
 from processors.repair.source import SourceIndex
 from processors.repair.sql_inserts import equality_columns
@@ -27,6 +28,7 @@ from processors.repair.strategies import (
     ATOMIC_UPDATE,
     OPTIMISTIC_VERSION,
     ROW_LOCK,
+    SHARE_LOCK,
     STRATEGIES,
     STRICTER_ISOLATION,
     UNIQUE_INSERT,
@@ -184,3 +186,20 @@ def test_core_code_gets_the_lock_on_its_select_chain(tmp_path: Path) -> None:
     assert "+    return int(conn.execute(select(accounts.c.balance).where(accounts.c.id == account_id)" \
            ".with_for_update()).scalar_one())\n" in plan.diff  # fmt: skip
     assert [e.after for e in plan.edits] == [read + " FOR UPDATE"]
+
+
+def test_a_reader_takes_share_locks(root: Path) -> None:
+    """``FOR SHARE`` (a read skew's reader): the aggregate's subquery and ``session.get`` read with ``read=True``."""
+    incident = stack_incident("write_skew", "bug", root)
+    reads = tuple(a for a in incident.accesses if a.operation == "read" and a.trace_id == incident.victim.trace_id)
+    w = Writer("app.go_off_call", "app.py", root / "app.py", "app.py", (), reads)
+    ctx = Context(index=SourceIndex(root))
+    outcome = sqlalchemy_orm.STRATEGIES[SHARE_LOCK](ctx, w)
+    patch = Patch(ctx.index)
+    for op in outcome.ops:
+        op(patch)
+    [(_, _, after)] = patch.render()
+    assert b"Doctor.on_call).with_for_update(read=True).subquery()))\n" in after
+    assert b'session.get(Doctor, name, with_for_update={"read": True})\n' in after
+    assert [e.after.endswith("FOR SHARE") for e in outcome.edits] == [False, True]  # the count: FOR SHARE inside
+    assert "FOR SHARE)" in outcome.edits[0].after
