@@ -1,7 +1,8 @@
 """The flask_sqlalchemy stack's code paths as the daemon records them, and incidents built from them.
 
 The statements are SQLAlchemy's own text (``fixtures/flask_sqlalchemy_statements.json``, recorded from the stack's
-views on PostgreSQL by ``test_sqlalchemy_orm_live``, which checks they are still what SQLAlchemy renders); each
+views on PostgreSQL with a ``before_cursor_execute`` listener; ``test_sqlalchemy_orm_live`` checks on every run that
+the stack still sends exactly these); each
 access's operation and lock are the daemon's classification of that text (``SqlAccessExtractor``). The function and
 file are what the code locator names in the stack's checkout (``app.<view>`` in ``app.py``).
 """
