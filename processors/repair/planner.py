@@ -29,7 +29,8 @@ from processors.repair.file_patch import FilePatch, apply_files, revert_files, u
 from processors.repair.locate import normalise
 from processors.repair.patch import Patch
 from processors.repair.source import SourceIndex
-from processors.repair.sql_edit import SqlEdit
+from processors.repair.sql_edit import RewriteError, SqlEdit
+from processors.repair.sql_inserts import equality_columns
 from processors.repair.strategies import (
     ATOMIC_UPDATE,
     IDEMPOTENCY_GUARD,
@@ -203,6 +204,10 @@ def _writers(
             continue
         if not writes:
             continue
+        if anomaly == "write_skew" and reads and _checks_locked(accesses, reads, table):
+            notes.append(f"{name}: reads {table} under a lock before it writes (its other reads are by key): "
+                         "already protected")  # fmt: skip
+            continue
         if anomaly in _NEEDS_READ and not reads:
             locked = next((a.lock for a in accesses if a.operation == "read" and a.lock != "none"
                            and (any_table or table_of(a.statement) == table)), None)  # fmt: skip
@@ -228,6 +233,22 @@ def _writers(
             continue
         writers.append(Writer(function, file, path, rel, writes, reads))
     return writers, notes
+
+
+def _checks_locked(accesses: Sequence[AccessInfo], reads: Sequence[AccessInfo], table: str) -> bool:
+    """Whether a write skew's party reads the table under a lock (its check) and its unlocked reads each fetch one
+    row by one key column (the row it then changes, as ``session.get`` reads it), which no check is."""
+    if not any(a.operation == "read" and a.lock != "none" and table_of(a.statement) == table for a in accesses):
+        return False
+    return all(len(pinned_columns(r.statement)) == 1 for r in reads)
+
+
+def pinned_columns(statement: str) -> list[str]:
+    """The columns a SELECT pins to one value each (none when its WHERE is anything else)."""
+    try:
+        return equality_columns(statement)
+    except RewriteError:
+        return []
 
 
 def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]) -> tuple[list[Writer], list[str]]:
@@ -259,7 +280,8 @@ def _readers(incident: IncidentEvent, root: Path, source_map: Mapping[str, Path]
 
 def _unlockable(incident: IncidentEvent) -> str:
     """Why ``FOR UPDATE`` on the reads cannot prevent this write skew ("" when it can): each row one request changed
-    must have existed, and been selected by a read of the other, when that read ran."""
+    must have existed, and been selected by a read of the other, when that read ran. A read whose selection cannot
+    be told (its parameters were not recorded, as no stock instrumentation records them) is taken to select it."""
     reads: dict[str, list[AccessInfo]] = {}
     for a in incident.accesses:
         if a.operation == "read" and a.lock == "none":
@@ -268,15 +290,8 @@ def _unlockable(incident: IncidentEvent) -> str:
         if c.before is None:
             return f"lsn {c.lsn} inserted its row: a lock cannot cover a row that does not exist yet"
         others = [r for trace, rs in reads.items() if trace != c.trace_id for r in rs]
-        verdicts = [selects(r.statement, r.params, c.before) for r in others]
-        if True in verdicts:
-            continue
-        if None in verdicts:
-            return (
-                f"lsn {c.lsn} changed a row; whether the other request's read selected it cannot be told "
-                "(the read's parameters were not recorded)"
-            )
-        return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
+        if all(selects(r.statement, r.params, c.before) is False for r in others):
+            return f"lsn {c.lsn} changed a row the other request's read did not select when it ran"
     return ""
 
 

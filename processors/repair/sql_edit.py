@@ -24,6 +24,7 @@ from processors.sql import number_qmarks, psycopg_to_qmark
 
 DIALECT: Final = "postgres"
 _PLAIN_IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]*")
+_NAMED: Final = re.compile(r"(?<!%)%\([A-Za-z_][A-Za-z0-9_]*\)[sbt]")  # psycopg's pyformat, as SQLAlchemy renders
 
 
 class RewriteError(ValueError):
@@ -60,11 +61,14 @@ class SqlEdit:
 
 # -- text and AST --------------------------------------------------------------------------------------------------
 def parse(statement: str) -> exp.Expression:
-    """One statement with positional ``%s`` placeholders → its sqlglot AST (placeholders as ``$n``)."""
-    if "%(" in statement:
+    """One statement with positional ``%s`` placeholders → its sqlglot AST (placeholders as ``$n``). A named one
+    (``%(pk_1)s``, as SQLAlchemy renders a statement) counts as the next positional one: the statement's shape is
+    what a rewrite needs; a rewrite that adds a parameter is refused (:func:`finish`)."""
+    positional = _NAMED.sub("%s", statement)
+    if "%(" in positional:
         raise RewriteError("named placeholders are not supported")
     try:
-        trees = sqlglot.parse(number_qmarks(psycopg_to_qmark(statement), DIALECT), dialect=DIALECT)
+        trees = sqlglot.parse(number_qmarks(psycopg_to_qmark(positional), DIALECT), dialect=DIALECT)
     except (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         raise RewriteError(f"unparseable statement: {exc}") from exc
     found = [t for t in trees if isinstance(t, exp.Expression)]
@@ -107,7 +111,10 @@ def param(n: int) -> exp.Parameter:
 def finish(
     statement: str, after: exp.Expression, insertions: list[tuple[int, str]], params: dict[int, ParamSource]
 ) -> SqlEdit:
-    """Apply the insertions and check them against the edited AST; place the new parameters."""
+    """Apply the insertions and check them against the edited AST; place the new parameters (refused in a statement
+    with named placeholders: a positional one cannot join them)."""
+    if params and _NAMED.search(statement):
+        raise RewriteError("named placeholders: a new parameter cannot be added")
     ordered = sorted(insertions, key=lambda i: i[0])
     text = statement
     for at, piece in reversed(ordered):

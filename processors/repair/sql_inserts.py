@@ -100,8 +100,9 @@ def inserted_values(statement: str, columns: Sequence[str]) -> list[int | exp.Ex
 
 
 def equality_columns(statement: str) -> list[str]:
-    """The columns a SELECT's WHERE pins to one value each (``a = %s AND b = 'x'``): the identity of what it looks
-    for. Refused unless every term of the WHERE is such an equality."""
+    """The columns a SELECT's WHERE pins to one value each (``a = %s AND b = 'x'``, the value cast or not, as
+    ``%(x)s::INTEGER``): the identity of what it looks for. Refused unless every term of the WHERE is such an
+    equality."""
     tree = parse(statement)
     if not isinstance(tree, exp.Select):
         raise RewriteError("equality columns: not a SELECT")
@@ -114,6 +115,8 @@ def equality_columns(statement: str) -> list[str]:
         column, value = term.this, term.expression
         if not isinstance(column, exp.Column):
             column, value = value, column
+        if isinstance(value, exp.Cast):  # ``%s::INTEGER``, as SQLAlchemy renders a bound value
+            value = value.this
         if not isinstance(column, exp.Column) or not isinstance(value, exp.Parameter | exp.Literal | exp.Boolean):
             raise RewriteError(f"equality columns: {term.sql(dialect=DIALECT)} does not pin a column to a value")
         columns.append(column.name)

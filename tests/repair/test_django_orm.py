@@ -276,10 +276,10 @@ def test_atomic_update_guards_a_decrement_and_handles_no_row_like_its_check(tmp_
     assert b"stock__gte=qty + 2" in patch.render()[0][2]
 
 
-def test_write_skew_with_its_commits_but_no_parameters_runs_serializable(tmp_path: Path) -> None:
+def test_write_skew_with_its_commits_but_no_parameters_locks_the_rows_it_counts(tmp_path: Path) -> None:
     """With the row changes the daemon attaches and no statement parameters (the stock instrumentation sends none),
-    the planner cannot tell that a lock on the count covers the other doctor's row: the plan is the SERIALIZABLE
-    retry of the view's atomic block (GREEN live as the ROW_LOCK plan's alternative)."""
+    the planner cannot tell whether a lock on the count covers the other doctor's row; it takes the lock (the GREEN
+    run decides) and offers the SERIALIZABLE retry of the view's atomic block as the alternative."""
     root = copy_stack(tmp_path / "stack")
     rows = [("a", "alice-204"), ("b", "bob-204")]
     commits = [
@@ -290,10 +290,12 @@ def test_write_skew_with_its_commits_but_no_parameters_runs_serializable(tmp_pat
     ]  # fmt: skip
     event = round_incident("write_skew").model_copy(update={"commits": commits})
     plan = plan_repairs(event, root=root)
-    assert plan.strategy == STRICTER_ISOLATION, plan.notes
-    assert any(n.startswith("row_lock does not apply: lsn 1") and "cannot be told" in n for n in plan.notes), plan.notes
-    assert "with transaction.get_connection().cursor() as cursor:" in plan.diff
-    assert plan.isolation == {"app.go_off_call": "serializable"}
+    assert plan.strategy == ROW_LOCK, plan.notes
+    assert ".select_for_update()" in plan.diff
+    [serializable] = plan.alternatives
+    assert serializable.strategy == STRICTER_ISOLATION
+    assert "with transaction.get_connection().cursor() as cursor:" in serializable.diff
+    assert serializable.isolation == {"app.go_off_call": "serializable"}
 
 
 NO_TRANSACTION = """\

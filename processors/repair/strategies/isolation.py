@@ -66,8 +66,8 @@ def _isolated(ctx: Context, w: Writer, strategy: str) -> Outcome:
 
 def runs_serializable(index: SourceIndex, path: Path, qualname: str) -> bool:
     """Whether the recorded function sets SERIALIZABLE itself (``SET TRANSACTION ISOLATION LEVEL SERIALIZABLE``, as
-    this strategy writes it, or ``IsolationLevel.SERIALIZABLE``): PostgreSQL then aborts a transaction of every
-    anomaly class, there is nothing to repair."""
+    this strategy writes it, ``IsolationLevel.SERIALIZABLE``, or SQLAlchemy's ``isolation_level="SERIALIZABLE"``):
+    PostgreSQL then aborts a transaction of every anomaly class, there is nothing to repair."""
     try:
         func = index.function(path, qualname)
     except SourceError:
@@ -80,7 +80,21 @@ def runs_serializable(index: SourceIndex, path: Path, qualname: str) -> bool:
         text = string_value(node) if isinstance(node, cst.BaseExpression) else None
         if text is not None and "ISOLATION LEVEL SERIALIZABLE" in " ".join(text.upper().split()):
             return True
+        if _sqlalchemy_level(node) == "SERIALIZABLE":
+            return True
     return False
+
+
+def _sqlalchemy_level(node: cst.CSTNode) -> str | None:
+    """The level SQLAlchemy is told to run at: ``isolation_level="..."`` (``execution_options``,
+    ``create_engine``) or ``{"isolation_level": "..."}`` (``session.connection(execution_options=...)``)."""
+    keyed = isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "isolation_level"
+    entry = isinstance(node, cst.DictElement) and string_value(node.key) == "isolation_level"
+    if not (keyed or entry):
+        return None
+    assert isinstance(node, cst.Arg | cst.DictElement)
+    value = string_value(node.value)
+    return " ".join(value.upper().split()) if value is not None else None
 
 
 def _retry_op(path: Path, block: cst.With, setup: cst.BaseStatement, text: str) -> Op:
