@@ -298,3 +298,20 @@ async def test_a_fixed_regression_issue_reopens_only_for_a_build_deployed_after_
             assert any("### Recurrence" in n["body"] for n in server.notes(issue["iid"]))
         finally:
             await sink.close()
+
+
+def test_an_incidents_automatic_contract_promises_the_event_its_issue_shows() -> None:
+    """What the desk judges is what the issue's contract section says: the fix must start the promised event (the
+    MR path's repair emits it), so a signature that merely stops is not FIXED without evidence the fix ran."""
+    from sinks.gitlab.body_incident import filed_contract
+    from tests.regressions.builders import access, incident
+
+    desk = _desk()
+    event = incident(access("1.0", "shop.handlers.capture_payment", "/orders/{id}/capture", at_ms=10, service="shop"),
+                     access("1.0", "shop.jobs.expire_cart", "job expire_cart", at_ms=11, service="shop", error=True,
+                            exception="OrderChangedConcurrently"), fingerprint="fp-inc")  # fmt: skip
+    desk.on_event(event, "p0")
+    [made] = desk._new_contracts
+    shown = filed_contract(event)
+    assert made.must_start == shown.must_start == "trace_repro.fix.fp-inc"
+    assert (made.signature, made.watch_s) == (shown.signature, shown.watch_s)

@@ -40,6 +40,7 @@ from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
 from processors.model.units import s_to_ns
 from processors.model.verdict import VerdictEvent
+from processors.repair.emit_event import promised_event
 from processors.state.keyed import KeyedState
 from processors.state.lru import CountedLRU
 from processors.state.provenance import NO_EVENTS, StateEvents
@@ -128,7 +129,8 @@ class ProofDesk(Processor):
         self.telemetry.count("contracts")
 
     def _contract_for(self, incident: IncidentEvent) -> ProofContract | None:
-        """The incident's automatic contract, its floor from the defect's rate so far on the buggy build."""
+        """The incident's automatic contract, its floor from the defect's rate so far on the buggy build; the fix must
+        start the event its issue's contract section promises (the "Proves #N" repair emits it)."""
         if incident.fingerprint in self._cli_contracts:
             return None  # a contract given by a person wins
         n = (self._occurrences.get(incident.fingerprint) or 0) + 1
@@ -136,7 +138,8 @@ class ProofDesk(Processor):
         c = incident.culprit
         routes = {incident.culprit.route, incident.victim.route} - {""}
         requests = self.judge.requests_on(c.service, incident.victim.version or c.version, routes)
-        return contract_from_incident(incident, "", occurrences=n, requests=max(requests, n),
+        return contract_from_incident(incident, promised_event(incident.fingerprint), occurrences=n,
+                                      requests=max(requests, n),
                                       watch_s=self.config.watch_s, now_ms=incident.detected_at_unix_ms,
                                       automatic=True)  # fmt: skip
 
