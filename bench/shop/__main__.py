@@ -7,6 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
+from opentelemetry import trace
+
+from bench.shop.telemetry import start_telemetry
 from bench.shop.traffic import SCENARIOS, run_traffic
 
 
@@ -23,8 +26,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--topic", default="otlp_spans")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     a = p.parse_args(argv)
-    summary = run_traffic(a.dsn, a.kafka, scenario=a.scenario, rounds=a.rounds, version=a.version, clean=a.clean,
-                          topic=a.topic, environment=a.environment, revision=a.revision)  # fmt: skip
+    # As a service's main does: its tracer provider is the process's, so code that asks the OpenTelemetry API for a
+    # tracer (a repair's promised event, ``trace.get_tracer(...)``) exports through it too.
+    telemetry = start_telemetry(a.kafka, topic=a.topic, version=a.version, environment=a.environment,
+                                revision=a.revision)  # fmt: skip
+    trace.set_tracer_provider(telemetry.provider)
+    try:
+        summary = run_traffic(a.dsn, a.kafka, scenario=a.scenario, rounds=a.rounds, version=a.version, clean=a.clean,
+                              topic=a.topic, environment=a.environment, revision=a.revision,
+                              telemetry=telemetry)  # fmt: skip
+    finally:
+        telemetry.shutdown()
     if a.json:
         out = [{"scenario": r.scenario, "clean": r.clean, "rounds": r.rounds, **r.evidence,
                 "statuses": r.statuses, "error_traces": r.error_traces} for r in summary.results]  # fmt: skip
