@@ -15,7 +15,10 @@ import psycopg
 import pytest
 
 from processors.repair.file_patch import FilePatch, PatchError, apply_files, revert_files, unified_diff
+from processors.repair.migration_files import alembic, django
+from processors.repair.patch import Patch
 from processors.repair.planner import RepairPlan, apply, plan_repairs, revert
+from processors.repair.source import SourceIndex
 from processors.repair.strategies import OPTIMISTIC_VERSION, UNIQUE_INSERT
 from sinks.gitlab import patching
 from streamer.engines import LocalEngines
@@ -240,3 +243,25 @@ def test_the_django_repair_adds_a_migration_that_migrate_runs(engines: LocalEngi
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
         revert(plan, stack)
     assert {k: v for k, v in tree(stack).items() if "__pycache__" not in k} == original
+
+
+def test_names_from_the_recorded_sql_stay_string_literals_in_the_migration_files(tmp_path: Path) -> None:
+    """A hostile table, column or constraint name becomes a string literal, never code (nor a docstring's end)."""
+    hostile = '"""); import os; os.system("x"); ("'
+    versions = alembic_setup(tmp_path)
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "migrations" / "__init__.py").write_text("")
+    patch = Patch(SourceIndex(tmp_path))
+    lines = alembic.unique_constraint(hostile, f"{hostile}.t", [hostile, "day"])
+    alembic.revision_op(versions, "CREATE UNIQUE INDEX ...", f"unique {hostile}", *lines)(patch)
+    django.add_constraint_op(tmp_path / "migrations", hostile, hostile, [hostile], hostile)(patch)
+    [(_, none, revision), (_, _, migration)] = patch.render()
+    assert none is None
+    calls = op_calls(revision, "upgrade")
+    assert calls == [("create_unique_constraint", [hostile, "t", [hostile, "day"]], {"schema": hostile})]
+    assert all(isinstance(n, ast.Expr | ast.ImportFrom | ast.Import | ast.Assign | ast.FunctionDef)
+               for n in ast.parse(revision).body)  # fmt: skip
+    module = ast.parse(migration)
+    assert [type(n) for n in module.body] == [ast.Expr, ast.ImportFrom, ast.ClassDef]
+    assert hostile in [c.value for c in ast.walk(module) if isinstance(c, ast.Constant)]
+    assert "os.system" not in {ast.unparse(n) for n in ast.walk(module) if isinstance(n, ast.Attribute)}

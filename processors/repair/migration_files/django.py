@@ -60,7 +60,8 @@ def add_constraint_op(package: Path, app_label: str, model: str, fields: Sequenc
 
     def op(patch: Patch) -> None:
         number, previous = latest(package, patch.created)
-        if any(p.name.endswith(f"_{slug}.py") for p in [*package.glob("*.py"), *patch.created]):
+        present = [*package.glob("*.py"), *(p for p in patch.created if p.parent == package)]
+        if any(_NUMBERED.match(p.name) and p.name[5:] == f"{slug}.py" for p in present):
             return  # made by an earlier plan (or another writer of this one)
         lit = string_literal
         depends = f"({lit(app_label).value}, {lit(previous).value})" if previous else ""
