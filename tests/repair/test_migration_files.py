@@ -9,11 +9,14 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from processors.connectors.repro.config import ReproConfig
+from processors.connectors.repro.worker import ReproWorker
 from processors.repair.file_patch import FilePatch, PatchError, apply_files, revert_files, unified_diff
 from processors.repair.migration_files import alembic, django
 from processors.repair.patch import Patch
@@ -24,6 +27,8 @@ from sinks.gitlab import patching
 from streamer.engines import LocalEngines
 from tests.repair.django_cases import copy_stack, round_incident
 from tests.repair.sqla_cases import stack_copy, stack_incident
+from tests.repair.test_repair_anomalies import source_copy
+from tests.repro.anomalies import CASES
 
 INITIAL_REVISION = '''"""initial"""
 revision = "0001aaaa"
@@ -265,3 +270,25 @@ def test_names_from_the_recorded_sql_stay_string_literals_in_the_migration_files
     assert [type(n) for n in module.body] == [ast.Expr, ast.ImportFrom, ast.ClassDef]
     assert hostile in [c.value for c in ast.walk(module) if isinstance(c, ast.Constant)]
     assert "os.system" not in {ast.unparse(n) for n in ast.walk(module) if isinstance(n, ast.Attribute)}
+
+
+@pytest.mark.engines
+def test_the_green_run_leaves_a_created_migration_out_of_its_partial_copy(postgres_dsn: str, tmp_path: Path) -> None:
+    """The code-level GREEN copies only the called packages: a migration the plan creates elsewhere (``db/versions``
+    at the root) stays out of that copy (its schema change runs as SQL), and GREEN still runs and passes."""
+    root = source_copy(tmp_path / "app")
+    (root / "db" / "versions").mkdir(parents=True)
+    config = ReproConfig(enabled=True, output_dir=str(tmp_path / "out"), source_root=str(root), copy_paths=["bench"],
+                         call_specs="bench.shop.repro_specs:CALL_SPECS",
+                         schema_sql=str(root / "bench" / "shop" / "schema.sql"))  # fmt: skip
+    worker = ReproWorker(config, graph=None, publish=None, dsn=postgres_dsn, invariants={})  # type: ignore[arg-type]
+    incident = CASES["phantom"](root)
+    plan = plan_repairs(incident, root=root)
+    revision = FilePatch("db/versions/0001_x.py", None, b'revision = "0001"\n')
+    test = worker._compile(incident, "app", worker.call_specs)
+    (tmp_path / "w").mkdir()
+    green = worker._green(
+        incident, test, replace(plan, files=[*plan.files, revision]), tmp_path / "w", worker.call_specs
+    )
+    assert green.status == "passed", green
+    assert not (root / revision.path).exists()  # the checkout itself is never written
