@@ -6,6 +6,7 @@ inserted at offsets of the recorded statement, parameters, comments, statements 
 bytes, and checks that each repaired file compiles. SQL text goes into the literal or constant that holds that
 part of the statement (a constant is edited only when every use of it gets the same edit), next to it, or, inside
 an opaque value, replaces the whole SQL argument. The node builders are in :mod:`processors.repair.edits`.
+A repair may also create a file (a migration): :meth:`Patch.create`, rendered with no bytes before.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def _choose(pieces: Sequence[Piece], at: int) -> tuple[Piece, int, str] | None:
     return None
 
 
+def _compiles(path: Path, data: bytes) -> None:
+    try:
+        compile(data, str(path), "exec")
+    except SyntaxError as exc:  # a bug here, never a broken patch for the developer
+        raise PatchError(f"the repaired {path} does not compile: {exc}") from exc
+
+
 class _Rewriter(cst.CSTTransformer):
     def __init__(self, edits: dict[int, list[Edit]], after: dict[int, list[cst.BaseStatement]]) -> None:
         super().__init__()
@@ -92,6 +100,7 @@ class Patch:
         self._retries: dict[int, tuple[Path, cst.With, cst.BaseStatement, str, str]] = {}
         self._imports: dict[Path, set[str]] = {}
         self._edits: dict[int, tuple[Path, dict[str, Edit]]] = {}
+        self.created: dict[Path, bytes] = {}  # new files (a migration), in the order requested
 
     # -- requests --------------------------------------------------------------------------------------------
     def sql(self, site: CallSite, recorded: str, insertions: Sequence[tuple[int, str]]) -> None:
@@ -148,6 +157,13 @@ class Patch:
         """Insert ``new`` right after ``statement`` (once per ``key``)."""
         self._after.setdefault(id(statement), (path, {}))[1].setdefault(key, new)
 
+    def create(self, path: Path, data: bytes) -> None:
+        """Create the file ``path`` (absolute, under the index's root) holding ``data``; refused when it exists."""
+        if path.exists():
+            raise PatchError(f"{path} exists already: not creating it")
+        if self.created.setdefault(path, data) != data:
+            raise PatchError(f"{path} is created twice, with different contents")
+
     def retry(self, path: Path, block: cst.With, setup: cst.BaseStatement, comment: str) -> None:
         """Run the ``with ...transaction()`` block in a retry loop on serialization failures, ``setup`` first."""
         func = self._enclosing_def(path, block)
@@ -159,8 +175,8 @@ class Patch:
         self._imports.setdefault(path, set()).add("psycopg")
 
     # -- rendering -------------------------------------------------------------------------------------------
-    def render(self) -> list[tuple[Path, bytes, bytes]]:
-        """(path, before, after) for every file the edits change."""
+    def render(self) -> list[tuple[Path, bytes | None, bytes]]:
+        """(path, before, after) for every file the edits change or create (before None)."""
         edits: dict[Path, dict[int, list[Edit]]] = {}
         after: dict[Path, dict[int, list[cst.BaseStatement]]] = {}
 
@@ -190,16 +206,17 @@ class Patch:
             edits.setdefault(path, {}).setdefault(node_id, []).extend(generic.values())
         for node_id, (path, new) in self._after.items():
             after.setdefault(path, {})[node_id] = list(new.values())
-        out: list[tuple[Path, bytes, bytes]] = []
+        out: list[tuple[Path, bytes | None, bytes]] = []
+        for path, data in self.created.items():
+            if path.suffix == ".py":
+                _compiles(path, data)
+            out.append((path, None, data))
         for path in sorted(set(edits) | set(after) | set(self._imports)):
             module = self.index.module(path)
             updated = module.visit(_Rewriter(edits.get(path, {}), after.get(path, {})))
             assert isinstance(updated, cst.Module)
             updated = with_imports(updated, self._imports.get(path, set()))
-            try:
-                compile(updated.code, str(path), "exec")
-            except SyntaxError as exc:  # a bug here, never a broken patch for the developer
-                raise PatchError(f"the repaired {path} does not compile: {exc}") from exc
+            _compiles(path, updated.bytes)
             original = self.index.data(path)
             if updated.bytes != original:
                 out.append((path, original, updated.bytes))

@@ -38,6 +38,7 @@ import importlib
 import shutil
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -286,7 +287,9 @@ class ReproWorker(Sink):
                 shutil.copytree(source, patched / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             else:
                 shutil.copy2(source, patched / part)
-        apply(plan, patched)
+        # A file the plan creates (a migration) stays out: its schema change runs as SQL, and its directory may not
+        # be in the copy.
+        apply(replace(plan, files=[f for f in plan.files if f.before is not None]), patched)
         if plan.migrations:  # the same test, on a scratch database with the repair's schema change
             test = self._compile(incident, "app", specs, plan.migrations, keep=keep)
         green, _ = run_repro(

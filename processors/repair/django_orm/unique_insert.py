@@ -24,6 +24,7 @@ from processors.repair.django_orm.code import commented, ensure_import, imported
 from processors.repair.django_orm.models import Model
 from processors.repair.django_orm.querysets import OrmCall, calls_of, described
 from processors.repair.edits import string_literal
+from processors.repair.migration_files import django as migrations
 from processors.repair.patch import Patch
 from processors.repair.source import walk
 from processors.repair.sql_edit import RewriteError
@@ -67,11 +68,24 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         out.rewrote(edit)
         if migration not in out.migrations:
             out.migrations.append(migration)
-        has_migrations = (model.path.parent / "migrations" / "__init__.py").is_file()
-        how = "run makemigrations for the new constraint" if has_migrations else "the app has no migrations package"
+        how = _migration(out, model, fields, name)
         out.notes.append(f"{w.function}: {UNIQUE_INSERT} needs the constraint {name} on {model.table} "
                          f"({', '.join(ordered)}): {migration} ({how}; merge existing duplicates first)")  # fmt: skip
     return out
+
+
+def _migration(out: Outcome, model: Model, fields: list[str], name: str) -> str:
+    """The migration file adding the constraint, when the app has a migrations package; what the note says."""
+    package = migrations.migrations_dir(model.path)
+    if package is None:
+        return "the app has no migrations package"
+    try:
+        migrations.latest(package, {})
+    except NotApplicable as exc:
+        return f"no migration file: {exc}"
+    label = migrations.app_label(model.path, model.meta)
+    out.ops.append(migrations.add_constraint_op(package, label, model.name, fields, name))
+    return f"the plan adds it as a migration of {label}"
 
 
 def _identity(ctx: Context, w: Writer, insert: str) -> tuple[list[str], list[OrmCall]]:

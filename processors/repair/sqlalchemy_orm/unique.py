@@ -20,6 +20,7 @@ import libcst as cst
 from processors.repair import sql_inserts
 from processors.repair.classify import table_of
 from processors.repair.edits import string_literal
+from processors.repair.migration_files import alembic
 from processors.repair.patch import Patch
 from processors.repair.source import walk
 from processors.repair.sql_edit import RewriteError
@@ -70,10 +71,13 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         out.rewrote(edit)
         if migration not in out.migrations:
             out.migrations.append(migration)
+        name = migration.split(" EXISTS ", 1)[1].split(" ", 1)[0].strip('"')
+        how = alembic.add_revision(out, model.path, ctx.index.root, migration, f"trace-repro: unique {name}",
+                                   alembic.unique_constraint(name, str(table), columns))  # fmt: skip
         out.notes.append(f"{w.function}: {UNIQUE_INSERT}: session.add({model.name}(...)) becomes insert(...)"
                          f".on_conflict_do_nothing(index_elements={list(columns)}); no row back raises what the "
-                         f"check raises; needs the migration {migration} (merge existing duplicates first; on a "
-                         f"busy table, CREATE UNIQUE INDEX CONCURRENTLY)")  # fmt: skip
+                         f"check raises; needs the migration {migration} ({how}; merge existing duplicates first; "
+                         f"on a busy table, CREATE UNIQUE INDEX CONCURRENTLY)")  # fmt: skip
         if has_table_args(model.node) if model.node is not None else True:
             out.notes.append(f"{w.function}: {model.name} has __table_args__: add UniqueConstraint"
                              f"({', '.join(repr(c) for c in columns)}) to it")  # fmt: skip

@@ -17,6 +17,7 @@ import libcst as cst
 
 from processors.repair import sql_rewrite
 from processors.repair.classify import table_of
+from processors.repair.migration_files import alembic
 from processors.repair.patch import Patch
 from processors.repair.sql_edit import RewriteError, identifier
 from processors.repair.sqlalchemy_orm.calls import ensure_import, names, scope_of
@@ -64,9 +65,11 @@ def optimistic_version(ctx: Context, w: Writer) -> Outcome:
         else:
             out.repairs.append(ctx.info(OPTIMISTIC_VERSION, w, update.statement, edit.after))
             out.rewrote(edit)
+        how = alembic.add_revision(out, model.path, ctx.index.root, migration, f"trace-repro: {table}.{column}",
+                                   alembic.version_column(table, column))  # fmt: skip
         out.notes.append(f"{w.function}: {OPTIMISTIC_VERSION}: {model.name} gets a {column} column and "
                          f"version_id_col; a concurrent change makes the flush raise StaleDataError (answer a "
-                         f"conflict or run the request again); needs the migration {migration}")  # fmt: skip
+                         f"conflict or run the request again); needs the migration {migration} ({how})")  # fmt: skip
     return out
 
 
