@@ -277,18 +277,20 @@ def _test_source(root: str, path: str) -> dict[str, Any]:
 
 
 def _green_of(root: str, fingerprint: str) -> tuple[Path, str | None] | None:
-    """The GREEN run the repro worker left for ``fingerprint`` under the output directory ``root``: the test it ran
-    (``work/<fp>/green/test_*.py``) and, for an application-level repro, the repaired copy of the source
-    (the newest ``work/<fp>/repro-green-*``); None when there is none."""
+    """The GREEN run the repro worker left last for ``fingerprint`` under the output directory ``root`` (of the full
+    repro, ``work/<fp>/``, or of the reduced one, ``work/<fp>/reduced/``): the test it ran (``green/test_*.py``)
+    and, for an application-level repro, the repaired copy of the source (the newest ``repro-green-*`` beside it);
+    None when there is none."""
     try:
         work = under(Path(root), "work", fingerprint)
     except UnsafePath as exc:
         raise ToolError(str(exc)) from exc
-    tests = sorted((work / "green").glob("test_*.py"))
+    tests = [t for base in (work, work / "reduced") for t in (base / "green").glob("test_*.py")]
     if not tests:
         return None
-    patched = sorted(work.glob("repro-green-*"), key=lambda p: p.stat().st_mtime)
-    return tests[-1], str(patched[-1]) if patched else None
+    test = max(tests, key=lambda t: t.stat().st_mtime)
+    patched = sorted(test.parent.parent.glob("repro-green-*"), key=lambda p: p.stat().st_mtime)
+    return test, str(patched[-1]) if patched else None
 
 
 def _run_test(test: Path, dsn: str, statement_timeout_ms: int, source_root: str | None = None) -> dict[str, Any]:

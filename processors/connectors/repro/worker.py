@@ -349,11 +349,11 @@ class ReproWorker(Sink):
         def green(keep: Keep) -> RunInfo | None:
             if plan is None or not plan.repairs:
                 return None
-            label = "green" if keep == Keep() else "green-reduced"
-            (work / label).mkdir(parents=True, exist_ok=True)
+            where = work if keep == Keep() else work / "reduced"  # (each leaves ``green/`` and its repaired copy)
+            where.mkdir(parents=True, exist_ok=True)
             if level == "app":
-                return self._green(incident, full, plan, work / label, specs, keep)
-            return self._sql_green(incident, plan, work / label, keep)
+                return self._green(incident, full, plan, where, specs, keep)
+            return self._sql_green(incident, plan, where, keep)
 
         reduced = reduce_red(self.config, incident, full, reference, level=level, plan=plan, telemetry=self.telemetry,
                              make=lambda keep: self._compile(incident, level, specs, keep=keep), run=run)  # fmt: skip
