@@ -23,7 +23,6 @@ from processors.repair.edits import string_literal
 from processors.repair.migration_files import alembic
 from processors.repair.patch import Patch
 from processors.repair.source import walk
-from processors.repair.sql_edit import RewriteError
 from processors.repair.sqlalchemy_orm.calls import (
     Scope,
     callee,
@@ -46,6 +45,7 @@ from processors.repair.strategies.base import (
     Writer,
     rewrite,
 )
+from processors.repair.strategies.unique_insert import identity
 
 _PG = "sqlalchemy.dialects.postgresql"
 
@@ -62,7 +62,7 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         model = model_for(ctx.index, w.path, table) if table else None
         if model is None or not model.orm or not model.primary_key:
             raise NotThisShape(f"no mapped class with a primary key for {table or insert.statement!r} in {w.rel}")
-        columns = _identity(w, insert.statement)
+        columns = identity(w, insert.statement)
         edit = rewrite(partial(sql_inserts.on_conflict_do_nothing, insert.statement, columns))
         migration = rewrite(partial(sql_inserts.unique_index, insert.statement, columns))
         out.ops.append(_insert_op(ctx, scope, model, columns))
@@ -82,20 +82,6 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
             out.notes.append(f"{w.function}: {model.name} has __table_args__: add UniqueConstraint"
                              f"({', '.join(repr(c) for c in columns)}) to it")  # fmt: skip
     return out
-
-
-def _identity(w: Writer, insert: str) -> list[str]:
-    """The columns a read of the writer pins to one value each, all of them set by the INSERT."""
-    why = "no read before the INSERT looks its row up"
-    for read in w.reads:
-        try:
-            columns = sql_inserts.equality_columns(read.statement)
-            sql_inserts.on_conflict_do_nothing(insert, columns)
-        except RewriteError as exc:
-            why = str(exc)
-            continue
-        return columns
-    raise NotApplicable(f"no unique key to conflict on: {why}")
 
 
 def _insert_op(ctx: Context, scope: Scope, model: Model, columns: list[str]) -> Op:

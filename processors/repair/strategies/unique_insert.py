@@ -41,7 +41,7 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
         raise NotApplicable("no INSERT to guard")
     out = Outcome()
     for insert in inserts:
-        columns = _identity(w, insert.statement)
+        columns = identity(w, insert.statement)
         edit = rewrite(partial(sql_inserts.on_conflict_do_nothing, insert.statement, columns))
         migration = rewrite(partial(sql_inserts.unique_index, insert.statement, columns))
         values = rewrite(partial(sql_inserts.inserted_values, insert.statement, columns))
@@ -65,7 +65,7 @@ def unique_insert(ctx: Context, w: Writer) -> Outcome:
     return out
 
 
-def _identity(w: Writer, insert: str) -> list[str]:
+def identity(w: Writer, insert: str) -> list[str]:
     """The columns a read of the writer pins to one value each, all of them set by the INSERT."""
     why = "no read before the INSERT looks its row up"
     for read in w.reads:
