@@ -151,7 +151,7 @@ def to_psycopg(statement: str, params: list[Any]) -> Placeholders:
     """The statement with ``%s`` placeholders and its parameters in placeholder order (``$n`` / ``?`` converted)."""
     pieces = _scan(statement)
     marks = [p for kind, p in pieces if kind == "ph" and p != "%%"]
-    if any(m.startswith("%(") for m in marks):
+    if any(m.startswith("%(") for m in marks) and len(params) != len(marks):  # (else: in order of appearance)
         raise ReproError("named %(name)s placeholders need named parameters, which telemetry does not carry")
     styles = {"psycopg" if m.startswith("%") else "numeric" if m.startswith("$") else "qmark" for m in marks}
     if len(styles) > 1:
@@ -188,6 +188,22 @@ def to_psycopg(statement: str, params: list[Any]) -> Placeholders:
             raise ReproError(f"no placeholders but {len(params)} recorded parameters")
         return Placeholders(statement, None, "".join(numbered))
     return Placeholders("".join(sql), ordered, "".join(numbered))
+
+
+def numbered(statement: str) -> tuple[str, int]:
+    """The statement with ``$n`` placeholders (in order of appearance, ``$n`` kept) and how many there are."""
+    out: list[str] = []
+    count = 0
+    for kind, p in _scan(statement):
+        if kind == "text" or p == "%%":
+            out.append(p if kind == "text" else "%")
+        elif p.startswith("$"):
+            count = max(count, int(p[1:]))
+            out.append(p)
+        else:
+            count += 1
+            out.append(f"${count}")
+    return "".join(out), count
 
 
 def _bound(node: exp.Expression, params: list[Any] | None) -> tuple[bool, Any]:
