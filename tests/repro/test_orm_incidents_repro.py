@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from structlog.testing import capture_logs
 
 from bench.corpus.apps import SCENARIOS
 from processors.model.incident import CommitInfo
 from processors.model.outputs import IncidentEvent, ReproEvent
+from processors.repro.image_params import recovered
+from processors.repro.statements import ReproError, to_psycopg
 from tests.repair import django_cases, sqla_cases
 from tests.repro.test_repro_worker import Worker
-
-pytestmark = pytest.mark.engines
 
 # The rows each incident is about, named as the collision detector names them.
 ENTITIES: Final = {
@@ -67,6 +68,7 @@ def stack_incident(stack: str, anomaly: str, root: Path) -> IncidentEvent:
     return event.model_copy(update={"entity": entities[0], "entities": entities})
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("anomaly", ["lost_update", "write_skew", "phantom"])
 @pytest.mark.parametrize("stack", ["flask_sqlalchemy", "django_orm"])
 async def test_an_orm_stack_bug_is_proven_by_its_sql_level_repro(stack: str, anomaly: str, postgres_dsn: str,
@@ -87,3 +89,54 @@ async def test_an_orm_stack_bug_is_proven_by_its_sql_level_repro(stack: str, ano
     assert ORM_LINES[stack, anomaly] in event.patch, event.patch
     assert event.green is not None and event.green.status == "passed", event.green
     assert event.proven
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("stack", ["flask_sqlalchemy", "django_orm"])
+async def test_an_orm_atomic_update_is_not_proven_at_sql_level(stack: str, postgres_dsn: str, tmp_path: Path) -> None:
+    """The deposit as an invariant violation gets the ORM's atomic update, which edits no recorded statement (the
+    UPDATE it sends binds the amount, which no span carries): the repro is RED, but GREEN is not run (replaying the
+    unrepaired statements would "fail" the repair), the reason is logged, and the incident is not counted proven."""
+    root = tmp_path / stack
+    incident = stack_incident(stack, "lost_update", root).model_copy(update={"anomaly": "invariant_violation"})
+    schema = tmp_path / "schema.sql"
+    schema.write_text(SCENARIOS["lost_update"].schema_sql, encoding="utf-8")
+    worker = Worker(tmp_path / "out", postgres_dsn, root, schema_sql=str(schema), reduce=False)
+    with capture_logs() as logs:
+        [event] = await worker.feed(incident)
+    assert isinstance(event, ReproEvent)
+    assert (event.level, event.red.status, event.divergence.faithful) == ("sql", "failed", True), event.red
+    assert [(r.function, r.strategy) for r in event.repairs] == [("app.deposit", "atomic_update")]
+    assert (event.green, event.proven) == (None, False), event.green
+    [why] = {e["reason"] for e in logs if e["event"] == "repro.no_sql_green"}
+    assert why == (
+        "GREEN not available at SQL level: the repair of app.deposit (atomic_update) changes no recorded statement"
+        " (the statement it sends binds a value no span carries); only an application-level repro can prove it"
+    )
+
+
+def test_each_placeholder_gets_the_value_its_session_s_row_change_shows(tmp_path: Path) -> None:
+    """SET and VALUES from the after-image, a comparison from the row before the change (after it, for a row it
+    inserted), a select-list echo bound to NULL; only the accessing trace's own changes count."""
+    event = stack_incident("flask_sqlalchemy", "write_skew", tmp_path / "flask_sqlalchemy")
+    count, get, update = (a for a in event.accesses if a.trace_id.startswith("b"))
+    assert [recovered(a, event.commits) for a in (count, get, update)] == [[1], ["bob-1"], [False, "bob-1"]]
+    phantom = _django("phantom", tmp_path / "django_orm")
+    check, insert = (a for a in phantom.accesses if a.trace_id.startswith("a"))
+    assert recovered(check, phantom.commits) == [None, "2030-01-15", 101]
+    assert recovered(insert, phantom.commits) == [101, "2030-01-15", "ann"]
+
+
+def test_a_placeholder_no_image_holds_is_refused_and_recorded_parameters_are_kept(tmp_path: Path) -> None:
+    """``balance + %s`` (the amount is in no image): refused with the reason; recorded parameters are the ones used;
+    named placeholders take values only in their order of appearance, never a recorded list."""
+    event = _django("lost_update", tmp_path)
+    update = next(a for a in event.accesses if a.operation == "write" and a.trace_id.startswith("a"))
+    relative = update.model_copy(update={"statement": 'UPDATE "corpus_accounts" SET "balance" = "balance" + %s'})
+    with pytest.raises(ReproError, match="no row image of its session holds the placeholder outside a column"):
+        recovered(relative, event.commits)
+    assert recovered(update.model_copy(update={"params": [7, "x"]}), event.commits) == [7, "x"]
+    named = "UPDATE t SET a = %(a)s WHERE id = %(id)s"
+    assert to_psycopg(named, [1, 2], in_order=True).sql == "UPDATE t SET a = %s WHERE id = %s"
+    with pytest.raises(ReproError, match="named"):
+        to_psycopg(named, [1, 2])
