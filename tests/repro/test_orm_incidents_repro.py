@@ -16,8 +16,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from bench.corpus.apps import SCENARIOS
+from processors.connectors.repro.green import sql_green, unavailable
 from processors.model.incident import CommitInfo
 from processors.model.outputs import IncidentEvent, ReproEvent
+from processors.repair import plan_repairs
 from processors.repro.image_params import recovered
 from processors.repro.statements import ReproError, to_psycopg
 from tests.repair import django_cases, sqla_cases
@@ -140,3 +142,16 @@ def test_a_placeholder_no_image_holds_is_refused_and_recorded_parameters_are_kep
     assert to_psycopg(named, [1, 2], in_order=True).sql == "UPDATE t SET a = %s WHERE id = %s"
     with pytest.raises(ReproError, match="named"):
         to_psycopg(named, [1, 2])
+
+
+def test_the_orm_version_check_has_no_sql_level_form_either(tmp_path: Path) -> None:
+    """SQLAlchemy's optimistic version (the lost update's alternative) adds the version column and edits no recorded
+    statement (the UPDATE binds the version the code read): GREEN not available at SQL level; the row lock has one."""
+    root = tmp_path / "flask_sqlalchemy"
+    incident = stack_incident("flask_sqlalchemy", "lost_update", root)
+    plan = plan_repairs(incident, root=root)
+    [version] = [p for p in plan.alternatives if p.strategy == "optimistic_version"]
+    assert unavailable(version).startswith("GREEN not available at SQL level: the repair of app.deposit "
+                                           "(optimistic_version) changes no recorded statement")  # fmt: skip
+    assert sql_green(incident, version) is None
+    assert (plan.strategy, unavailable(plan)) == ("row_lock", "")
