@@ -89,6 +89,9 @@ class RepairPlan:
     edits: list[SqlEdit] = field(default_factory=list)  # the statement edits (recorded text → repaired text)
     migrations: list[str] = field(default_factory=list)  # schema changes the repaired statements need
     isolation: dict[str, str] = field(default_factory=dict)  # recorded function → the level its transaction runs at
+    # "function (strategy)" of each repair that edits no recorded statement and sets no isolation level (an ORM's
+    # atomic update or version check: the statement it sends binds a value no span carries): no SQL-level form
+    no_sql_form: list[str] = field(default_factory=list)
 
 
 def plan_repairs(
@@ -304,6 +307,7 @@ def _plan(
     edits: list[SqlEdit] = []
     migrations: list[str] = []
     isolation: dict[str, str] = {}
+    no_sql_form: list[str] = []
     notes = list(notes)
     for w in writers:
         for strategy in chain:
@@ -319,6 +323,8 @@ def _plan(
             edits += [e for e in outcome.edits if e not in edits]
             migrations += [m for m in outcome.migrations if m not in migrations]
             isolation.update(outcome.isolation)
+            if not outcome.edits and not outcome.isolation:
+                no_sql_form += [f"{r.function} ({r.strategy})" for r in outcome.repairs]
             notes += [n for n in outcome.notes if n not in notes]
             break
         else:
@@ -326,7 +332,7 @@ def _plan(
     files = [FilePatch(_rel(ctx, path), before, after) for path, before, after in patch.render()]
     strategy = repairs[0].strategy if repairs else chain[0]  # the strategy that repaired (the first writer)
     return RepairPlan(anomaly, strategy, repairs, unified_diff(files), sql, files, notes, edits=edits,
-                      migrations=migrations, isolation=isolation)  # fmt: skip
+                      migrations=migrations, isolation=isolation, no_sql_form=no_sql_form)  # fmt: skip
 
 
 def _rel(ctx: Context, path: Path) -> str:

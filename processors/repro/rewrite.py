@@ -34,7 +34,7 @@ def _rewrite(access: AccessInfo, rewrites: Sequence[SqlRewrite]) -> AccessInfo:
     for r in rewrites:
         if normalise(access.statement) == normalise(r.before):
             params = list(access.params)
-            for position, value in r.new_params:
+            for position, value in r.new_params if params else ():  # (none recorded: all read off the images)
                 params.insert(position, params[value.index] if isinstance(value, Copy) else value)
             return access.model_copy(update={"statement": r.after, "params": params})
     return access

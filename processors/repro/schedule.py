@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from processors.model.outputs import AccessInfo, CommitInfo, IncidentEvent
+from processors.repro.image_params import recovered
 from processors.repro.seed_rows import as_text, image_columns, seed_rows, sql_type_of
 from processors.repro.statements import Placeholders, ReproError, Shape, shape, to_psycopg
 from processors.sql.values import covers
@@ -229,7 +230,9 @@ def build(incident: IncidentEvent, invariants: Sequence[str] | None = None) -> S
         raise ReproError(f"a repro replays two sessions; the incident has {len(traces)} traces on the entity")
     sessions = [_session(i + 1, [a for a in accesses if a.trace_id == t]) for i, t in enumerate(traces)]
     number = {s.trace_id: s.number for s in sessions}
-    forms: list[Placeholders] = [to_psycopg(a.statement, list(a.params)) for a in accesses]
+    forms: list[Placeholders] = [
+        to_psycopg(a.statement, recovered(a, incident.commits), in_order=not a.params) for a in accesses
+    ]
     shapes = [shape(f, incident.table) for f in forms]
     images = [img for c in incident.commits for img in (c.before, c.after) if img is not None]
     entities = list(dict.fromkeys([incident.entity, *incident.entities]))

@@ -147,11 +147,14 @@ def _scan(statement: str) -> list[tuple[str, str]]:
     return out
 
 
-def to_psycopg(statement: str, params: list[Any]) -> Placeholders:
-    """The statement with ``%s`` placeholders and its parameters in placeholder order (``$n`` / ``?`` converted)."""
+def to_psycopg(statement: str, params: list[Any], *, in_order: bool = False) -> Placeholders:
+    """The statement with ``%s`` placeholders and its parameters in placeholder order (``$n`` / ``?`` converted);
+    ``in_order``: the parameters are known to be in the placeholders' order of appearance (read off the row images,
+    :mod:`processors.repro.image_params`), so named ``%(name)s`` placeholders can take them (recorded ones cannot:
+    a list of them does not say which name each value had)."""
     pieces = _scan(statement)
     marks = [p for kind, p in pieces if kind == "ph" and p != "%%"]
-    if any(m.startswith("%(") for m in marks):
+    if any(m.startswith("%(") for m in marks) and not (in_order and len(params) == len(marks)):
         raise ReproError("named %(name)s placeholders need named parameters, which telemetry does not carry")
     styles = {"psycopg" if m.startswith("%") else "numeric" if m.startswith("$") else "qmark" for m in marks}
     if len(styles) > 1:
@@ -188,6 +191,22 @@ def to_psycopg(statement: str, params: list[Any]) -> Placeholders:
             raise ReproError(f"no placeholders but {len(params)} recorded parameters")
         return Placeholders(statement, None, "".join(numbered))
     return Placeholders("".join(sql), ordered, "".join(numbered))
+
+
+def numbered(statement: str) -> tuple[str, int]:
+    """The statement with ``$n`` placeholders (in order of appearance, ``$n`` kept) and how many there are."""
+    out: list[str] = []
+    count = 0
+    for kind, p in _scan(statement):
+        if kind == "text" or p == "%%":
+            out.append(p if kind == "text" else "%")
+        elif p.startswith("$"):
+            count = max(count, int(p[1:]))
+            out.append(p)
+        else:
+            count += 1
+            out.append(f"${count}")
+    return "".join(out), count
 
 
 def _bound(node: exp.Expression, params: list[Any] | None) -> tuple[bool, Any]:

@@ -183,9 +183,10 @@ async def test_a_work_directory_that_resolves_outside_the_output_is_neither_writ
 
 
 def unrecorded(incident: IncidentEvent, occurrence: str) -> IncidentEvent:
-    """Another occurrence of ``incident`` whose spans carried no statement parameters: it cannot be compiled."""
+    """Another occurrence of ``incident`` whose spans carried no statement parameters and whose row changes were not
+    captured (nothing to read them back from): it cannot be compiled."""
     bare = [a.model_copy(update={"params": []}) for a in incident.accesses]
-    return incident.model_copy(update={"occurrence": occurrence, "accesses": bare,
+    return incident.model_copy(update={"occurrence": occurrence, "accesses": bare, "commits": [],
                                        "writers": [a for a in bare if a.operation != "read"]})  # fmt: skip
 
 

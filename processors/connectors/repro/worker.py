@@ -46,7 +46,7 @@ import structlog
 
 from processors.component import GraphQueries, Publish
 from processors.connectors.repro.config import ReproConfig
-from processors.connectors.repro.green import sql_green
+from processors.connectors.repro.green import sql_green, unavailable
 from processors.connectors.repro.reduction import FULL_PREFIX, Shipped, packet_settings, reduce_red, ship
 from processors.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
@@ -308,7 +308,8 @@ class ReproWorker(Sink):
         no SQL-level form)."""
         repaired = sql_green(incident, plan)
         if repaired is None:
-            log.info("repro.no_sql_green", fingerprint=incident.fingerprint, strategy=plan.strategy)
+            log.warning("repro.no_sql_green", fingerprint=incident.fingerprint, strategy=plan.strategy,
+                        reason=unavailable(plan))  # fmt: skip
             return None
         try:
             test = compile_repro(repaired.incident, level="sql", schema_sql=self.schema_sql,
