@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from processors.model.base import SCHEMA_VERSION, Published
 from processors.model.units import zero_error_floor
+
+# A must-start event's name: what a repair may write into code as a string literal and a span name.
+EVENT_NAME = re.compile(r"^[A-Za-z_][\w.\-:/]{0,199}$")
+
+
+def promised_event(fingerprint: str) -> str:
+    """The must-start event an incident's contract promises until a person names another one (the issue's *Proof
+    contract* section shows it; the "Proves #N" repair emits it): ``trace_repro.fix.<fingerprint>``."""
+    return "trace_repro.fix." + (re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint).strip("._") or "incident")[:64]
+
 
 DEFAULT_ALPHA = 0.05
 DEFAULT_WATCH_S = 3600.0

@@ -18,25 +18,19 @@ this twice changes nothing.
 from __future__ import annotations
 
 import difflib
-import re
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from processors.model.contract import EVENT_NAME, promised_event
+
 TRACER = "trace_repro"
-EVENT_NAME = re.compile(r"^[A-Za-z_][\w.\-:/]{0,199}$")
 
 
 class EmitError(ValueError):
     """The event cannot be emitted in this source (no such function, an unsafe event name, unparsable code)."""
-
-
-def promised_event(fingerprint: str) -> str:
-    """The must-start event an incident's contract promises until a person names another one (the issue's *Proof
-    contract* section shows it): ``trace_repro.fix.<fingerprint>``."""
-    return "trace_repro.fix." + (re.sub(r"[^A-Za-z0-9_.-]+", "_", fingerprint).strip("._") or "incident")[:64]
 
 
 def emit_line(event: str) -> str:

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from processors.connectors.proofs.contracts import parse_signature
-from processors.model.contract import ProofContract
-from processors.repair.emit_event import EVENT_NAME, promised_event
+from processors.model.contract import EVENT_NAME, ProofContract, promised_event
 
 INFO = "trace-repro-contract"
 KEYS = ("must_stop", "must_start", "watch_s")

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 
-from processors.model.contract import ProofContract
-from processors.repair.emit_event import EVENT_NAME
+from processors.model.contract import EVENT_NAME, ProofContract
 
 PROOF_DIR = ".gitlab/trace-repro"
 PROOF_INCLUDE = f"{PROOF_DIR}/*.yml"  # one include for every incident's job: the MRs of several incidents edit the

@@ -33,14 +33,13 @@ from processors.connectors.proofs.judge import ProofJudge
 from processors.connectors.proofs.marks import DeployMark
 from processors.connectors.proofs.tallies import Contribution, PartKey, Tally
 from processors.model.base import Published
-from processors.model.contract import ProofContract
+from processors.model.contract import ProofContract, promised_event
 from processors.model.events import Access, LogRecord
 from processors.model.graph import Row
 from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
 from processors.model.units import s_to_ns
 from processors.model.verdict import VerdictEvent
-from processors.repair.emit_event import promised_event
 from processors.state.keyed import KeyedState
 from processors.state.lru import CountedLRU
 from processors.state.provenance import NO_EVENTS, StateEvents
