@@ -164,7 +164,7 @@ class SourceIndex:
             for small in stmt.body:
                 if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
                     continue
-                target = self.resolve_module(path, _dotted(small.module), len(small.relative))
+                target = self.resolve_module(path, dotted(small.module), len(small.relative))
                 if target is None:
                     continue
                 for alias in small.names:
@@ -244,11 +244,12 @@ class SourceIndex:
         return uses
 
 
-def _dotted(node: cst.Attribute | cst.Name | None) -> str:
+def dotted(node: cst.Attribute | cst.Name | None) -> str:
+    """The dotted name an attribute chain spells (``a.b.c``; "" for none)."""
     if node is None:
         return ""
     if isinstance(node, cst.Name):
         return node.value
     inner = node.value
     assert isinstance(inner, cst.Attribute | cst.Name)
-    return f"{_dotted(inner)}.{node.attr.value}"
+    return f"{dotted(inner)}.{node.attr.value}"

@@ -16,7 +16,7 @@ import libcst as cst
 from processors.repair.django_orm.querysets import OrmCall, calls_of, functions, locking_tables, orm_calls, shape
 from processors.repair.edits import comment_lines
 from processors.repair.patch import Patch
-from processors.repair.source import SourceIndex, walk
+from processors.repair.source import SourceIndex, dotted, walk
 from processors.repair.strategies.base import NotApplicable, NotThisShape, Writer
 
 
@@ -103,7 +103,7 @@ def _from_import(index: SourceIndex, path: Path, module: str, name: str) -> tupl
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
-            if not isinstance(small, cst.ImportFrom) or small.relative or _dotted(small.module) != module:
+            if not isinstance(small, cst.ImportFrom) or small.relative or dotted(small.module) != module:
                 continue
             if isinstance(small.names, cst.ImportStar):
                 return small, True
@@ -126,16 +126,6 @@ def _add_alias(node: cst.CSTNode, name: str) -> cst.CSTNode:
     names.insert(at, cst.ImportAlias(name=cst.Name(name), comma=comma))
     names[-1] = names[-1].with_changes(comma=last_comma)
     return node.with_changes(names=names)
-
-
-def _dotted(node: cst.Attribute | cst.Name | None) -> str:
-    if node is None:
-        return ""
-    if isinstance(node, cst.Name):
-        return node.value
-    inner = node.value
-    assert isinstance(inner, cst.Attribute | cst.Name)
-    return f"{_dotted(inner)}.{node.attr.value}"
 
 
 def commented(
