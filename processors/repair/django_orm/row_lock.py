@@ -17,12 +17,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from processors.repair import sql_rewrite
 from processors.repair.django_orm.code import ensure_import, in_transaction, protected
 from processors.repair.django_orm.querysets import OrmCall, calls_of, described, functions
 from processors.repair.patch import Patch
-from processors.repair.sql_edit import RewriteError, SqlEdit
 from processors.repair.strategies.base import ROW_LOCK, Context, NotApplicable, Op, Outcome, Writer, rewrite
+from processors.repair.strategies.row_lock import locked
 
 _LOCKABLE = frozenset({"get", "first", "last", "exists", "count"})
 
@@ -39,7 +38,7 @@ def row_lock(ctx: Context, w: Writer) -> Outcome:
         calls = calls_of(ctx.index, w, read.statement)
         if any(c.method not in _LOCKABLE for c in calls):
             raise NotApplicable(f"{read.statement!r} is not read by get, first, last, exists or count")
-        edit = rewrite(partial(_sql_lock, read.statement))
+        edit = rewrite(partial(locked, read.statement, share=False))
         out.notes += [f"{w.function}: {read.statement!r} is Django's, from {described(ctx.index, oc)}: "
                       f"{ROW_LOCK} reads it through select_for_update()" for oc in calls]  # fmt: skip
         for oc in calls:
@@ -100,13 +99,3 @@ def _counted_in_python(node: cst.CSTNode) -> cst.CSTNode:
     keys = cst.Call(func=cst.Attribute(value=locked, attr=cst.Name("values_list")),
                     args=[cst.Arg(cst.SimpleString('"pk"'))])  # fmt: skip
     return cst.Call(func=cst.Name("len"), args=[cst.Arg(keys)])
-
-
-def _sql_lock(statement: str) -> SqlEdit:
-    try:
-        return sql_rewrite.row_lock(statement)
-    except RewriteError as refused:
-        try:
-            return sql_rewrite.locked_aggregate(statement)
-        except RewriteError:
-            raise refused from None

@@ -26,10 +26,9 @@ import libcst as cst
 from sqlglot import exp
 
 from processors.model.outputs import AccessInfo
-from processors.repair import sql_rewrite
 from processors.repair.classify import table_of
 from processors.repair.patch import Patch
-from processors.repair.sql_edit import RewriteError, SqlEdit, parse
+from processors.repair.sql_edit import RewriteError, parse
 from processors.repair.sqlalchemy_orm.calls import (
     Chain,
     Scope,
@@ -52,6 +51,7 @@ from processors.repair.strategies.base import (
     Writer,
     rewrite,
 )
+from processors.repair.strategies.row_lock import locked
 
 
 def row_lock(ctx: Context, w: Writer) -> Outcome:
@@ -72,7 +72,7 @@ def _locked(ctx: Context, w: Writer, strategy: str, *, share: bool) -> Outcome:
     for read in w.reads:
         model = _model(ctx, w, read)
         ops, note = _read_ops(ctx, scope, model, read, share=share)
-        edit = rewrite(partial(_sql_lock, read.statement, share=share))
+        edit = rewrite(partial(locked, read.statement, share=share))
         out.ops += ops
         out.repairs.append(ctx.info(strategy, w, read.statement, edit.after))
         out.rewrote(edit)
@@ -216,14 +216,3 @@ def _with_kw(node: cst.CSTNode, *, keyword: str, value: str) -> cst.CSTNode:
         )
     )
     return node.with_changes(args=args)
-
-
-def _sql_lock(statement: str, *, share: bool) -> SqlEdit:
-    """The recorded SELECT with its rows locked (the lock clause; for an aggregate, a locking subquery)."""
-    try:
-        return sql_rewrite.row_lock(statement, share=share)
-    except RewriteError as refused:
-        try:
-            return sql_rewrite.locked_aggregate(statement, share=share)
-        except RewriteError:
-            raise refused from None

@@ -38,14 +38,14 @@ def _locked(ctx: Context, w: Writer, strategy: str, *, share: bool) -> Outcome:
         raise NotApplicable("no unlocked read precedes the write")
     out = Outcome()
     for read in w.reads:
-        edit = rewrite(partial(_lock, read.statement, share=share))
+        edit = rewrite(partial(locked, read.statement, share=share))
         out.ops += [sql_op(site, read.statement, edit, []) for site in ctx.sites(w, read.statement)]
         out.repairs.append(ctx.info(strategy, w, read.statement, edit.after))
         out.rewrote(edit)
     return out
 
 
-def _lock(statement: str, *, share: bool) -> SqlEdit:
+def locked(statement: str, *, share: bool) -> SqlEdit:
     """The statement with its rows locked: the lock clause, or for an aggregate, a subquery that locks them."""
     try:
         return sql_rewrite.row_lock(statement, share=share)
