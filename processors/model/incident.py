@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from processors.model.base import SCHEMA_VERSION, Frozen, Published
+from processors.model.anomaly import title
+from processors.model.base import SCHEMA_VERSION, Frozen
+from processors.model.finding import Finding, Severity, Subject
 
 
 class AccessInfo(Frozen):
@@ -57,7 +59,7 @@ class CommitInfo(Frozen):
     skew_ms: float | None
 
 
-class IncidentEvent(Published):
+class IncidentEvent(Finding):
     """A cross-trace collision on one row: one occurrence of a defect identified by its fingerprint."""
 
     identity: ClassVar[tuple[str, ...]] = ("occurrence",)
@@ -89,3 +91,29 @@ class IncidentEvent(Published):
     # one counted as 1 (then an upper bound: ``pair_sampling_known`` False). 0.01: a hundred such pairs per one seen.
     pair_probability: float = 1.0
     pair_sampling_known: bool = False
+
+    def finding_type(self) -> str:
+        return self.anomaly
+
+    def headline(self) -> str:
+        return f"{title(self.anomaly)} on {self.entity}"
+
+    def about(self) -> Subject:
+        c = self.culprit
+        return Subject(service=c.service, operation=c.route or c.operation, entity=self.entity, version=c.version)
+
+    def level(self) -> Severity:
+        return "high" if self.severity == "high" else "low"
+
+    def seen_unix_ms(self) -> float:
+        return self.culprit.start_unix_ms
+
+    def where(self) -> str:
+        return self.entity
+
+    def manifest_count(self) -> int:
+        return int(self.manifest)
+
+    def rank(self) -> tuple[float, ...] | None:
+        """(manifest, row changes correlated, confidence)."""
+        return (float(self.manifest), float(self.correlated), float(self.confidence))

@@ -11,16 +11,18 @@ import json
 
 from processors.model.base import SCHEMA_VERSION, Published
 from processors.model.contract import ProofContract
+from processors.model.finding import Finding, FindingEvent
 from processors.model.incident import AccessInfo, CommitInfo, IncidentEvent
 from processors.model.regression import Evidence, PathShare, RegressionEvent
 from processors.model.repro import DivergenceInfo, RepairInfo, ReproEvent, RunInfo
 from processors.model.verdict import Receipt, VerdictEvent
 
-OutputEvent = IncidentEvent | RegressionEvent | ReproEvent | VerdictEvent | ProofContract
+OutputEvent = IncidentEvent | RegressionEvent | FindingEvent | ReproEvent | VerdictEvent | ProofContract
 
 EVENT_TYPES: dict[str, type[Published]] = {
     "incident": IncidentEvent,
     "regression": RegressionEvent,
+    "finding": FindingEvent,
     "repro": ReproEvent,
     "verdict": VerdictEvent,
     "contract": ProofContract,
@@ -63,6 +65,8 @@ __all__ = [
     "CommitInfo",
     "DivergenceInfo",
     "Evidence",
+    "Finding",
+    "FindingEvent",
     "IncidentEvent",
     "OutputEvent",
     "PathShare",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from processors.model.base import SCHEMA_VERSION, Frozen, Published
+from processors.model.base import SCHEMA_VERSION, Frozen
+from processors.model.finding import Finding, Severity, Subject
 
 
 class Evidence(Frozen):
@@ -46,7 +47,7 @@ class PathShare(Frozen):
     delta: float
 
 
-class RegressionEvent(Published):
+class RegressionEvent(Finding):
     """A latency or error regression of one operation, with the tests that show it."""
 
     identity: ClassVar[tuple[str, ...]] = ("occurrence",)
@@ -70,3 +71,24 @@ class RegressionEvent(Published):
     critical_path: list[PathShare]
     detected_at_unix_ms: float
     build_first_seen_unix_ms: float = 0.0  # when this build's first request of the service was seen (0: unknown)
+
+    def finding_type(self) -> str:
+        return f"{'latency' if self.metric == 'latency' else 'error'}_regression"
+
+    def headline(self) -> str:
+        return self.summary
+
+    def about(self) -> Subject:
+        return Subject(service=self.service, operation=self.operation, version=self.version)
+
+    def level(self) -> Severity:
+        return "medium"
+
+    def seen_unix_ms(self) -> float:
+        return self.window_start_unix_ms
+
+    def recurs_unix_ms(self) -> float:
+        return self.build_first_seen_unix_ms or self.window_start_unix_ms
+
+    def where(self) -> str:
+        return self.version
