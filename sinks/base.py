@@ -1,5 +1,5 @@
 """The one ``Sink`` base and its two errors (defined with the processors, whose connectors are sinks too)."""
 
-from processors.sink import PermanentSinkError, RetryableSinkError, Sink
+from processors.api.sink import PermanentSinkError, RetryableSinkError, Sink
 
 __all__ = ["PermanentSinkError", "RetryableSinkError", "Sink"]

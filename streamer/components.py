@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from processors.component import Factory
+from processors.api.component import Factory
 from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
 from processors.detectors.collisions import FACTORY as COLLISIONS

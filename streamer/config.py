@@ -23,10 +23,10 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from processors.api.component import Factory, Section
 from processors.codeloc import CodeLocConfig
-from processors.component import Factory, Section
-from processors.correlation_config import CorrelationConfig
-from processors.graph_rows import GraphPolicyConfig
+from processors.correlation.config import CorrelationConfig
+from processors.graph.rows import GraphPolicyConfig
 from processors.redaction import RedactionConfig
 from processors.sql import SqlConfig
 from processors.state.config import WindowConfig

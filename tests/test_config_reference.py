@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from processors.component import Section
+from processors.api.component import Section
 from processors.detectors.collisions.config import CollisionConfig
 from streamer import config
 from streamer.config_reference import reference, undocumented

@@ -10,8 +10,8 @@ import pytest
 
 import processors.repro
 import sinks.gitlab
+from processors.api.lazy import exports
 from processors.connectors.repro import ReproWorker
-from processors.lazy import exports
 
 HEAVY = ("libcst", "psycopg", "gitlab", "requests", "scipy", "numpy")
 
@@ -63,7 +63,7 @@ def test_the_statistical_tests_a_daemon_runs_do_not_load_scipy_stats() -> None:
     """The regression detector and the proof judge test with scipy.special (41 MB with numpy), not scipy.stats (87)."""
     code = (
         "import sys\n"
-        "from processors.stat_tests import conditional_binomial, mann_whitney, rate_interval\n"
+        "from processors.lib.stat_tests import conditional_binomial, mann_whitney, rate_interval\n"
         "from processors.connectors.proofs.verdicts import requests_for_share\n"
         "conditional_binomial(3, 100, 9, 100, 'greater'); rate_interval(2, 50)\n"
         "requests_for_share(40, 1000, 0.01, 0.05)\n"

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pkgutil
 import tomllib
 from pathlib import Path
-
-import processors
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,13 +14,20 @@ def _contracts() -> list[dict[str, object]]:
     return contracts
 
 
-def test_the_vocabulary_is_forbidden_every_other_processors_module() -> None:
-    """A new folder under processors/ must join the list the vocabulary may not import (else it could)."""
-    [contract] = [c for c in _contracts() if c.get("source_modules") == ["processors.model"]]
-    forbidden = set(contract["forbidden_modules"])  # type: ignore[arg-type]
-    children = {f"processors.{m.name}" for m in pkgutil.iter_modules(processors.__path__)} - {"processors.model"}
-    assert children <= forbidden, f"add to the contract: {sorted(children - forbidden)}"
-    assert {"streamer", "sinks"} <= forbidden
+def test_every_package_is_split_into_rooms_by_an_exhaustive_layers_contract() -> None:
+    """processors/, sinks/ and streamer/ each have a layers contract naming every one of their children (import-linter
+    then fails on a new folder no layer names), and the vocabulary is processors/' bottom layer."""
+    by_container = {
+        c["containers"][0]: c  # type: ignore[index]
+        for c in _contracts()
+        if c.get("type") == "layers" and c.get("containers")
+    }
+    for package in ("processors", "sinks", "streamer"):
+        assert package in by_container, f"no layers contract for {package}/"
+        assert by_container[package].get("exhaustive") is True, f"{package}/'s layers contract is not exhaustive"
+    assert by_container["processors"]["layers"][-1] == "model"  # type: ignore[index]
+    [vocabulary] = [c for c in _contracts() if c.get("source_modules") == ["processors.model"]]
+    assert {"streamer", "sinks"} <= set(vocabulary["forbidden_modules"])  # type: ignore[arg-type]
 
 
 def test_make_lint_runs_import_linter() -> None:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import ACCESS_FIELDS, Access, CdcOp, DbOperation, LockMode, Relay, RowChange
-from processors.telemetry import Telemetry
 from streamer.decode import internal as wire
 from streamer.decode.strings import SharedStrings
 

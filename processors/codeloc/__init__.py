@@ -3,8 +3,8 @@ and statement shapes in the service's checkout; see :mod:`processors.codeloc.loc
 
 from typing import TYPE_CHECKING
 
+from processors.api.lazy import exports
 from processors.codeloc.config import CodeLocConfig
-from processors.lazy import exports
 
 if TYPE_CHECKING:
     from processors.codeloc.factory import build_locator

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from processors.api.telemetry import Telemetry
 from processors.codeloc.config import CodeLocConfig
-from processors.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from processors.codeloc.locator import CodeLocator

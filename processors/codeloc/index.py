@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from processors.api.telemetry import Telemetry
 from processors.codeloc.javascan import scan_java
 from processors.codeloc.routes import join_route
 from processors.codeloc.scan import ModuleScan, scan_module
 from processors.codeloc.statements import Shape, normalise, shape_of, singular
-from processors.telemetry import Telemetry
 
 _SKIP_DIRS: Final = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages", "venv", "target"})
 _SUFFIXES: Final = (".py", ".java", ".kt")

@@ -1,7 +1,7 @@
 """The code locator: the function, file and line behind a DB span whose trace names no code, and how it knew.
 
-Auto-instrumentation records no ``code.*``; the accesses (``processors.accesses``) then ask the locator, which reads
-the service's checkout once (:class:`CheckoutIndex`) and tries, strongest first:
+Auto-instrumentation records no ``code.*``; the accesses (``processors.pipeline.accesses``) then ask the locator,
+which reads the service's checkout once (:class:`CheckoutIndex`) and tries, strongest first:
 
 ``stacktrace``
     An ``exception.stacktrace`` recorded on the DB span or on one of its ancestors in the same service (Python or
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from processors.api.telemetry import Telemetry
 from processors.codeloc.config import CodeLocConfig
 from processors.codeloc.index import CheckoutIndex, Function
 from processors.codeloc.routes import request_of
@@ -33,9 +34,8 @@ from processors.codeloc.stacktrace import Frame, frames
 from processors.codeloc.statements import normalise, orm_issues, shape_of
 from processors.model.events import SpanKind
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
 
 _MAX_DEPTH = 64
 _LIBRARY_DIRS = frozenset({"site-packages", "dist-packages", "lib-python"})

@@ -1,7 +1,7 @@
 """What processors ask of the graph: parameter rows per named upsert, and events to record.
 
 The Cypher behind each name lives in one place, the graph sink's schema module (``sinks.graph.schema``);
-processors only build rows. Values must already be plain data (see ``processors.graph_rows.clean``).
+processors only build rows. Values must already be plain data (see ``processors.graph.rows.clean``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from processors.component import Section
+from processors.api.component import Section
 
 Action = Literal["drop", "hash", "keep"]
 

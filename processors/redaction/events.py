@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.graph import GraphBatch
 from processors.model.incident import AccessInfo, CommitInfo, IncidentEvent
@@ -28,7 +29,6 @@ from processors.redaction.graph import redact_batch
 from processors.redaction.literals import Literals
 from processors.redaction.params import ParameterColumns
 from processors.redaction.policy import Policy, canonical, is_marker
-from processors.telemetry import Telemetry
 
 P = TypeVar("P", bound=Published)
 MIN_TEXT = 4  # a redacted value shorter than this as text is not searched for in prose (it would match anywhere)

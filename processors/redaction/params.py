@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from processors.api.telemetry import Telemetry
 from processors.sql import SqlAccessExtractor
 from processors.sql.syntax import Expr, Pos, Ref
-from processors.telemetry import Telemetry
 
 CACHE = 1024  # statement shapes kept (bounded; evictions counted by the SQL extractor's telemetry)
 

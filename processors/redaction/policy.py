@@ -16,8 +16,8 @@ import json
 import re
 from typing import Any
 
+from processors.api.telemetry import Telemetry
 from processors.redaction.config import Action, RedactionConfig
-from processors.telemetry import Telemetry
 
 DROPPED = "[REDACTED]"
 HASHED = "[HMAC:"

@@ -12,7 +12,7 @@ executed statements;
 
 from typing import TYPE_CHECKING
 
-from processors.lazy import exports
+from processors.api.lazy import exports
 
 if TYPE_CHECKING:
     from processors.repro.app_level import CallSpec, Const, Format, Param, PerSession

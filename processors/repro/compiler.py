@@ -27,7 +27,7 @@ from typing import Any
 import libcst as cst
 import sqlglot
 
-from processors.invariants import Invariant, InvariantError
+from processors.lib.invariants import Invariant, InvariantError
 from processors.model.outputs import IncidentEvent
 from processors.redaction import redacted
 from processors.repro.app_level import CallSpec, calls, recorded_root

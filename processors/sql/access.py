@@ -16,6 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import (
     Access,
     DbOperation,
@@ -58,7 +59,6 @@ from processors.sql.syntax import (
     table_of,
 )
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
 _SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)

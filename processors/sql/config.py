@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from processors.component import Section
+from processors.api.component import Section
 
 
 class SqlConfig(Section):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import RowChange
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
 
 
 def bare(table: str) -> str:

@@ -3,8 +3,8 @@
 Most stacks trace no COMMIT: psycopg / psycopg2 / dbapi and Django commit through the DB-API connection, which no
 instrumentation traces, and SQLAlchemy's instrumentation traces statements and ``Engine.connect`` (a ``connect``
 span), not ``commit()``. So the daemon's default is that a request's statements commit before the request ends
-(``processors.correlation`` bounds a write's commit by the statement's end and the request's end). Where the spans
-say more, this module reads it, per service, over the service's DB spans in start order:
+(``processors.correlation.engine`` bounds a write's commit by the statement's end and the request's end). Where the
+spans say more, this module reads it, per service, over the service's DB spans in start order:
 
 - **explicit**: ``BEGIN`` / ``START TRANSACTION`` ... ``COMMIT`` / ``ROLLBACK`` statement spans (asyncpg sends them
   through the calls its instrumentation traces; so does any app that issues them as SQL). SAVEPOINT, RELEASE and

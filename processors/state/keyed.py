@@ -3,7 +3,7 @@
 :class:`KeyedState` is the one way a processor keeps state about keys (a trace id, an entity, a window start):
 ``retain`` when input feeds a key, ``release`` when the key's input is no longer needed (state kept, e.g. an
 entity judged but remembered), ``discard`` when the key goes. The runtime hears of each through
-:class:`~processors.state.provenance.StateEvents` and turns them into offset pins; processors never see offsets.
+:class:`~processors.api.provenance.StateEvents` and turns them into offset pins; processors never see offsets.
 At ``bound`` keys, retaining a new one evicts the least recently retained (counted as a drop, ``reason`` naming
 the bound), after ``on_evict`` has seen it (a trace assembler closes the evicted trace early instead of losing it).
 
@@ -21,8 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

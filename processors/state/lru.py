@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from processors.telemetry import Telemetry
+from processors.api.telemetry import Telemetry
 
 K = TypeVar("K")
 V = TypeVar("V")

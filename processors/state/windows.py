@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.model.units import MS_NS
 from processors.state.keyed import KeyedState
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
 
 A = TypeVar("A")
 

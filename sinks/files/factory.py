@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from processors.component import Context, Factory
+from processors.api.component import Context, Factory
 from sinks.files.config import FileSinkConfig
 from sinks.files.sink import TELEMETRY, FileSink
 

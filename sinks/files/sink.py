@@ -24,9 +24,9 @@ from pathlib import Path
 
 import structlog
 
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.files.disk import JsonlFiles, Line, Outcome, cut_torn_line, tail_lines
 from sinks.files.ids import event_id, file_name, identity, kind_of

@@ -9,7 +9,7 @@ repro's patch; ``config`` and ``factory`` make it a component.
 
 from typing import TYPE_CHECKING
 
-from processors.lazy import exports
+from processors.api.lazy import exports
 from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.factory import FACTORY
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from processors.component import Section
+from processors.api.component import Section
 
 _TRACE_FIELDS = {"trace_id"}
 _SOURCE_FIELDS = {"ref", "path", "line", "service"}

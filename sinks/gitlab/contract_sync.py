@@ -20,9 +20,9 @@ from typing import Any
 
 import structlog
 
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.contract import ProofContract
-from processors.telemetry import Telemetry
 from sinks.gitlab import contract_section as cs
 from sinks.gitlab.escape import code
 from sinks.gitlab.issues import IssueRef, Issues

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from processors.component import Context, Factory
+from processors.api.component import Context, Factory
 from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.links import Links
 

@@ -34,8 +34,8 @@ from typing import Any
 import structlog
 from gitlab.exceptions import GitlabError
 
+from processors.api.telemetry import Telemetry
 from processors.model.outputs import IncidentEvent, ReproEvent, VerdictEvent
-from processors.telemetry import Telemetry
 from sinks.gitlab import body_incident, body_regression
 from sinks.gitlab.body_repro import repro_note
 from sinks.gitlab.contract_section import keep_section

@@ -30,10 +30,10 @@ from typing import Any
 import structlog
 from gitlab.exceptions import GitlabError
 
+from processors.api.telemetry import Telemetry
 from processors.model.contract import ProofContract
 from processors.model.outputs import ReproEvent
 from processors.repair.emit_event import EmitError, emit_after_repair
-from processors.telemetry import Telemetry
 from sinks.gitlab import ci_job, contract_section, patching, proof_files
 from sinks.gitlab.body_repro import GateSetup, merge_request_description, merge_request_note, merge_request_title
 from sinks.gitlab.issues import IssueRef, Issues

@@ -35,7 +35,7 @@ The queue is bounded (``max_queued``): past it ``write`` refuses the event with 
 ``token_file`` the token is read from that file, again by every health check, so a rotated token (a Kubernetes
 secret volume, a vault agent) un-parks the sink without a restart.
 
-**Telemetry** goes to the :class:`~processors.telemetry.Telemetry` given (the factory passes the component's):
+**Telemetry** goes to the :class:`~processors.api.telemetry.Telemetry` given (the factory passes the component's):
 drops ``rejected``, ``orphan``, ``max_queued`` and ``rollback_refused``; counts ``issues_created``, ``occurrences``,
 ``notes``, ``reopened``, ``closed``, ``duplicates_closed``, ``uploads``, ``merge_requests``, ``retries``,
 ``duplicates``, ``parked``, ``resumed``, ``token_reloads``, ``releases``, ``rollbacks``, ``rollbacks_skipped``,
@@ -64,8 +64,8 @@ import structlog
 from gitlab._backends.requests_backend import RequestsBackend, RequestsResponse
 from pydantic import SecretStr
 
+from processors.api.telemetry import Telemetry
 from processors.model.outputs import IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
-from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
 from sinks.gitlab.contract_sync import ContractPublisher, IssueContracts

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 
-from processors.component import Section
+from processors.api.component import Section
 from sinks.graph.endpoint import Endpoint, redact
 
 

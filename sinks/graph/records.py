@@ -18,7 +18,7 @@ from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
 from processors.model.repro import ReproEvent
 from processors.model.verdict import VerdictEvent
-from processors.requests import operation_key_of
+from processors.pipeline.requests import operation_key_of
 
 
 def incident_row(e: IncidentEvent) -> Row:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.graph_rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
+from processors.graph.rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
 from processors.model.graph import GraphBatch, Row
 from sinks.graph.schema import TRACE_COLUMNS
 

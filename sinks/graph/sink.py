@@ -20,14 +20,14 @@ from typing import Any
 
 import structlog
 
-from processors.graph_rows import GraphPolicyConfig
+from processors.api.sink import Sink
+from processors.api.telemetry import Telemetry
+from processors.graph.rows import GraphPolicyConfig
+from processors.lib.parts import calls_total, stats_total
 from processors.model.base import Published
 from processors.model.contract import ProofContract
 from processors.model.graph import GraphBatch, Row
 from processors.model.repro import ReproEvent
-from processors.parts import calls_total, stats_total
-from processors.sink import Sink
-from processors.telemetry import Telemetry
 from sinks.graph import schema
 from sinks.graph.records import published_row, repro_params, rows_by_kind
 from sinks.graph.rows import DeadRow
@@ -177,7 +177,8 @@ class GraphSink(Sink):
     async def close(self) -> None:
         await self.writer.close()
 
-    # ---- named queries (processors.component.GraphQueries) --------------------------------------------------------
+    # ---- named queries (processors.api.component.GraphQueries)
+    # --------------------------------------------------------
 
     async def stored_contracts(self) -> list[ProofContract]:
         """Contracts on the graph (automatic and CLI ones), oldest first, so that a restart keeps watching."""

@@ -41,8 +41,8 @@ import redis.exceptions
 import structlog
 from falkordb.asyncio import FalkorDB
 
+from processors.api.telemetry import Telemetry
 from processors.model.graph import UPSERTS, GraphBatch
-from processors.telemetry import Telemetry
 from sinks.graph import schema
 from sinks.graph.endpoint import Endpoint
 from sinks.graph.errors import CAUGHT, Handling, classify

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from processors.component import Section
+from processors.api.component import Section
 
 
 class KafkaConfig(Section):

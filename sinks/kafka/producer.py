@@ -56,9 +56,9 @@ from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from processors.api.sink import Backoff, Sink
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
-from processors.sink import Backoff, Sink
-from processors.telemetry import Telemetry
 from sinks.kafka.client import client_kwargs
 from sinks.kafka.config import KafkaConfig
 from sinks.kafka.message import Message
@@ -369,7 +369,7 @@ class KafkaSink(Sink):
         return Message(self.config.topic(event.topic), key, event.model_dump_json().encode())
 
     async def publish(self, event: Published) -> None:
-        """One event, acknowledged before this returns (``processors.component.Publish``)."""
+        """One event, acknowledged before this returns (``processors.api.component.Publish``)."""
         await self.send([self.message(event)])
 
     async def write(self, event: Published) -> None:

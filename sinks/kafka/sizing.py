@@ -20,7 +20,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from processors.telemetry import Telemetry
+from processors.api.telemetry import Telemetry
 from sinks.kafka.client import client_kwargs
 from sinks.kafka.config import KafkaConfig
 from sinks.kafka.message import Message

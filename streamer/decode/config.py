@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 
-from processors.component import Section
+from processors.api.component import Section
 
 
 class SchemaRegistryConfig(Section):

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.outputs import parse_event
-from processors.telemetry import Telemetry
 from streamer.decode.config import DecodeConfig
 from streamer.decode.debezium import ChangeStats, decode_row_change
 from streamer.decode.errors import DecodeError

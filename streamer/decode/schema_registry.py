@@ -24,8 +24,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 
+from processors.api.telemetry import Telemetry
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
 from streamer.decode.avro import Schema, parse_schema
 from streamer.decode.config import SchemaRegistryConfig
 from streamer.decode.errors import DecodeError, DecodeUnavailable

@@ -12,7 +12,7 @@ repeat (span ids) are not offered to it.
 
 from __future__ import annotations
 
-from processors.telemetry import Telemetry
+from processors.api.telemetry import Telemetry
 
 
 class SharedStrings:

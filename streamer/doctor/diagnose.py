@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import RowChange
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
-from processors.telemetry import Telemetry
 from streamer.config import CoreSettings
 from streamer.decode import DECODERS, DecodeError, Record
 from streamer.decode.errors import DecodeUnavailable

@@ -28,10 +28,10 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
-from processors.component import Processor
+from processors.api.component import Processor
+from processors.api.sink import Sink
 from processors.model.outputs import Published, register
 from processors.redaction import Redactor
-from processors.sink import Sink
 from sinks.graph import GraphSink, GraphWriter
 from sinks.kafka import KafkaSink
 from streamer import logs

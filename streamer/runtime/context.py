@@ -1,4 +1,4 @@
-"""The :class:`processors.component.Context` the runtime gives each factory."""
+"""The :class:`processors.api.component.Context` the runtime gives each factory."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 import structlog
 from pydantic import BaseModel, SecretStr
 
-from processors.component import Factory, GraphQueries, Processor, Publish
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
+from processors.api.component import Factory, GraphQueries, Processor, Publish
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from streamer.config import CoreSettings
 from streamer.runtime.metrics import Metrics
 

@@ -16,7 +16,7 @@ missed).
 The credit rule: a row change waits (pinned, bounded) until event time has passed its commit time plus
 ``correlation.max_commit_delay_ms``; by then every trace that could have written it is known, and it is credited to
 its writer by the strongest evidence (trace column, txId, the statement's values and time, commit order among tied
-writers; see ``processors.correlation``) or written uncorrelated and counted. Never guessed. A change left tied
+writers; see ``processors.correlation.engine``) or written uncorrelated and counted. Never guessed. A change left tied
 among more writers than its row's changes so far (statements without their parameters on the spans) keeps waiting
 for its row's next change, which commit order needs beside it: until event time has passed the latest commit its
 writers could have made plus that delay (at most ``correlation.max_tie_wait_ms``); counted when the wait starts,
@@ -34,10 +34,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable, Sequence
 
-from processors.component import Processor
-from processors.correlation import Correlation, RowCorrelator
-from processors.graph_rows import access_rows, change_row
-from processors.keying import KeyInference
+from processors.api.component import Processor
+from processors.correlation.engine import Correlation, RowCorrelator
+from processors.correlation.keying import KeyInference
+from processors.graph.rows import access_rows, change_row
 from processors.model.events import Access, CdcOp, Commit, Keying, Relay, RowChange
 from processors.model.units import MS_NS, ms_to_ns, s_to_ns
 from processors.state.keyed import KeyedState

@@ -36,17 +36,18 @@ from dataclasses import replace
 
 import structlog
 
-from processors.accesses import accesses_of
-from processors.calls import CallWindows
+from processors.api.component import GraphQueries, Processor
 from processors.codeloc import build_locator
-from processors.component import GraphQueries, Processor
-from processors.graph_rows import trace_rows, window_rows
+from processors.graph.rows import trace_rows, window_rows
 from processors.model.events import LogRecord, RowChange
 from processors.model.span import Span, read_details
+from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS, s_to_ns
+from processors.pipeline.accesses import accesses_of
+from processors.pipeline.calls import CallWindows
+from processors.pipeline.traces import TraceAssembler
 from processors.sql import SqlAccessExtractor, identity_entity_key
 from processors.state.watermarks import Watermarks
-from processors.traces import ClosedTrace, TraceAssembler
 from streamer.config import CoreSettings
 from streamer.decode import internal
 from streamer.decode.registry import Input, Record
@@ -298,7 +299,7 @@ class IngestStage(Stage):
         if trace.late:
             self.metrics.late.labels("trace").inc()
         self.calls.add(trace)
-        self.metrics.sampled.add(trace)  # kept vs represented traffic (processors.sampled_traffic)
+        self.metrics.sampled.add(trace)  # kept vs represented traffic (processors.pipeline.sampled_traffic)
         for processor in self.processors:
             self.call(processor, processor.on_trace, trace, accesses)
 

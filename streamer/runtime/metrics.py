@@ -2,7 +2,7 @@
 
 Names follow Prometheus conventions: ``trace_repro_`` prefix, ``_total`` for counters, base units (seconds,
 bytes), the unit in the name (``_seconds``, ``_messages``, ``_events``). The runtime's own series are
-prometheus-client objects; every component's telemetry (``processors.telemetry.Telemetry``: drops by reason, events,
+prometheus-client objects; every component's telemetry (``processors.api.telemetry.Telemetry``: drops by reason, events,
 state gauges) is read at scrape time by :class:`ComponentCollector` and exported with the component's name: every
 drop of the daemon is ``trace_repro_dropped_total{component, reason}``.
 
@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from processors.sampled_traffic import SampledTraffic
-from processors.telemetry import Telemetry
+from processors.api.telemetry import Telemetry
+from processors.pipeline.sampled_traffic import SampledTraffic
 from streamer.version import __version__
 
 
@@ -70,7 +70,8 @@ class ComponentCollector(Collector):
 
 
 class SampledTrafficCollector(Collector):
-    """Kept and represented traces (``processors.sampled_traffic``) by service, version and sampling, when scraped."""
+    """Kept and represented traces (``processors.pipeline.sampled_traffic``) by service, version and sampling, when
+    scraped."""
 
     def __init__(self, traffic: SampledTraffic) -> None:
         self.traffic = traffic

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Iterable
 
-from processors.state.provenance import StateEvents
+from processors.api.provenance import StateEvents
 
 Source = tuple[Hashable, int]  # (partition handle, offset)
 

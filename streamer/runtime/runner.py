@@ -39,8 +39,8 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from processors.api.sink import Backoff
 from processors.redaction import Redactor
-from processors.sink import Backoff
 from sinks.graph import DeadRow, GraphSink, WriteAborted
 from sinks.kafka import KafkaSink, Message, ProduceAborted
 from sinks.kafka.client import client_kwargs

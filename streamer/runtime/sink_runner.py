@@ -51,9 +51,9 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import IllegalStateError, KafkaError
 from pydantic import ValidationError
 
+from processors.api.sink import Backoff, PermanentSinkError, RetryableSinkError, Sink
 from processors.model.base import Published
 from processors.model.outputs import parse_event
-from processors.sink import Backoff, PermanentSinkError, RetryableSinkError, Sink
 from sinks.kafka.client import client_kwargs
 from streamer.config import CoreSettings
 from streamer.runtime.consumers import stop_consumer

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from processors.component import Emit, Processor
+from processors.api.component import Emit, Processor
 from processors.model.base import Published
 from processors.model.units import NS, s_to_ns
 from processors.state.lru import CountedLRU

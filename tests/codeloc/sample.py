@@ -5,11 +5,11 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from processors.api.telemetry import Telemetry
 from processors.codeloc import CodeLocator, CodeLocConfig
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.span import Span
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 MS = 1_000_000
 T = "ab" * 16

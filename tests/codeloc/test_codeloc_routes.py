@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from processors.accesses import accesses_of
+from processors.api.telemetry import Telemetry
 from processors.codeloc import Site
+from processors.pipeline.accesses import accesses_of
 from processors.sql import SqlAccessExtractor
-from processors.telemetry import Telemetry
 from tests.codeloc.sample import checkout, client, line_of, locator, server, trace
 
 FLASK = {

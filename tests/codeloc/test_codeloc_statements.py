@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from processors.api.telemetry import Telemetry
 from processors.codeloc import Site
 from processors.codeloc.statements import Shape, normalise, shape_of
-from processors.telemetry import Telemetry
 from tests.codeloc.sample import checkout, client, line_of, locator, server, trace
 
 RAW = {

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import CdcOp, RowChange
-from processors.telemetry import Telemetry
 from streamer.decode import DecodeError, decode_row_change
 from streamer.decode.config import DecodeConfig, SchemaRegistryConfig
 from streamer.decode.debezium import ChangeStats

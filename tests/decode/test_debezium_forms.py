@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import CdcOp, RowChange
 from processors.sql.values import UNAVAILABLE, same_value
-from processors.telemetry import Telemetry
 from streamer.decode import DecodeError, decode_row_change
 from streamer.decode.config import DecodeConfig
 from streamer.decode.debezium import ChangeStats

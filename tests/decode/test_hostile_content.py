@@ -15,10 +15,10 @@ import pytest
 from google.protobuf.message import DecodeError as ProtoDecodeError
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import Scalar
 from processors.model.span import Span
 from processors.sql.values import UNAVAILABLE, compare
-from processors.telemetry import Telemetry
 from streamer.decode import DecodeError, decode_row_change
 from streamer.decode._attrs import literal_params
 from streamer.decode.config import DecodeConfig

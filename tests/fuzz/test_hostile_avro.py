@@ -17,8 +17,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from processors.api.telemetry import Telemetry
 from processors.model.events import RowChange
-from processors.telemetry import Telemetry
 from streamer.decode import DecodeError, decode_row_change
 from streamer.decode.avro import Schema, parse_schema, read
 from streamer.decode.config import SchemaRegistryConfig

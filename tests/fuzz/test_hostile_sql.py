@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from processors.invariants import Invariant
+from processors.lib.invariants import Invariant
 from processors.model.events import Access, DbCall, Resource, Scalar, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor

@@ -9,10 +9,10 @@ import pytest
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from bench.gitlab_server import FakeGitLab
-from processors.component import Context, GraphQueries, Publish, Section
+from processors.api.component import Context, GraphQueries, Publish, Section
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
 from sinks.gitlab import FACTORY, GitLabConfig, GitLabRetryableError, GitLabSink
 from tests.gitlab.helpers import PROJECT, TOKEN, deliver, incident, user_notes
 

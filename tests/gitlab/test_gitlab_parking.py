@@ -12,8 +12,8 @@ import structlog
 import sinks.gitlab.retry
 import sinks.gitlab.sink
 from bench.gitlab_server import FakeGitLab
+from processors.api.telemetry import Telemetry
 from processors.model.outputs import IncidentEvent
-from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError
 from sinks.gitlab import GitLabConfig, GitLabParkedError, GitLabQueueFull, GitLabSink, markdown
 from sinks.gitlab.factory import create

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bench.gitlab_server import FakeGitLab
+from processors.api.telemetry import Telemetry
 from processors.model.outputs import ProofContract
-from processors.telemetry import Telemetry
 from sinks.base import PermanentSinkError, RetryableSinkError, Sink
 from sinks.gitlab import GitLabPermanentError, GitLabRetryableError, body_incident, markdown
 from tests.gitlab.conftest import SinkFactory

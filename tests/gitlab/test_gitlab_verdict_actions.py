@@ -12,7 +12,7 @@ import pytest
 
 from bench.gitlab_deploys import deployments, releases, seed_deployment, seed_tag
 from bench.gitlab_server import FakeGitLab
-from processors.telemetry import Telemetry
+from processors.api.telemetry import Telemetry
 from sinks.gitlab.body_verdict import verdict_note
 from sinks.gitlab.config import GitLabConfig
 from sinks.gitlab.factory import rollback_hook

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from processors.graph_rows import change_row
+from processors.graph.rows import change_row
 from processors.model.events import CdcOp, RowChange
 from processors.model.graph import GraphBatch
 from sinks.graph.sink import GraphSink

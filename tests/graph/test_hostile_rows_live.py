@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from processors.graph_rows import trace_rows
+from processors.graph.rows import trace_rows
 from processors.model.events import DbCall
 from processors.model.graph import GraphBatch
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.graph.params import REPLACEMENT, render
 from sinks.graph.rows import DeadRow
 from sinks.graph.sink import GraphSink

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from processors.graph_rows import omitted_spans, trace_rows
+from processors.graph.rows import omitted_spans, trace_rows
 from processors.model.events import Access
 from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.graph.sink import GraphSink
 from tests.graph.checkout_request import UPDATE, info, span, update_of
 

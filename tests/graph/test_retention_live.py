@@ -14,15 +14,15 @@ from __future__ import annotations
 import pytest
 
 from processors.connectors.proofs.contracts import ProofContract
-from processors.graph_rows import GraphPolicyConfig, trace_rows
+from processors.graph.rows import GraphPolicyConfig, trace_rows
+from processors.lib.sketch import LatencySketch
 from processors.model.base import Published
 from processors.model.events import Access, DbCall, DbOperation, LockMode, Resource, SpanKind, StatusCode
 from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
 from processors.model.verdict import Receipt, VerdictEvent
-from processors.sketch import LatencySketch
-from processors.traces import ClosedTrace
 from sinks.graph.schema import EXPIRE
 from sinks.graph.sink import GraphSink
 from tests.graph.checkout_request import info

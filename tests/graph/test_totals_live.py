@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from processors.lib.sketch import LatencySketch
 from processors.model.graph import GraphBatch
-from processors.sketch import LatencySketch
 from sinks.graph import schema
 from sinks.graph.sink import GraphSink
 from sinks.graph.writer import GraphWriter

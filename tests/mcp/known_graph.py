@@ -18,15 +18,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from processors.graph_rows import trace_rows
+from processors.graph.rows import trace_rows
+from processors.lib.sketch import LatencySketch
 from processors.model.contract import ProofContract
 from processors.model.events import Access
 from processors.model.graph import GraphBatch
 from processors.model.outputs import IncidentEvent, ReproEvent, RunInfo
 from processors.model.repro import DivergenceInfo, RepairInfo
+from processors.model.trace import ClosedTrace
 from processors.model.verdict import Receipt, VerdictEvent
-from processors.sketch import LatencySketch
-from processors.traces import ClosedTrace
 from sinks.graph.sink import GraphSink
 from tests.graph.checkout_request import info, span, update_of
 

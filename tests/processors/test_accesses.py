@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from processors.accesses import accesses_of
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
+from processors.pipeline.accesses import accesses_of
 from processors.sql import SqlAccessExtractor
-from processors.traces import ClosedTrace
 
 MS = 1_000_000
 T = "cd" * 16

@@ -11,7 +11,7 @@ from typing import Any
 
 from processors.detectors.collisions import CollisionDetector
 from processors.detectors.collisions.views import Collision
-from processors.invariants import Invariant
+from processors.lib.invariants import Invariant
 from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange, scope_key
 
 MS = 1_000_000

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-from processors.calls import CallWindows
-from processors.graph_rows import window_rows
+from processors.graph.rows import window_rows
+from processors.lib.parts import calls_total
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.graph import GraphBatch
 from processors.model.span import Span
-from processors.parts import calls_total
+from processors.model.trace import ClosedTrace
+from processors.pipeline.calls import CallWindows
 from processors.state.windows import ClosedWindow
-from processors.traces import ClosedTrace
 from streamer.runtime.pins import PinTracker
 
 MS = 1_000_000

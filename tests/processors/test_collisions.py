@@ -7,9 +7,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.component import Emit
+from processors.api.component import Emit
 from processors.detectors.collisions import CollisionDetector
-from processors.invariants import Invariant
+from processors.lib.invariants import Invariant
 from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange
 
 MS = 1_000_000

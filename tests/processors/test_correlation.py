@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from processors.correlation import RowCorrelator, same_value
+from processors.correlation.engine import RowCorrelator, same_value
 from processors.model.events import (
     Access,
     CdcOp,

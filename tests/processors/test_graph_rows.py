@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.graph_rows import (
+from processors.graph.rows import (
     OMITTED_COLUMNS,
     PATH_SPAN_COLUMNS,
     access_rows,
@@ -35,7 +35,7 @@ from processors.model.events import (
 )
 from processors.model.graph import GraphBatch
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 MS = 1_000_000
 T = "ab" * 16

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from processors.correlation import Correlation, RowCorrelator
+from processors.correlation.engine import Correlation, RowCorrelator
+from processors.correlation.keying import KeyInference
 from processors.detectors.collisions.views import moves_row, reads_row
-from processors.keying import KeyInference
 from processors.model.events import (
     Access,
     CdcOp,

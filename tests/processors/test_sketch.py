@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.sketch import LatencySketch
+from processors.lib.sketch import LatencySketch
 
 latencies = st.floats(min_value=1e-3, max_value=3.6e6, allow_nan=False, allow_infinity=False)
 samples = st.lists(latencies, min_size=1, max_size=300)

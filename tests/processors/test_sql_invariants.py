@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.invariants import Invariant
+from processors.lib.invariants import Invariant
 from tests.fuzz.strategies import ROW_VALUES
 
 NON_NUMBERS: list[Any] = [

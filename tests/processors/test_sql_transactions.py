@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from processors.accesses import accesses_of
 from processors.model.events import Access, DbCall, LockMode, Resource, Scalar, SpanKind, StatusCode
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
+from processors.pipeline.accesses import accesses_of
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import EXPLICIT, NEXT, OPEN, transactions
-from processors.traces import ClosedTrace
 
 MS = 1_000_000
 T = "ab" * 16

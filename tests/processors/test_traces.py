@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.sizes import span_bytes
 from processors.model.span import Span
-from processors.traces import ClosedTrace, TraceAssembler
+from processors.model.trace import ClosedTrace
+from processors.pipeline.traces import TraceAssembler
 from streamer.runtime.pins import PinTracker
 
 S = 1_000_000_000

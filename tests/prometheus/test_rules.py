@@ -20,7 +20,7 @@ from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.sampling import Sampling
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from streamer.mcp.metrics import FAMILIES
 from streamer.runtime.metrics import Metrics
 

@@ -19,7 +19,7 @@ from processors.model.contract import ProofContract
 from processors.model.events import Resource
 from processors.model.outputs import VerdictEvent, parse_event, register
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from streamer.decode import decode_traces_json, decode_traces_proto
 from streamer.deploy_cli import parse_at
 from streamer.runtime.pins import PinTracker

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from processors.api.telemetry import Telemetry
 from processors.model.outputs import IncidentEvent
 from processors.redaction import DROPPED, HASHED, Policy, RedactionConfig, RedactionKeyMissing, Redactor
 from processors.redaction.literals import redact_literals
 from processors.redaction.policy import words
-from processors.telemetry import Telemetry
 from streamer.config import ConfigError, load
 
 FIXTURE = Path(__file__).parent.parent / "gitlab" / "fixtures" / "incident_lost_update.json"

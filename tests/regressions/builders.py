@@ -8,7 +8,7 @@ from typing import Any
 from processors.model.events import DbCall, LogRecord, Resource, SpanKind, StatusCode
 from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 MS = 1_000_000
 S = 1_000 * MS

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from processors.critical_path import critical_path, shares, shift
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.span import Span
+from processors.pipeline.critical_path import critical_path, shares, shift
 
 MS = 1_000_000
 

@@ -15,7 +15,7 @@ from processors.model.contract import ProofContract
 from processors.model.events import LogRecord, SpanKind, StatusCode
 from processors.model.outputs import IncidentEvent, VerdictEvent
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.graph import schema
 from sinks.graph.records import verdict_row
 from tests.regressions.builders import MS, T0, S, access, incident, log, request, resource, statement_params

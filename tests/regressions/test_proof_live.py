@@ -19,12 +19,13 @@ from processors.connectors.proofs.judge import ProofJudge
 from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE, verdicts_by_version
 from processors.detectors.regressions.detector import RegressionDetector
 from processors.detectors.regressions.stats import ServiceStats
+from processors.lib.stat_tests import requests_to_show_drop
 from processors.model.contract import ProofContract
 from processors.model.outputs import VerdictEvent
 from processors.model.regression import RegressionEvent
+from processors.model.trace import ClosedTrace
 from processors.model.units import zero_error_floor
-from processors.stat_tests import requests_to_show_drop
-from processors.traces import ClosedTrace, TraceAssembler
+from processors.pipeline.traces import TraceAssembler
 from streamer.decode import decode_logs_proto, decode_traces_proto
 from streamer.runtime.topics import create_topics
 

@@ -16,7 +16,7 @@ import pytest
 from processors.connectors.proofs.desk import contribution_of, contribution_row
 from processors.connectors.proofs.judge import ProofJudge
 from processors.model.outputs import VerdictEvent
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.graph import GraphSink, GraphWriter, schema
 from tests.regressions.builders import MS, T0, S
 from tests.regressions.test_proof_judge import CONTRACT, Feed, build

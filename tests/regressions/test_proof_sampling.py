@@ -8,7 +8,7 @@ from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED
 from processors.model.outputs import VerdictEvent
 from processors.model.sampling import Sampling
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from tests.regressions.builders import T0, S
 from tests.regressions.test_proof_judge import CONTRACT, Feed, Item, build
 from tests.regressions.test_regression_contracts import _contract as latency_contract

@@ -14,6 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from bench.gitlab_server import FakeGitLab
+from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.config import ProofConfig
 from processors.connectors.proofs.contracts import (
     GRID_MIN,
@@ -36,11 +37,10 @@ from processors.connectors.proofs.verdicts import (
     NOT_FIXED,
     requests_for_share,
 )
+from processors.lib.stat_tests import conditional_binomial
 from processors.model.contract import ProofContract
 from processors.model.outputs import VerdictEvent
 from processors.model.regression import Evidence, RegressionEvent
-from processors.stat_tests import conditional_binomial
-from processors.telemetry import Telemetry
 from sinks.gitlab import GitLabSink
 from sinks.gitlab.state import IssueState
 from tests.gitlab.helpers import PROJECT, TOKEN, deliver, recurrence, regression, verdict

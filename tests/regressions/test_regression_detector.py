@@ -10,7 +10,7 @@ import pytest
 from processors.detectors.regressions.detector import DetectorSettings, RegressionDetector, regression_fingerprint
 from processors.detectors.regressions.stats import ServiceStats, StatsWindow
 from processors.model.regression import RegressionEvent
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.graph import schema
 from sinks.graph.records import regression_row
 from tests.regressions.builders import T0, S, request, statement_params

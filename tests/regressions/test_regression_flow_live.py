@@ -34,8 +34,8 @@ from bench.gitlab_server import FakeGitLab
 from bench.shop.kafka_exporter import KafkaSpanExporter
 from processors.connectors.proofs.contracts import parse_signature
 from processors.connectors.proofs.verdicts import FIXED, LATENCY_TEST, SIGNATURE_TEST
+from processors.lib.stat_tests import conditional_binomial
 from processors.model.outputs import VerdictEvent
-from processors.stat_tests import conditional_binomial
 from sinks.gitlab.markdown import fingerprint_label, fingerprint_of
 from streamer import config
 from tests.harness import Harness

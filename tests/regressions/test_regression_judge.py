@@ -13,14 +13,14 @@ from dataclasses import replace
 
 import pytest
 
-from processors.component import Emit
+from processors.api.component import Emit
 from processors.detectors.regressions import RegressionConfig, RegressionDetector, Regressions
 from processors.detectors.regressions.detector import DetectorSettings
 from processors.detectors.regressions.shares import KEY
 from processors.model.events import Relay
 from processors.model.regression import RegressionEvent
+from processors.model.trace import ClosedTrace
 from processors.state.config import WindowConfig
-from processors.traces import ClosedTrace
 from streamer import config
 from streamer.components import default
 from streamer.decode import internal as wire

@@ -8,8 +8,8 @@ import random
 from processors.detectors.regressions.stats import Reservoir, ServiceStats, merge, stats_rows
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.span import Span
-from processors.requests import error_signature, operation_key_of, requests_of
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
+from processors.pipeline.requests import error_signature, operation_key_of, requests_of
 from sinks.graph import schema
 from tests.regressions.builders import MS, T0, S, request, statement_params
 

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from processors.model.units import zero_error_floor
-from processors.stat_tests import (
+from processors.lib.stat_tests import (
     benjamini_hochberg,
     binomial_tail,
     conditional_binomial,
@@ -23,6 +22,7 @@ from processors.stat_tests import (
     requests_to_show_drop,
     zero_error_upper_bound,
 )
+from processors.model.units import zero_error_floor
 
 
 def test_forty_errors_before_none_after_is_a_significant_drop() -> None:
@@ -109,7 +109,8 @@ def test_mann_whitney_finds_a_shift_and_not_its_absence() -> None:
     assert mann_whitney(shifted, before, "greater").p_value > 0.99
 
 
-# ---- the same numbers as scipy.stats (the tests are computed from scipy.special; see processors.stat_tests) -------
+# ---- the same numbers as scipy.stats (the tests are computed from scipy.special; see processors.lib.stat_tests)
+# -------
 
 EXAMPLES = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 

@@ -1,8 +1,8 @@
 """Incidents of the classes over two rows (and the invariant violation without an invariant), built the way the
 pipeline builds them: each recorded statement is a DB client span analysed by the daemon's ``SqlAccessExtractor``
 (table keys learned from Debezium's message keys, as with the shipped configuration), stamped with its request
-like ``processors.accesses.with_request``, fed to the real ``CollisionDetector`` with the row changes credited to
-it, and published with ``incident_event``.
+like ``processors.pipeline.accesses.with_request``, fed to the real ``CollisionDetector`` with the row changes
+credited to it, and published with ``incident_event``.
 
 The scenarios and their code live in ``tests/repair/clinic`` (on-call doctors, room bookings, ledger transfers) and
 in the sample shop (``bench/shop``: the checkout oversell, the double charge).
@@ -17,7 +17,7 @@ from typing import Any
 
 from processors.detectors.collisions import CollisionDetector
 from processors.detectors.collisions.incident import incident_event
-from processors.invariants import compile_invariants
+from processors.lib.invariants import compile_invariants
 from processors.model.events import Access, CdcOp, Commit, DbCall, Resource, RowChange, Scalar, SpanKind, StatusCode
 from processors.model.outputs import IncidentEvent
 from processors.model.span import Span

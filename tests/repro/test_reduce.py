@@ -98,11 +98,11 @@ def test_a_candidate_keeps_commits_the_repaired_statement_and_the_recorded_order
 
 def test_with_reduction_off_nothing_is_run_or_removed() -> None:
     """``[repro] reduce = false``: the full repro is the result, no candidate is compiled or run, nothing counted."""
+    from processors.api.telemetry import Telemetry
     from processors.connectors.repro.config import ReproConfig
     from processors.connectors.repro.reduction import reduce_red
     from processors.model.outputs import DivergenceInfo, RunInfo
     from processors.repro.reduce import Outcome
-    from processors.telemetry import Telemetry
 
     shop = incident("lost_update")
     full = compile_repro(shop)

@@ -14,12 +14,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from processors.api.telemetry import Telemetry
 from processors.connectors.repro.worker import ReproWorker
 from processors.model.outputs import CommitInfo, IncidentEvent, Published, ReproEvent
 from processors.repro import first_divergence, run_repro
 from processors.repro.compiler import GeneratedTest
 from processors.repro.evidence import SIDECAR
-from processors.telemetry import Telemetry
 from tests.corpus.repros import Graph, first_bug, worker_config
 
 pytestmark = pytest.mark.engines

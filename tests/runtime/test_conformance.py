@@ -23,7 +23,7 @@ import pytest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 
 import tests.runtime.chain
-from processors.component import Factory, Processor
+from processors.api.component import Factory, Processor
 from streamer.components import FACTORIES, Components, default
 from streamer.runtime.records import StageOutput
 from tests.regressions.builders import access as evidence_access

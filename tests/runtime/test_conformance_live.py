@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from processors.component import Context, Emit, Factory, Processor, Section
-from processors.graph_rows import GraphPolicyConfig
+from processors.api.component import Context, Emit, Factory, Processor, Section
+from processors.graph.rows import GraphPolicyConfig
 from processors.model.base import Published
 from processors.model.events import Access, Commit, LogRecord, Relay
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from sinks.base import Sink
 from streamer.components import FACTORIES, default
 from streamer.runtime.context import RuntimeContext, create

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from processors.graph_rows import GraphPolicyConfig
+from processors.graph.rows import GraphPolicyConfig
 from streamer.engines import LocalEngines
 from tests.harness import Harness
 from tests.otlp_factory import ShopTelemetry, ids, to_proto

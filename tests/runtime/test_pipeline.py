@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from processors.graph_rows import GraphPolicyConfig
+from processors.graph.rows import GraphPolicyConfig
 from tests.harness import Harness
 from tests.otlp_factory import ShopTelemetry, ids, to_json, to_proto
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from processors.component import Context, Factory, Section
+from processors.api.component import Context, Factory, Section
 from processors.model.base import Published
 from sinks.base import Sink
 from streamer.components import default

@@ -14,7 +14,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.component import Emit, Processor
+from processors.api.component import Emit, Processor
 from processors.model.events import Access, CdcOp, DbOperation, LockMode, Relay, RowChange
 from streamer import config
 from streamer.components import default

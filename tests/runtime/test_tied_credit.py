@@ -147,7 +147,7 @@ def test_two_rows_tied_across_their_writers_are_credited_by_the_one_assignment_o
     """Two rounds of the same race on two rows, 6 ms apart (the sample shop's timings, parameters off): the second
     round's writers end within the skew tolerance of the first round's commits, so each change ties among all four
     writers, and per row commit order cannot decide. One clock offset for the service allows one assignment only
-    (``processors.clock_match``): every change is credited to its writer and both lost updates are found."""
+    (``processors.correlation.clock_match``): every change is credited to its writer and both lost updates are found."""
     p = Pipe()
 
     def at(ms: float) -> int:

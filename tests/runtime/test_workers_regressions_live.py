@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.shop.proof.traffic import run_scenario
-from processors.requests import operation_key_of
+from processors.pipeline.requests import operation_key_of
 from streamer import config
 from streamer.runtime.topics import create_topics
 from tests.harness import Harness, harness_env, shipped_event_time

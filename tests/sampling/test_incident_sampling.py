@@ -6,14 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from processors.accesses import with_request
 from processors.detectors.collisions.detector import CollisionDetector
 from processors.detectors.collisions.incident import incident_event
 from processors.model.events import Access, Commit, DbOperation, Resource, SpanKind, StatusCode
 from processors.model.outputs import IncidentEvent
 from processors.model.sampling import Sampling
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
+from processors.pipeline.accesses import with_request
 from tests.processors.test_collisions import T0, acc, change, detector, judge
 
 MS = 1_000_000

@@ -6,7 +6,7 @@ from processors.detectors.regressions.detector import RegressionDetector
 from processors.detectors.regressions.shares import Share, shares
 from processors.model.sampling import Sampling
 from processors.model.span import Span
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 from tests.regressions.test_regression_detector import traffic, windows
 
 ALL = Sampling(1.0, "tracestate")

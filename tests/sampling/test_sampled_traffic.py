@@ -8,9 +8,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
-from processors.requests import requests_of
-from processors.sampled_traffic import SampledTraffic, trace_sampling
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
+from processors.pipeline.requests import requests_of
+from processors.pipeline.sampled_traffic import SampledTraffic, trace_sampling
 from streamer.runtime.metrics import Metrics
 
 HALF = Sampling(0.5, "tracestate")

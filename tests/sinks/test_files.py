@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import ValidationError
 
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.outputs import (
     AccessInfo,
@@ -26,7 +27,6 @@ from processors.model.outputs import (
     VerdictEvent,
 )
 from processors.model.regression import RegressionEvent
-from processors.telemetry import Telemetry
 from sinks.base import RetryableSinkError
 from sinks.files import FACTORY, FileSink, FileSinkConfig, event_id, file_name
 from sinks.files.disk import JsonlFiles
@@ -86,7 +86,7 @@ class Unnamed(Published):
 
 
 class FakeContext:
-    """The part of ``processors.component.Context`` the file sink's factory uses."""
+    """The part of ``processors.api.component.Context`` the file sink's factory uses."""
 
     def __init__(self) -> None:
         self.telemetries: dict[str, Telemetry] = {}

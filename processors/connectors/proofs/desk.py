@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from processors.component import Context, Emit, Factory, GraphQueries, Processor
+from processors.api.component import Context, Emit, Factory, GraphQueries, Processor
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.config import ProofConfig
 from processors.connectors.proofs.contracts import contract_from_incident, contract_from_regression
 from processors.connectors.proofs.judge import ProofJudge
@@ -38,13 +40,11 @@ from processors.model.events import Access, LogRecord
 from processors.model.graph import Row
 from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
+from processors.model.trace import ClosedTrace
 from processors.model.units import s_to_ns
 from processors.model.verdict import VerdictEvent
 from processors.state.keyed import KeyedState
 from processors.state.lru import CountedLRU
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
 
 SYNC_EVERY_NS = 1_000_000_000
 

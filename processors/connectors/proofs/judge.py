@@ -41,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.contracts import (
     ErrorSignature,
     LatencySignature,
@@ -67,15 +69,13 @@ from processors.connectors.proofs.verdicts import (
     receipt,
     verdict,
 )
+from processors.lib.stat_tests import conditional_binomial, rate_interval, requests_to_show_drop
 from processors.model.contract import ProofContract
 from processors.model.events import LogRecord
 from processors.model.outputs import IncidentEvent, VerdictEvent
+from processors.model.trace import ClosedTrace
 from processors.model.units import zero_error_floor
-from processors.requests import error_part, requests_of, site
-from processors.stat_tests import conditional_binomial, rate_interval, requests_to_show_drop
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
+from processors.pipeline.requests import error_part, requests_of, site
 
 NS = 1_000_000_000
 K = TypeVar("K", bound=Hashable)

@@ -29,8 +29,8 @@ from processors.connectors.proofs.verdicts import (
     requests_for_share,
     verdict,
 )
+from processors.lib.stat_tests import conditional_binomial
 from processors.model.verdict import VerdictEvent
-from processors.stat_tests import conditional_binomial
 
 
 def slow_requests(sig: LatencySignature, t: Tally) -> Matched:

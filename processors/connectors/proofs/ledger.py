@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from processors.api.provenance import StateEvents
+from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.tallies import Build, Contribution, PartKey, SliceKey, Tally
 from processors.state.keyed import KeyedState
-from processors.state.provenance import StateEvents
-from processors.telemetry import Telemetry
 
 
 class Ledger:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from processors.connectors.proofs.contracts import ErrorSignature
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally
+from processors.lib.stat_tests import rate_interval
 from processors.model.contract import ANY_ROUTE, ProofContract
 from processors.model.verdict import Receipt, VerdictEvent
-from processors.stat_tests import rate_interval
 
 FIXED, NOT_FIXED, WORSE, INSUFFICIENT = "FIXED", "NOT_FIXED", "WORSE", "INSUFFICIENT"
 LOOKS = 2  # the judge decides FIXED at two looks at most: once enough requests were served, and when the watch ends
@@ -105,12 +105,12 @@ def requests_for_share(slow_before: int, requests_before: int, share: float, alp
     binomial test of after < before significant at ``alpha``; None when no ``n`` up to ``cap`` would (the before share
     is not above ``share``). A planning number from the before counts only, so the look it times is fixed in advance.
     (The test's p-value is ``P(X <= k_after)``, X binomial over the ``k_before + k_after`` slow requests with the
-    after side's share of the traffic: :func:`~processors.stat_tests.conditional_binomial`, vectorised.)
+    after side's share of the traffic: :func:`~processors.lib.stat_tests.conditional_binomial`, vectorised.)
     """
     if requests_before <= 0 or slow_before <= share * requests_before:
         return None
-    import numpy as np  # here, not at the top: see processors.stat_tests._special
-    from scipy.special import bdtr  # binomial CDF, as processors.stat_tests.binomial_tail
+    import numpy as np  # here, not at the top: see processors.lib.stat_tests._special
+    from scipy.special import bdtr  # binomial CDF, as processors.lib.stat_tests.binomial_tail
 
     n = np.arange(1, cap + 1)
     slow = np.minimum(n, np.ceil(share * n)).astype(np.int64)  # integers: a float count is deprecated in bdtr

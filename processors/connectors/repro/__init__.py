@@ -2,9 +2,9 @@
 
 from typing import TYPE_CHECKING
 
+from processors.api.lazy import exports
 from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.factory import FACTORY
-from processors.lazy import exports
 
 if TYPE_CHECKING:
     from processors.connectors.repro.worker import ReproWorker

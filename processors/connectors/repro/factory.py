@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from processors.component import Context, Factory
+from processors.api.component import Context, Factory
 from processors.connectors.repro.config import ReproConfig
 from processors.detectors.collisions.config import CollisionConfig
 from processors.model.outputs import ReproEvent

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from processors.api.telemetry import Telemetry
 from processors.connectors.repro.config import ReproConfig
 from processors.model.outputs import IncidentEvent, RunInfo
 from processors.repair import RepairPlan
@@ -22,7 +23,6 @@ from processors.repro import GeneratedTest
 from processors.repro.evidence import packet, reduction_record, server_version
 from processors.repro.reduce import Outcome, Reduced, reduce_repro
 from processors.repro.subset import Keep, fixed_steps
-from processors.telemetry import Telemetry
 
 log = structlog.get_logger("trace_repro.repro")
 FULL_PREFIX = "full_"  # the full repro beside a reduced one: not a name pytest collects (``test_*.py``)

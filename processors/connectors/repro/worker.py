@@ -44,11 +44,13 @@ from typing import Any
 
 import structlog
 
-from processors.component import GraphQueries, Publish
+from processors.api.component import GraphQueries, Publish
+from processors.api.sink import Sink
+from processors.api.telemetry import Telemetry
 from processors.connectors.repro.config import ReproConfig
 from processors.connectors.repro.green import sql_green, unavailable
 from processors.connectors.repro.reduction import FULL_PREFIX, Shipped, packet_settings, reduce_red, ship
-from processors.invariants import compile_invariants
+from processors.lib.invariants import compile_invariants
 from processors.model.outputs import AccessInfo, IncidentEvent, Published, ReproEvent, RunInfo
 from processors.redaction import redacted
 from processors.repair import RepairPlan, apply, plan_repairs
@@ -61,9 +63,7 @@ from processors.repro.paths import UnsafePath, under, valid_fingerprint
 from processors.repro.reduce import Outcome
 from processors.repro.runner import sweep_scratch
 from processors.repro.subset import Keep
-from processors.sink import Sink
 from processors.state import CountedLRU
-from processors.telemetry import Telemetry
 
 log = structlog.get_logger("trace_repro.repro")
 _OPERATIONS = {"select": "read", "insert": "insert", "update": "write", "delete": "delete"}

@@ -4,8 +4,8 @@ Traces are independent when neither is an ancestor of the other (different trace
 to a row comes from its keyed statements on the row, its *predicate* statements on the table (a WHERE naming no row
 by key, an INSERT whose key the database assigns) that cover an image of the row, and the changes credited to it. A
 statement whose values were not on its span is keyed by stage 2 where a row change proves its row
-(``processors.keying``); else it *may* match a row its known terms allow (lower confidence, said in the evidence),
-never "no match". Between two traces:
+(``processors.correlation.keying``); else it *may* match a row its known terms allow (lower confidence, said in the
+evidence), never "no match". Between two traces:
 
 * **rw** (anti-dependency) A → B: A read a version of a row (by key, or a predicate that selects it) and B
   committed the next one after A's statement ended; for a predicate read, also when B's change makes the row
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from processors.api.telemetry import Telemetry
 from processors.detectors.collisions.views import (
     ADYA,
     UNGUARDED,
@@ -70,12 +71,11 @@ from processors.detectors.collisions.views import (
     what_read,
     write_order,
 )
-from processors.invariants import Invariant
+from processors.lib.invariants import Invariant
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, CdcOp, Commit, DbOperation, scope_key
 from processors.model.units import MS_NS
 from processors.sql.values import covers
-from processors.telemetry import Telemetry
 
 
 class PairJudge:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from processors.component import Section
-from processors.invariants import InvariantError, compile_invariants
+from processors.api.component import Section
+from processors.lib.invariants import InvariantError, compile_invariants
 
 
 class CollisionConfig(Section):

@@ -41,18 +41,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from processors.component import Emit, Processor, Quarantined
+from processors.api.component import Emit, Processor, Quarantined
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
+from processors.correlation.keying import inferred, undecided
 from processors.detectors.collisions.classify import PairJudge
 from processors.detectors.collisions.incident import incident_event
 from processors.detectors.collisions.views import WRITES, Collision, EntityHistory, Memory, commit_ns
-from processors.invariants import Invariant
-from processors.keying import inferred, undecided
+from processors.lib.invariants import Invariant
 from processors.model.events import Access, Commit, change_followed, scope_key
 from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
 
 
 class CollisionDetector(Processor):
@@ -157,8 +157,8 @@ class CollisionDetector(Processor):
             trace.append(access)
 
     def _supersede(self, access: Access) -> None:
-        """An access whose key stage 2 inferred (``processors.keying``) replaces the unkeyed one of its span: the
-        trace's statements and the table's predicate statements hold the keyed one only."""
+        """An access whose key stage 2 inferred (``processors.correlation.keying``) replaces the unkeyed one of its
+        span: the trace's statements and the table's predicate statements hold the keyed one only."""
         mine = self._by_trace.peek(access.trace_id)
         if mine is not None:
             mine[:] = [a for a in mine if a.span_id != access.span_id]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from processors.component import Context, Factory
+from processors.api.component import Context, Factory
 from processors.detectors.collisions.config import CollisionConfig
 from processors.detectors.collisions.detector import CollisionDetector
-from processors.invariants import compile_invariants
+from processors.lib.invariants import compile_invariants
 from processors.model.incident import IncidentEvent
 from processors.model.units import ms_to_ns, s_to_ns
 from processors.state.config import WindowConfig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from processors.detectors.collisions.views import Collision
-from processors.graph_rows import clean
+from processors.graph.rows import clean
 from processors.model.anomaly import title
 from processors.model.events import Access, Commit, Keying
 from processors.model.outputs import AccessInfo, CommitInfo, IncidentEvent

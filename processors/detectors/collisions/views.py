@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.invariants import Invariant
-from processors.keying import undecided
+from processors.correlation.keying import undecided
+from processors.lib.invariants import Invariant
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, Commit, DbOperation, LockMode
 from processors.model.units import MS_NS

@@ -22,19 +22,19 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from processors.critical_path import shift
+from processors.api.telemetry import Telemetry
 from processors.detectors.regressions.sampling import sampling_differs
 from processors.detectors.regressions.stats import OpStats, StatsKey, StatsWindow, merge
-from processors.model.regression import Evidence, PathShare, RegressionEvent
-from processors.model.units import MS_NS
-from processors.stat_tests import (
+from processors.lib.stat_tests import (
     StatResult,
     benjamini_hochberg,
     conditional_binomial,
     errors_needed,
     mann_whitney,
 )
-from processors.telemetry import Telemetry
+from processors.model.regression import Evidence, PathShare, RegressionEvent
+from processors.model.units import MS_NS
+from processors.pipeline.critical_path import shift
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from processors.component import Context, Emit, Factory, Processor
+from processors.api.component import Context, Emit, Factory, Processor
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.detectors.regressions.config import RegressionConfig
 from processors.detectors.regressions.judge import RegressionJudge
 from processors.detectors.regressions.shares import COMPONENT, shares
 from processors.detectors.regressions.stats import ServiceStats, stats_rows
 from processors.model.events import Access
 from processors.model.regression import RegressionEvent
+from processors.model.trace import ClosedTrace
 from processors.model.units import s_to_ns
 from processors.state.config import WindowConfig
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
 
 
 class Regressions(Processor):

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import random
 
-from processors.component import Emit, Processor
+from processors.api.component import Emit, Processor
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.detectors.regressions.config import RegressionConfig
 from processors.detectors.regressions.detector import DetectorSettings, RegressionDetector
 from processors.detectors.regressions.shares import COMPONENT, Share
@@ -27,9 +29,7 @@ from processors.detectors.regressions.stats import Parts, StatsWindow, merge_par
 from processors.model.events import Relay
 from processors.model.units import s_to_ns
 from processors.state.config import WindowConfig
-from processors.state.provenance import NO_EVENTS, StateEvents
 from processors.state.windows import TumblingWindows
-from processors.telemetry import Telemetry
 
 
 class RegressionJudge(Processor):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, NonNegativeInt
 
 from processors.detectors.regressions.stats import OpStats, Reservoir, StatsWindow
+from processors.lib.sketch import LatencySketch
 from processors.model.events import Relay
-from processors.sketch import LatencySketch
 
 COMPONENT = "regressions"  # the judge's processor name
 KEY = "regressions"  # every share under one key: one internal partition, one judge

@@ -1,8 +1,8 @@
 """Windowed service statistics: per window and per (service, operation, service.version), the requests, the
 errors by signature, a latency sketch, a bounded latency sample and the critical-path ownership of the slowest.
 
-Requests and their signatures are ``processors.requests``'. Windows are the shared tumbling-window helper, aligned
-on the trace root's start and closed like the CALLS windows: once the watermark is past their end plus the trace
+Requests and their signatures are ``processors.pipeline.requests``'. Windows are the shared tumbling-window helper,
+aligned on the trace root's start and closed like the CALLS windows: once the watermark is past their end plus the trace
 gap and no open trace started inside them. A trace for a closed window is late: counted (``stats_late``), left out.
 State per key is bounded: a reservoir of ``reservoir_size`` latencies (Algorithm R, seeded RNG, mergeable by
 weighted sampling), ``slow_traces`` slowest requests (their critical paths), and ``max_signatures`` signatures (the
@@ -17,15 +17,15 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from processors.critical_path import critical_path
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
+from processors.lib.sketch import LatencySketch
 from processors.model.graph import Row
+from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
-from processors.requests import Request, error_signature, operation_key_of, requests_of, site
-from processors.sketch import LatencySketch
-from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.pipeline.critical_path import critical_path
+from processors.pipeline.requests import Request, error_signature, operation_key_of, requests_of, site
 from processors.state.windows import ClosedWindow, TumblingWindows
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
 
 OTHER = "(other)"
 
@@ -131,7 +131,7 @@ class OpStats:
 StatsKey = tuple[str, str, str]  # (service, operation, version)
 MAX_SAMPLING_LABELS = 8  # sampling probabilities counted apart per key and window
 Ops = dict[StatsKey, OpStats]
-Parts = dict[str, Ops]  # input partition -> its statistics in the window (see processors.calls)
+Parts = dict[str, Ops]  # input partition -> its statistics in the window (see processors.pipeline.calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +295,7 @@ def merge(parts: Iterable[OpStats], rng: random.Random, reservoir_size: int) -> 
 
 def stats_rows(window: StatsWindow) -> list[Row]:
     """Parameter rows of the ``stats`` upsert: one contribution per (operation, version, input partition); the
-    graph sums them into the ``(:Operation)-[:STATS]->(:Window)`` edge (``processors.parts``)."""
+    graph sums them into the ``(:Operation)-[:STATS]->(:Window)`` edge (``processors.lib.parts``)."""
     rows: list[Row] = []
     for part, ops in sorted(window.parts.items()):
         for (service, operation, version), op in sorted(ops.items()):

@@ -1,7 +1,7 @@
 """All Cypher of trace-repro: indexes, constraints, every upsert and every query, in one place.
 
 Every write is ``UNWIND $rows AS r MERGE ...`` on an indexed, unique key, so replaying input changes nothing.
-Rows come from ``processors.graph_rows`` (traces, spans, accesses, windows, changes), the regression detector's
+Rows come from ``processors.graph.rows`` (traces, spans, accesses, windows, changes), the regression detector's
 statistics (``stats``) and, for published events, :mod:`sinks.graph.records`. Nothing outside this package writes
 Cypher (tests and the bench read the graph with their own queries); the retention rules are in
 :mod:`sinks.graph.schema.retention`.
@@ -9,7 +9,7 @@ Cypher (tests and the bench read the graph with their own queries); the retentio
 
 from __future__ import annotations
 
-from processors.graph_rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
+from processors.graph.rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
 from sinks.graph.schema.retention import EXPIRE as EXPIRE
 
 # Column order of a Trace row as the writer sends it (positional, see ``writer._rows_for``).

@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 from aiokafka.errors import KafkaError
 
-from processors.component import Factory
+from processors.api.component import Factory
 from processors.model.outputs import register
 from streamer import config, logs
 from streamer.components import Components, default

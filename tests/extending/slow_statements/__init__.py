@@ -11,11 +11,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from processors.component import Emit, Factory, Processor, Section
+from processors.api.component import Emit, Factory, Processor, Section
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.events import Access
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 
 class SlowStatementsConfig(Section):

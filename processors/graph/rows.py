@@ -25,15 +25,15 @@ from typing import Any
 
 from pydantic import Field
 
-from processors.calls import Parts
-from processors.component import Section
-from processors.correlation import Correlation
+from processors.api.component import Section
+from processors.correlation.engine import Correlation
 from processors.model.events import Access, DbOperation, RowChange, SpanKind, StatusCode
 from processors.model.graph import GraphBatch, Row
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
+from processors.pipeline.calls import Parts
 from processors.sql.values import predicate_text
 from processors.state.windows import ClosedWindow
-from processors.traces import ClosedTrace
 
 _INT_LIMIT = 2**63 - 1
 

@@ -11,9 +11,9 @@ another one is counted as dropped (``max_sampled_series``) in the component's te
 
 from __future__ import annotations
 
+from processors.api.telemetry import Telemetry
 from processors.model.sampling import UNKNOWN, Sampling
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 SeriesKey = tuple[str, str, str]  # (service, version, sampling label)
 

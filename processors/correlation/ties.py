@@ -1,4 +1,5 @@
-"""Bookkeeping of row changes tied among their writers (``processors.correlation``): which change is which however
+"""Bookkeeping of row changes tied among their writers (``processors.correlation.engine``): which change is which
+however
 often it is delivered, which writers made another change already, and the groups of tied changes that share writers."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Windowed aggregates summed over their per-partition contributions: what makes N replicas agree with one process.
 
 Every windowed aggregate (CALLS edges, service statistics) is written as one contribution per input partition
-(``processors.calls``); these functions turn the contributions stored for one window key back into the totals the
+(``processors.pipeline.calls``); these functions turn the contributions stored for one window key back into the
+totals the
 graph shows: counts add up, latency sketches merge (so quantiles are of all requests, not averages of quantiles),
 error signatures add up per signature, critical-path ownership adds up per owner. Contributions are plain rows as
 the graph returns them.
@@ -14,8 +15,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from processors.lib.sketch import LatencySketch
 from processors.model.graph import Row
-from processors.sketch import LatencySketch
 
 
 def _sketch(parts: Iterable[Mapping[str, Any]]) -> LatencySketch:

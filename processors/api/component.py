@@ -28,12 +28,12 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from processors.api.provenance import StateEvents
+from processors.api.telemetry import Telemetry
 from processors.model.base import Published
 from processors.model.events import Access, Commit, LogRecord, Relay
 from processors.model.graph import GraphBatch
-from processors.state.provenance import StateEvents
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
+from processors.model.trace import ClosedTrace
 
 Kind = Literal["decoder", "detector", "connector", "sink"]
 Stage = Literal["ingest", "entities", ""]

@@ -17,12 +17,13 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
 from processors.model.sizes import SPAN_OVERHEAD_BYTES, span_bytes
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
-from processors.state.provenance import NO_EVENTS, StateEvents
-from processors.telemetry import Telemetry
 
 
 @dataclass(slots=True)
@@ -32,35 +33,6 @@ class _OpenTrace:
     last_ns: int = 0
     first_ns: int = 0
     late: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ClosedTrace:
-    """A trace whose spans are (as far as event time can tell) complete."""
-
-    trace_id: str
-    spans: tuple[Span, ...]
-    late: bool = False  # reassembled after it had closed once
-    forced: bool = False  # closed early by the open-trace bound
-    # The input partition the trace came from ("otlp_spans/3"; the first one when its spans came from several):
-    # windowed aggregates keep one contribution per input partition, so that replicas add up (processors.calls).
-    part: str = ""
-
-    @property
-    def root(self) -> Span:
-        """The root span, or the earliest span when the root is missing."""
-        for s in self.spans:
-            if not s.parent_id:
-                return s
-        return min(self.spans, key=lambda s: s.start_ns)
-
-    @property
-    def start_ns(self) -> int:
-        return min(s.start_ns for s in self.spans)
-
-    @property
-    def end_ns(self) -> int:
-        return max(s.end_ns for s in self.spans)
 
 
 class TraceAssembler:

@@ -5,7 +5,7 @@ SQLAlchemy instrumentation, the Java agent's sanitised literals), so a statement
 balance = %s WHERE id = %s`` reaches stage 2 as a *predicate access* of ``accounts:*`` that names one row by its key
 (``Access.unbound_key``) without saying which. Debezium says which row changed; so:
 
-* a **write** credited with a row change (``processors.correlation``: transaction id, else values and time, else
+* a **write** credited with a row change (``processors.correlation.engine``: transaction id, else values and time, else
   commit order) takes that row as its key: ``by_change``, with the credit's confidence;
 * a **read** of the same trace that came before it, on the same table, is keyed by what that write proves
   (``by_trace``), when the trace made no other write of that shape (else which one it guarded is not known): a read
@@ -25,13 +25,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
-from processors.correlation import Correlation
+from processors.api.telemetry import Telemetry
+from processors.correlation.engine import Correlation
 from processors.model.events import Access, CdcOp, DbOperation, Keying, RowChange, entity_key
 from processors.sql import normalise_key_value
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
 
-# How sure a key taken from a credited change is, by the credit's evidence (``processors.correlation``).
+# How sure a key taken from a credited change is, by the credit's evidence (``processors.correlation.engine``).
 CONFIDENCE: Final = {"trace_column": 1.0, "tx_id": 1.0, "tx_order": 0.9, "values_time": 0.8, "commit_order": 0.8}
 _ABSENT: Final = object()
 BY_TRACE: Final = 0.9  # a read keyed by the write it guarded: the same table, key and trace, but not the same statement

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from processors.model.events import SpanKind
 from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
+from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
-from processors.sampled_traffic import trace_sampling
-from processors.traces import ClosedTrace
+from processors.pipeline.sampled_traffic import trace_sampling
 
 
 def request_label(span: Span) -> str:
@@ -140,5 +140,5 @@ def site(label: str, function: str) -> str:
 
 
 def operation_key_of(service: str, operation: str) -> str:
-    """The graph's Operation key from its parts: what ``processors.graph_rows.operation_key`` makes of a span."""
+    """The graph's Operation key from its parts: what ``processors.graph.rows.operation_key`` makes of a span."""
     return f"{service}:{operation}"

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
+from processors.lib.sketch import LatencySketch
 from processors.model.events import SpanKind
-from processors.sketch import LatencySketch
-from processors.state.provenance import NO_EVENTS, StateEvents
+from processors.model.trace import ClosedTrace
 from processors.state.windows import ClosedWindow, TumblingWindows
-from processors.telemetry import Telemetry
-from processors.traces import ClosedTrace
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from processors.component import Section
+from processors.api.component import Section
 
 
 class CorrelationConfig(Section):
@@ -17,7 +17,7 @@ class CorrelationConfig(Section):
         ge=0,
         description="the clocks of one service's instances differ from one another by at most this: k changes of "
         "several rows tied among k of its writers are credited when one clock offset (within skew_ms) allows exactly "
-        "one assignment of them to their writers (processors.clock_match); 0: one clock per service",
+        "one assignment of them to their writers (processors.correlation.clock_match); 0: one clock per service",
     )
     max_commit_delay_ms: float = Field(
         2000.0,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
 from processors.model.span import Span
-from processors.sampled_traffic import trace_sampling
+from processors.model.trace import ClosedTrace
+from processors.pipeline.sampled_traffic import trace_sampling
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import transactions
-from processors.traces import ClosedTrace
 
 if TYPE_CHECKING:
     from processors.codeloc import CodeLocator

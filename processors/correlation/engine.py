@@ -8,7 +8,7 @@ asks for all of one row's waiting changes at once (:meth:`RowCorrelator.correlat
 one change, and when k changes of one row each match the same k writers equally well on values and time, the commit
 order decides (the writer whose statement ended first committed first: a second UPDATE of a row waits for the
 first one's lock until that one commits; across rows, the one assignment a single clock offset allows:
-``processors.clock_match``). Anything else that is ambiguous is not guessed: the change stays
+``processors.correlation.clock_match``). Anything else that is ambiguous is not guessed: the change stays
 uncorrelated and the ambiguity is counted.
 """
 
@@ -18,8 +18,10 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from processors.clock_match import one_assignment
-from processors.correlation_ties import ChangeId, MadeAnother, change_id, components, unmade
+from processors.api.telemetry import Telemetry
+from processors.correlation.clock_match import one_assignment
+from processors.correlation.ties import ChangeId, MadeAnother, change_id, components, unmade
+from processors.correlation.write_history import WriteHistory
 from processors.model.events import (
     Access,
     CdcOp,
@@ -34,8 +36,6 @@ from processors.model.units import MS_NS
 from processors.sql import identity_entity_key, normalise_key_value
 from processors.sql.values import covers, same_value
 from processors.state.lru import CountedLRU
-from processors.telemetry import Telemetry
-from processors.write_history import WriteHistory
 
 _HEX: Final = frozenset("0123456789abcdef")
 _MAX_IDENTITY_SETS: Final = 8
@@ -256,7 +256,9 @@ class RowCorrelator:
         clocked = None if len(rows) == 1 or one_tx or not all(map(_one_row, writers.values())) else one_assignment(
             [changes[i] for i, _ in tied], [c for _, c in tied], self._upper, int(self.skew_ms * MS_NS),
             int(self.clock_jitter_ms * MS_NS))  # fmt: skip
-        if clocked is not None:  # several rows: the one assignment one clock offset allows (processors.clock_match)
+        if (
+            clocked is not None
+        ):  # several rows: the one assignment one clock offset allows (processors.correlation.clock_match)
             ordered = clocked
         elif len(writers) != len(tied) or not all(ordered[k] in cands for k, (_, cands) in enumerate(tied)):
             return

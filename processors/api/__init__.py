@@ -1,0 +1,1 @@
+"""The component API: factories, processors, sinks' base, telemetry, lazy exports, state events."""

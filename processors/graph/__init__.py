@@ -1,0 +1,1 @@
+"""The graph's rows, from both stages' output."""

@@ -1,0 +1,1 @@
+"""Shared libraries of the stages and detectors: sketches, statistical tests, invariants, parts."""
