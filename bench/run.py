@@ -66,6 +66,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,6 +81,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.otlp_gen import Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree
+from processors.model.finding import FindingEvent
 from processors.model.graph import GraphBatch
 from sinks.graph import GraphWriter
 from streamer import config
@@ -302,16 +304,19 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
     records = _records(gen, settings.kafka.spans_topic)
     batches: list[GraphBatch] = []
     produced = 0
+    findings: Counter[str] = Counter()
     begin = time.perf_counter()
     for polled in _polls(records, settings):
         out = stage.process(polled)
         produced += len(out.produce)
+        findings.update(e.finding_type() for e in out.events if isinstance(e, FindingEvent))
         if keep:
             batches.append(out.graph)
     clock.now += 3600 * 1_000_000_000  # every partition idle: event time follows the clock, all state closes
     out = stage.process([])
     seconds = time.perf_counter() - begin
     produced += len(out.produce)
+    findings.update(e.finding_type() for e in out.events if isinstance(e, FindingEvent))
     if keep:
         batches.append(out.graph)
     assert len(stage.traces) == 0 and len(stage.calls) == 0, "stage kept open state"
@@ -323,6 +328,7 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
         "batch_partition_bytes": settings.kafka.max_partition_fetch_bytes,
         "internal_produced": produced,  # to stage 2: accesses, row changes, watermarks, relays
         "sql": dict(stage.extractor.counters),
+        "findings": dict(findings),  # FindingEvents of stage 1's detectors (the bench's traffic is benign: none)
     }
     return batches, figures
 
@@ -783,6 +789,10 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
             got, want = p[name]["traces"], p[name]["expected_traces"]
             out.append({"check": f"{name}: Trace nodes in the graph = the stage-only phase's traces",
                         "ok": got == want, "detail": f"{got:,} vs {want:,}"})  # fmt: skip
+    if "stage" in p:
+        found = p["stage"].get("findings") or {}
+        detail = ", ".join(f"{t}: {n}" for t, n in sorted(found.items())) or "none"
+        out.append({"check": "stage: no detector finding on the benign traffic", "ok": not found, "detail": detail})
     w = p.get("falkordb_write") or {}
     if w.get("expected_span_nodes") is not None:
         got, want = w["span_nodes"], w["expected_span_nodes"]
