@@ -1,7 +1,8 @@
 """The proof judge: did a deployed build fix the defect its proof contract names, judged on its own telemetry.
 
 Everything is keyed by the telemetry's own ``(service, build)``: a request by its span's resource, a log record by
-its resource, a collision by the builds of its culprit and victim. A build is ``service.version``, else the
+its resource, a collision by the builds of its culprit and victim, any other finding by its subject's build
+(``about()``), counted under its contract rules' signature as collisions are. A build is ``service.version``, else the
 deploy's commit, else its image digest (chosen at decode time), else the deploy mark in force
 (:mod:`~processors.connectors.proofs.marks`); each verdict's receipt says which. Old-version traffic that
 arrives after a deploy (a draining pod, a late exporter) counts for the old build, never against the new one.
@@ -42,15 +43,15 @@ from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
 from processors.connectors.proofs.contracts import (
-    ErrorSignature,
     LatencySignature,
     collision_signature,
     latency_bucket,
     parse_signature,
 )
-from processors.connectors.proofs.latency import judge_latency, slow_requests
+from processors.connectors.proofs.latency import judge_latency
 from processors.connectors.proofs.ledger import Ledger
 from processors.connectors.proofs.marks import DeployMark, Marks, identify
+from processors.connectors.proofs.matching import Occurrences, matched
 from processors.connectors.proofs.sampling import compared, gate
 from processors.connectors.proofs.tallies import Bound, Build, Contribution, Matched, PartKey, Tally, Watch
 from processors.connectors.proofs.verdicts import (
@@ -63,12 +64,12 @@ from processors.connectors.proofs.verdicts import (
     WORSE_TEST,
     moved_errors,
     new_errors,
-    ranked,
     receipt,
     verdict,
 )
 from processors.model.contract import ProofContract
 from processors.model.events import LogRecord
+from processors.model.finding import Finding
 from processors.model.outputs import IncidentEvent, VerdictEvent
 from processors.model.units import zero_error_floor
 from processors.requests import error_part, requests_of, site
@@ -104,8 +105,7 @@ class ProofJudge:
         self._builds: dict[str, dict[str, Build]] = {}  # service -> version -> build
         self._contracts: dict[str, Bound] = {}  # by incident fingerprint
         self._watches: dict[tuple[str, str, str], Watch] = {}  # (fingerprint, service, version)
-        self._fingerprint_signatures: dict[str, set[str]] = {}  # incident fingerprint -> collision signatures
-        self._collision_routes: dict[str, set[str]] = {}  # collision signature -> routes of its requests
+        self.occurrences = Occurrences(max_sites)  # the signatures and routes of collisions and findings
         self._must_start: set[str] = set()  # span names that count as must-start events
         self.marks = Marks()  # deploy marks: the builds of telemetry that names none
         self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
@@ -166,26 +166,35 @@ class ProofJudge:
         """Count a collision on the build both its parties ran, or as mixed on each of theirs."""
         self.telemetry.count("incidents", 1)
         sig = collision_signature(incident)
-        fps = self._fingerprint_signatures.setdefault(incident.fingerprint, set())
-        if len(fps) < self.max_sites:
-            fps.add(sig)
-        routes = self._collision_routes.setdefault(sig, set())
-        for a in (incident.culprit, incident.victim):
-            if a.route and len(routes) < self.max_sites:
-                routes.add(a.route)
-        at = int(incident.culprit.start_unix_ms * 1e6)
-        parties = {(a.service, a.version) for a in (incident.culprit, incident.victim)}
         c, v = incident.culprit, incident.victim
+        at = int(c.start_unix_ms * 1e6)
+        parties = {(a.service, a.version) for a in (c, v)}
         where = f"{c.function or c.service} ({c.route}) vs {v.function or v.service} ({v.route}) on {incident.table}"
         if len(parties) == 1:
-            build = self._build(c.service, c.version, at, "")
-            t = self.ledger.slice(build, at, part)
-            if self._bump(t.collisions, sig):
-                self._site(t.collision_sites.setdefault(sig, {}), where)
+            self._occurred(self._build(c.service, c.version, at, ""), at, part, sig, incident.fingerprint,
+                           (c.route, v.route), where)  # fmt: skip
             return
+        self.occurrences.remember(sig, incident.fingerprint, (c.route, v.route))
         self.telemetry.count("mixed_incidents", 1)
         for service, version in sorted(parties):
             self._bump(self.ledger.slice(self._build(service, version, at, ""), at, part).mixed, sig)
+
+    def on_finding(self, finding: Finding, signature: str, routes: Iterable[str] = (), part: str = "") -> None:
+        """Count one occurrence of a finding under ``signature`` on the build it was seen on, as a collision is; the
+        ``routes`` (its contract rules') are the requests it is a rate of."""
+        self.telemetry.count("findings", 1)
+        about = finding.about()
+        at = int(finding.seen_unix_ms() * 1e6)
+        where = f"{about.operation or about.service}" + (f" on {about.entity}" if about.entity else "")
+        self._occurred(self._build(about.service, about.version, at, ""), at, part, signature, finding.fingerprint,
+                       routes, where)  # fmt: skip
+
+    def _occurred(self, build: Build, at: int, part: str, sig: str, fingerprint: str, routes: Iterable[str],
+                  where: str) -> None:  # fmt: skip
+        self.occurrences.remember(sig, fingerprint, routes)
+        t = self.ledger.slice(build, at, part)
+        if self._bump(t.collisions, sig):
+            self._site(t.collision_sites.setdefault(sig, {}), where)
 
     def requests_on(self, service: str, version: str, routes: Iterable[str]) -> int:
         """Requests counted so far (settled or not) for ``routes`` of one build: the traffic behind a rate."""
@@ -253,31 +262,7 @@ class ProofJudge:
     # ---- matching ------------------------------------------------------------------------------------------
 
     def _matched(self, bound: Bound, t: Tally) -> Matched:
-        sig = bound.signature
-        if isinstance(sig, ErrorSignature):
-            requests = sum(n for (label, op), n in t.routes.items() if sig.matches_route(label, op))
-            hits = {k: n for k, n in t.failures.items() if sig.matches_route(k[0], k[1]) and sig.matches_error(k[2])}
-            places: dict[str, int] = {}
-            for k in hits:
-                for where, n in t.sites.get(k, {}).items():
-                    places[where] = places.get(where, 0) + n
-            return Matched(sum(hits.values()), requests, ranked(places))
-        if isinstance(sig, LatencySignature):
-            return slow_requests(sig, t)
-        sigs = self._collision_signatures(bound)
-        routes = set(bound.contract.routes)
-        for s in sigs:
-            routes |= self._collision_routes.get(s, set())
-        requests = sum(n for (label, op), n in t.routes.items() if label in routes or op in routes)
-        places = {}
-        for s in sigs:
-            for where, n in t.collision_sites.get(s, {}).items():
-                places[where] = places.get(where, 0) + n
-        count = sum(t.collisions.get(s, 0) for s in sigs)
-        return Matched(count, requests if routes else t.requests, ranked(places))
-
-    def _collision_signatures(self, bound: Bound) -> set[str]:
-        return {str(bound.signature)} | self._fingerprint_signatures.get(bound.contract.fingerprint, set())
+        return matched(bound, t, self.occurrences)
 
     def _bind(self, bound: Bound) -> None:
         """A contract without service or version takes those of the earliest build its signature occurred on."""
