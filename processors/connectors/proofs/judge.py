@@ -26,6 +26,9 @@ request) ends without another verdict, with the requests still needed. A ``FIXED
 Latency contracts (a regression's) are judged on each build's latency histogram, by the rule of
 :mod:`~processors.connectors.proofs.latency`.
 
+Each rule returns a typed :class:`~processors.connectors.proofs.decision.Decision` (the outcome, the rule that
+decided, the numbers); :mod:`~processors.connectors.proofs.render` writes its reason, apart from the deciding.
+
 The must-start event is a log record's ``event.name`` or, for spans, a span named after it. State is bounded:
 ``max_builds`` builds per service, ``max_keys`` routes, error kinds and event names per build (overflow counted).
 
@@ -48,6 +51,7 @@ from processors.connectors.proofs.contracts import (
     latency_bucket,
     parse_signature,
 )
+from processors.connectors.proofs.decision import Decision, Rule, decided
 from processors.connectors.proofs.latency import judge_latency
 from processors.connectors.proofs.ledger import Ledger
 from processors.connectors.proofs.marks import DeployMark, Marks, identify
@@ -309,85 +313,68 @@ class ProofJudge:
         reached = now.requests >= c.min_requests
         over = self.ledger.horizon >= build.first_ns + int(c.watch_s * NS)
         must = t.events.get(c.must_start, 0)
-        out: list[VerdictEvent] = []
+        out: list[Decision] = []
         if WORSE in watch.emitted:
             watch.closed = watch.closed or over
-            return out
+            return []
         look = over or (reached and not watch.looked)
         watch.looked = watch.looked or reached
         previous = earlier[-1] if earlier else None
         if look and previous is not None and self.ledger.settled(previous).requests and t.requests:
             p = self.ledger.settled(previous)
             test = conditional_binomial(p.errors, p.requests, t.errors, t.requests, "greater")
-            if test.p_value <= c.alpha / 2:
-                gone = "the contract's signature is gone" if now.count == 0 else f"{str(bound.signature)!r} remains"
-                reason = (f"{build.version} fails {t.errors}/{t.requests} requests vs {p.errors}/{p.requests} on "
-                          f"{previous.version}: worse overall (p={test.p_value:.3g} <= {c.alpha / 2:g}), roll back; "
-                          f"{gone}; new errors at {', '.join(new_errors(t, p)) or 'n/a'}")  # fmt: skip
+            if test.p_value <= c.alpha / LOOKS:
                 numbers = receipt(build, now, must, c, p.errors, p.requests, t.errors, t.requests, WORSE_TEST,
                                   test.p_value, self.ledger.horizon)  # fmt: skip
-                out.append(verdict(bound, build, WORSE, reason, numbers))
+                out.append(decided(bound, build, WORSE, Rule.WORSE, Matched(t.errors, t.requests, []), numbers,
+                                   before=Matched(p.errors, p.requests, []), before_version=previous.version,
+                                   p_value=test.p_value, signature_seen=now.count > 0,
+                                   new_errors=tuple(new_errors(t, p))))  # fmt: skip
         if not out and isinstance(bound.signature, LatencySignature):
             out += self._latency(bound, build, earlier, watch, now, must, over)
         elif not out:
-            out += self._signature(bound, build, earlier, watch, now, t, must, reached, over)
+            out += self._signature(bound, build, earlier, watch, now, t, must, over)
         others = compared(earlier, (bound.version, c.baseline_version), self.ledger.settled,
                           lambda b: self._matched(bound, self.ledger.settled(b)).count > 0)  # fmt: skip
-        out = gate(out, bound, build, t, others, watch.emitted)
-        watch.emitted.extend(v.outcome for v in out)
+        gated = gate(out, bound, build, t, others, watch.emitted)
+        watch.emitted.extend(d.outcome for d in gated)
         watch.closed = watch.closed or over
-        return out
+        return [verdict(bound, build, d) for d in gated]
 
     def _signature(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, t: Tally,
-                   must: int, reached: bool, over: bool) -> list[VerdictEvent]:  # fmt: skip
+                   must: int, over: bool) -> list[Decision]:  # fmt: skip
         """NOT_FIXED, FIXED or INSUFFICIENT on the contract's signature (see :data:`FIXED_RULE`)."""
-        c, sig = bound.contract, str(bound.signature)
+        c = bound.contract
         before = next((b for b in reversed(earlier) if self._matched(bound, self.ledger.settled(b)).count), None)
         old = self._matched(bound, self.ledger.settled(before)) if before is not None else Matched(0, 0, [])
-        was = f"before: {old.count}/{old.requests} on {before.version}" if before is not None else "never seen before"
         alpha_look = c.alpha / LOOKS
         floor = zero_error_floor(rate_interval(old.count, old.requests)[1], c.alpha) if old.count else 0
         needed = max(floor, requests_to_show_drop(old.count, old.requests, alpha_look) or 0)
         p_value = (conditional_binomial(old.count, old.requests, now.count, now.requests, "less").p_value
                    if old.requests and now.requests else None)  # fmt: skip
         moved = moved_errors(bound, t, self.ledger.settled(before) if before is not None else None)
-        outcome, reason = "", ""
+        outcome, rule = "", Rule.SHORT
         if now.count:
-            outcome = NOT_FIXED
-            reason = (f"{sig!r} still happens on {build.version}: {now.count} of {now.requests} requests, at "
-                      f"{'; '.join(now.sites) or 'unknown site'} ({was})")  # fmt: skip
+            outcome, rule = NOT_FIXED, Rule.RECURS
         elif moved:
-            outcome = NOT_FIXED
+            outcome, rule = NOT_FIXED, Rule.MOVED
             now = Matched(0, now.requests, moved)
-            reason = (f"{sig!r} is gone from its route on {build.version}, but its error moved: {'; '.join(moved)} "
-                      f"({was})")  # fmt: skip
         elif old.count and now.requests >= needed and (must or not c.must_start) and p_value is not None \
                 and p_value <= alpha_look:  # fmt: skip
-            outcome = FIXED
-            seen = f"{c.must_start!r} seen {must} time(s)" if c.must_start else "no must-start event promised"
-            reason = (f"{sig!r} not seen in {now.requests} requests of {build.version} ({was}): p = {p_value:.3g} <= "
-                      f"{alpha_look:g} (alpha {c.alpha:g} over {LOOKS} looks), floor {floor} from the before rate's "
-                      f"upper bound; {seen}")  # fmt: skip
+            outcome, rule = FIXED, Rule.DROPPED
         elif over and not watch.emitted:
             outcome = INSUFFICIENT
-            if not old.count:
-                reason = (f"{sig!r} was never counted on an earlier build of {build.service} (nothing to show a drop "
-                          f"from); {now.requests} requests of {build.version} without it")  # fmt: skip
-            elif now.requests >= needed:
-                reason = (f"{sig!r} not seen in {now.requests} requests, but {c.must_start!r} never was: "
-                          "no evidence that the fix ran")  # fmt: skip
-            else:
-                reason = (f"{now.requests} of the {needed} requests needed ({was}; floor {floor}, test at "
-                          f"{alpha_look:g}) in {c.watch_s:g}s of {build.version}: "
-                          f"{needed - now.requests} more")  # fmt: skip
+            rule = Rule.NEVER_SEEN if not old.count else Rule.NO_MUST_START if now.requests >= needed else Rule.SHORT
         if not outcome or outcome in watch.emitted or (outcome == FIXED and NOT_FIXED in watch.emitted):
             return []
         numbers = receipt(build, now, must, c, old.count, old.requests, now.count, now.requests, SIGNATURE_TEST,
                           p_value, self.ledger.horizon, floor=floor, needed=needed, looks=LOOKS)  # fmt: skip
-        return [verdict(bound, build, outcome, reason, numbers)]
+        return [decided(bound, build, outcome, rule, now, numbers, before=old if before is not None else None,
+                        before_version=before.version if before is not None else "", floor=floor, needed=needed,
+                        p_value=p_value, must_seen=must, moved=tuple(moved))]  # fmt: skip
 
     def _latency(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, must: int,
-                 over: bool) -> list[VerdictEvent]:  # fmt: skip
+                 over: bool) -> list[Decision]:  # fmt: skip
         """A latency contract's verdict on ``build``: the regressed and the baseline builds' shares are the evidence."""
         c = bound.contract
         regressed = next((b for b in earlier if b.version == bound.version), None)
