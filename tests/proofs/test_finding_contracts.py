@@ -127,3 +127,12 @@ def test_the_signature_a_finding_is_counted_under(given: str, counted: str) -> N
     for bad in ("finding:", f"finding:{TYPE}", "finding::fp"):
         with pytest.raises(ValueError):
             parse_signature(bad)
+
+
+def test_a_finding_no_contract_can_be_made_for_is_counted_as_dropped_and_the_desk_goes_on() -> None:
+    """A finding without a fingerprint gets no contract: counted by reason, nothing raised, the next one contracted."""
+    desk = ProofDesk(ProofConfig(settle_s=0))
+    desk.on_event(_finding("1.0", T0, 0).model_copy(update={"fingerprint": ""}), "incidents/0")
+    assert desk.telemetry.dropped["finding_without_contract"] == 1 and desk._new_contracts == []
+    desk.on_event(_finding("1.0", T0, 1), "incidents/0")
+    assert [c.signature for c in desk._new_contracts] == [SIGNATURE]

@@ -70,7 +70,9 @@ class ProofDesk(Processor):
     def __init__(self, config: ProofConfig, *, telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS,
                  graph: GraphQueries | None = None, clock: Callable[[], int] = time.time_ns) -> None:  # fmt: skip
         self.config = config
-        self.telemetry = (telemetry or Telemetry("proof")).declare("regression_without_contract")
+        self.telemetry = (telemetry or Telemetry("proof")).declare(
+            "regression_without_contract", "finding_without_contract"
+        )
         self.judge = ProofJudge(settle_ns=s_to_ns(config.settle_s), slice_ns=s_to_ns(config.slice_s),
                                 max_builds=config.max_builds, max_keys=config.max_keys,
                                 telemetry=self.telemetry, events=events)  # fmt: skip
@@ -185,8 +187,13 @@ class ProofDesk(Processor):
         rules = finding.rules()
         if rules is None:
             return None
-        contract = contract_from_finding(finding, rules, watch_s=self.config.watch_s, automatic=True)
-        if isinstance(parse_signature(contract.signature), OCCURRENCES):
+        try:
+            contract = contract_from_finding(finding, rules, watch_s=self.config.watch_s, automatic=True)
+            counted = isinstance(parse_signature(contract.signature), OCCURRENCES)
+        except ValueError:  # (pydantic's ValidationError is one) no signature or fingerprint a build is judged on
+            self.telemetry.drop("finding_without_contract")
+            return None
+        if counted:
             self.judge.on_finding(finding, contract.signature, contract.routes, part)
         fp = finding.fingerprint
         if fp in self._cli_contracts:
