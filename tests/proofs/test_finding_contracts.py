@@ -136,3 +136,12 @@ def test_a_finding_no_contract_can_be_made_for_is_counted_as_dropped_and_the_des
     assert desk.telemetry.dropped["finding_without_contract"] == 1 and desk._new_contracts == []
     desk.on_event(_finding("1.0", T0, 1), "incidents/0")
     assert [c.signature for c in desk._new_contracts] == [SIGNATURE]
+
+
+def test_the_signatures_remembered_per_fingerprint_are_bounded_and_the_evictions_counted() -> None:
+    """``[proof] max_fingerprints`` bounds what the judge remembers of occurrences (signatures, routes)."""
+    desk = ProofDesk(ProofConfig(settle_s=0, max_fingerprints=16))
+    for n in range(20):
+        finding = _finding("1.0", T0, n).model_copy(update={"fingerprint": f"fp-{n}"})
+        desk.judge.on_finding(finding, f"finding:{TYPE}:fp-{n}", [ROUTE])
+    assert desk.judge.telemetry.dropped["max_occurrence_keys"] == 2 * 4  # 4 fingerprints and their 4 signatures

@@ -75,7 +75,8 @@ class ProofDesk(Processor):
         )
         self.judge = ProofJudge(settle_ns=s_to_ns(config.settle_s), slice_ns=s_to_ns(config.slice_s),
                                 max_builds=config.max_builds, max_keys=config.max_keys,
-                                telemetry=self.telemetry, events=events)  # fmt: skip
+                                max_fingerprints=config.max_fingerprints, telemetry=self.telemetry,
+                                events=events)  # fmt: skip
         self.graph = graph
         self.clock = clock
         self._synced_ms = 0.0  # contributions loaded up to this wall time

@@ -98,6 +98,7 @@ class ProofJudge:
         max_keys: int = 1024,
         max_sites: int = 16,
         max_open_slices: int = 100_000,
+        max_fingerprints: int = 100_000,
         telemetry: Telemetry | None = None,
         events: StateEvents = NO_EVENTS,
     ) -> None:
@@ -109,10 +110,10 @@ class ProofJudge:
         self._builds: dict[str, dict[str, Build]] = {}  # service -> version -> build
         self._contracts: dict[str, Bound] = {}  # by incident fingerprint
         self._watches: dict[tuple[str, str, str], Watch] = {}  # (fingerprint, service, version)
-        self.occurrences = Occurrences(max_sites)  # the signatures and routes of collisions and findings
         self._must_start: set[str] = set()  # span names that count as must-start events
         self.marks = Marks()  # deploy marks: the builds of telemetry that names none
         self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
+        self.occurrences = Occurrences(max_sites, max_fingerprints, self.telemetry)  # of collisions and findings
         self.ledger = Ledger(slice_ns, max_open_slices, self.telemetry, events, self._build,
                              lambda service, version: self._builds.get(service, {}).get(version))  # fmt: skip
 

@@ -5,7 +5,8 @@ An error signature counts the failed requests of its routes; a latency signature
 :mod:`~processors.connectors.proofs.contracts`) the occurrences published under it, over the requests of the routes
 they happened on and the contract's own routes (every request of the build when none is known). :class:`Occurrences`
 remembers, per fingerprint, every signature it occurred under (a collision's functions may differ between
-occurrences), and per signature the routes of its requests; both bounded by ``max_sites``.
+occurrences), and per signature the routes of its requests; both bounded by ``max_sites`` per key and by
+``max_fingerprints`` keys (the desk's ``[proof] max_fingerprints``).
 """
 
 from __future__ import annotations
@@ -16,32 +17,39 @@ from processors.connectors.proofs.contracts import ErrorSignature, LatencySignat
 from processors.connectors.proofs.latency import slow_requests
 from processors.connectors.proofs.tallies import Bound, Matched, Tally
 from processors.connectors.proofs.verdicts import ranked
+from processors.state.lru import CountedLRU
+from processors.telemetry import Telemetry
 
 
 class Occurrences:
-    """The signatures of each fingerprint's occurrences, and the routes of each signature's requests."""
+    """The signatures of each fingerprint's occurrences, and the routes of each signature's requests: at most
+    ``max_fingerprints`` of each, the least recently seen forgotten first (counted as ``max_occurrence_keys``)."""
 
     __slots__ = ("_routes", "_signatures", "max_sites")
 
-    def __init__(self, max_sites: int) -> None:
+    def __init__(self, max_sites: int, max_fingerprints: int = 100_000, telemetry: Telemetry | None = None) -> None:
         self.max_sites = max_sites
-        self._signatures: dict[str, set[str]] = {}  # fingerprint -> signatures it occurred under
-        self._routes: dict[str, set[str]] = {}  # signature -> routes of its requests
+        self._signatures: CountedLRU[str, set[str]] = CountedLRU(max_fingerprints, telemetry, "max_occurrence_keys")
+        self._routes: CountedLRU[str, set[str]] = CountedLRU(max_fingerprints, telemetry, "max_occurrence_keys")
 
     def remember(self, signature: str, fingerprint: str, routes: Iterable[str]) -> None:
-        fps = self._signatures.setdefault(fingerprint, set())
+        fps = self._signatures.get(fingerprint)
+        if fps is None:
+            self._signatures.put(fingerprint, fps := set())
         if len(fps) < self.max_sites:
             fps.add(signature)
-        known = self._routes.setdefault(signature, set())
+        known = self._routes.get(signature)
+        if known is None:
+            self._routes.put(signature, known := set())
         for route in routes:
             if route and len(known) < self.max_sites:
                 known.add(route)
 
     def signatures(self, bound: Bound) -> set[str]:
-        return {str(bound.signature)} | self._signatures.get(bound.contract.fingerprint, set())
+        return {str(bound.signature)} | (self._signatures.peek(bound.contract.fingerprint) or set())
 
     def routes(self, signatures: Iterable[str]) -> set[str]:
-        return {r for s in signatures for r in self._routes.get(s, ())}
+        return {r for s in signatures for r in self._routes.peek(s) or ()}
 
 
 def matched(bound: Bound, t: Tally, occurrences: Occurrences) -> Matched:
