@@ -57,7 +57,9 @@ class ContractRules(Frozen):
     """What must stop for the finding's fix to count as proven, and whose requests are the traffic: the proof
     desk turns these into an automatic :class:`~processors.model.contract.ProofContract`."""
 
-    signature: str = Field(min_length=3)  # counted by the judge per build: ``<type>:<fingerprint>``
+    # counted by the judge per build: ``finding:<type>:<fingerprint>`` (a bare ``<type>:<fingerprint>`` reads as
+    # that); see processors/connectors/proofs/contracts.py for every form
+    signature: str = Field(min_length=3)
     service: str = ""
     routes: list[str] = Field(default_factory=list)  # the routes whose requests are the traffic
     must_start: str = ""  # an event the fix must start emitting ("": none)

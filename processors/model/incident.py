@@ -91,6 +91,10 @@ class IncidentEvent(Finding):
     # one counted as 1 (then an upper bound: ``pair_sampling_known`` False). 0.01: a hundred such pairs per one seen.
     pair_probability: float = 1.0
     pair_sampling_known: bool = False
+    # The configured invariant an invariant violation broke, as configured (``stock >= 0``): typed data for the repro
+    # compiler, which never reads it back from ``damage``. "" when none broke (the victim failed) or, for events
+    # published before the field, unknown.
+    invariant: str = ""
 
     def finding_type(self) -> str:
         return self.anomaly

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
+from processors.model.anomaly import Anomaly
 from processors.model.outputs import AccessInfo, IncidentEvent, RepairInfo
 from processors.repair import shapes
 from processors.repair.classify import relative_only, selects, table_of
@@ -49,29 +50,29 @@ from processors.sql import SqlAccessExtractor
 
 # Per writer, the first strategy that applies wins.
 PRIMARY: Final[dict[str, tuple[str, ...]]] = {
-    "lost_update": (ROW_LOCK, STRICTER_ISOLATION),
-    "invariant_violation": (ATOMIC_UPDATE, ROW_LOCK, STRICTER_ISOLATION),
-    "duplicate_apply": (IDEMPOTENCY_GUARD, STRICTER_ISOLATION),
-    "write_skew": (ROW_LOCK, STRICTER_ISOLATION),
-    "phantom": (IDEMPOTENCY_GUARD, UNIQUE_INSERT, STRICTER_ISOLATION),
-    "read_skew": (SHARE_LOCK, REPEATABLE_READ),
+    Anomaly.LOST_UPDATE: (ROW_LOCK, STRICTER_ISOLATION),
+    Anomaly.INVARIANT_VIOLATION: (ATOMIC_UPDATE, ROW_LOCK, STRICTER_ISOLATION),
+    Anomaly.DUPLICATE_APPLY: (IDEMPOTENCY_GUARD, STRICTER_ISOLATION),
+    Anomaly.WRITE_SKEW: (ROW_LOCK, STRICTER_ISOLATION),
+    Anomaly.PHANTOM: (IDEMPOTENCY_GUARD, UNIQUE_INSERT, STRICTER_ISOLATION),
+    Anomaly.READ_SKEW: (SHARE_LOCK, REPEATABLE_READ),
 }
 ALTERNATIVES: Final[dict[str, tuple[str, ...]]] = {
-    "lost_update": (OPTIMISTIC_VERSION, STRICTER_ISOLATION),
-    "invariant_violation": (ROW_LOCK, STRICTER_ISOLATION),
-    "duplicate_apply": (STRICTER_ISOLATION,),
-    "write_skew": (STRICTER_ISOLATION,),
-    "phantom": (UNIQUE_INSERT, STRICTER_ISOLATION),
-    "read_skew": (REPEATABLE_READ,),
+    Anomaly.LOST_UPDATE: (OPTIMISTIC_VERSION, STRICTER_ISOLATION),
+    Anomaly.INVARIANT_VIOLATION: (ROW_LOCK, STRICTER_ISOLATION),
+    Anomaly.DUPLICATE_APPLY: (STRICTER_ISOLATION,),
+    Anomaly.WRITE_SKEW: (STRICTER_ISOLATION,),
+    Anomaly.PHANTOM: (UNIQUE_INSERT, STRICTER_ISOLATION),
+    Anomaly.READ_SKEW: (REPEATABLE_READ,),
 }
 _WRITES: Final[dict[str, tuple[str, ...]]] = {
-    "lost_update": ("write", "delete"),
-    "invariant_violation": ("write", "delete"),
-    "duplicate_apply": ("insert",),
-    "write_skew": ("write", "delete", "insert"),
-    "phantom": ("insert",),
+    Anomaly.LOST_UPDATE: ("write", "delete"),
+    Anomaly.INVARIANT_VIOLATION: ("write", "delete"),
+    Anomaly.DUPLICATE_APPLY: ("insert",),
+    Anomaly.WRITE_SKEW: ("write", "delete", "insert"),
+    Anomaly.PHANTOM: ("insert",),
 }
-_NEEDS_READ: Final = frozenset({"lost_update", "invariant_violation", "write_skew", "phantom"})
+_NEEDS_READ: Final = frozenset({Anomaly.LOST_UPDATE, Anomaly.INVARIANT_VIOLATION, Anomaly.WRITE_SKEW, Anomaly.PHANTOM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +118,12 @@ def plan_repairs(
         idempotency_column=idempotency_column,
         extractor=extractor,
     )
-    if incident.anomaly == "read_skew":
+    if incident.anomaly == Anomaly.READ_SKEW:
         writers, notes = _readers(incident, root, source_map or {})
     else:
         writers, notes = _writers(incident, sites, root, source_map or {}, ctx.index)
     offered = ALTERNATIVES[incident.anomaly]
-    if incident.anomaly == "write_skew" and ROW_LOCK in chain:
+    if incident.anomaly == Anomaly.WRITE_SKEW and ROW_LOCK in chain:
         why = _unlockable(incident)
         if why:
             notes.append(f"{ROW_LOCK} does not apply: {why}")
@@ -192,7 +193,7 @@ def _writers(
     writers: list[Writer] = []
     notes: list[str] = []
     anomaly = incident.anomaly
-    any_table = anomaly == "write_skew"
+    any_table = anomaly == Anomaly.WRITE_SKEW
     for (function, file), accesses in groups.items():
         writes = tuple(a for a in accesses if a.operation in _WRITES[anomaly] and a.lock == "none")
         reads = tuple(
@@ -201,13 +202,13 @@ def _writers(
             if a.operation == "read" and a.lock == "none" and (any_table or table_of(a.statement) == table)
         )
         name = function or "(unknown function)"
-        if anomaly == "lost_update" and writes and all(relative_only(a.statement) for a in writes):
+        if anomaly == Anomaly.LOST_UPDATE and writes and all(relative_only(a.statement) for a in writes):
             notes.append(f"{name}: its writes of {table} are relative ({writes[0].statement}): each keeps a "
                          f"concurrent change, not a party to {anomaly}")  # fmt: skip
             continue
         if not writes:
             continue
-        if anomaly == "write_skew" and reads and _checks_locked(accesses, reads, table):
+        if anomaly == Anomaly.WRITE_SKEW and reads and _checks_locked(accesses, reads, table):
             notes.append(f"{name}: reads {table} under a lock before it writes (its other reads are by key): "
                          "already protected")  # fmt: skip
             continue

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from processors.model.anomaly import Anomaly
 from processors.model.outputs import AccessInfo, IncidentEvent, RunInfo
 from processors.repro.compiler import GeneratedTest, safe_name
 from processors.repro.paths import under
@@ -132,7 +133,7 @@ def code_quality(incident: IncidentEvent, repo_root: Path | None = None) -> list
     """GitLab Code Quality issues: one per unprotected writer (function and statement) of the incident; for a read
     skew, one per unlocked read of the reader (the writer's transaction did nothing wrong)."""
     seen: dict[tuple[str, str, str], AccessInfo] = {}
-    reader = incident.anomaly == "read_skew"
+    reader = incident.anomaly == Anomaly.READ_SKEW
     flagged = (
         [a for a in incident.accesses if a.trace_id == incident.victim.trace_id and a.operation == "read"]
         if reader

@@ -28,6 +28,7 @@ import libcst as cst
 import sqlglot
 
 from processors.lib.invariants import Invariant, InvariantError
+from processors.model.anomaly import Anomaly
 from processors.model.outputs import IncidentEvent
 from processors.redaction import redacted
 from processors.repro.app_level import CallSpec, calls, recorded_root
@@ -92,12 +93,14 @@ def _invariant_sql(text: str) -> str:
 def serial_oracle(schedule: Schedule) -> bool:
     """Whether the repro judges by the stale read (the interleaving against both serial orders): for the classes
     over two rows, and for an invariant violation that names no invariant (its victim failed)."""
-    return schedule.anomaly in MULTI_ROW or (schedule.anomaly == "invariant_violation" and schedule.invariant is None)
+    return schedule.anomaly in MULTI_ROW or (
+        schedule.anomaly == Anomaly.INVARIANT_VIOLATION and schedule.invariant is None
+    )
 
 
 def _check(schedule: Schedule, level: str) -> dict[str, Any]:
     check: dict[str, Any] = {}
-    if schedule.anomaly == "lost_update":
+    if schedule.anomaly == Anomaly.LOST_UPDATE:
         columns = [c for s in schedule.steps if s.kind == "write" for c in s.sets]
         check["columns"] = list(dict.fromkeys(columns))
         relative = {s.index: list(s.relative) for s in schedule.steps if s.kind == "write" and s.relative}

@@ -24,14 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from processors.model.anomaly import Anomaly
 from processors.model.outputs import AccessInfo, CommitInfo, IncidentEvent
 from processors.repro.image_params import recovered
 from processors.repro.seed_rows import as_text, image_columns, seed_rows, sql_type_of
 from processors.repro.statements import Placeholders, ReproError, Shape, shape, to_psycopg
 from processors.sql.values import covers
 
-SUPPORTED = ("lost_update", "invariant_violation", "duplicate_apply", "write_skew", "phantom", "read_skew")
-MULTI_ROW = ("write_skew", "phantom", "read_skew")  # cycles over two rows: the entity is one of them
+SUPPORTED = Anomaly.collisions()
+MULTI_ROW = (Anomaly.WRITE_SKEW, Anomaly.PHANTOM, Anomaly.READ_SKEW)  # cycles over two rows: the entity is one of them
 _STRONG = ("trace_column", "tx_id")
 _OPS = {"write": "u", "insert": "c", "delete": "d"}
 _DB_ERRORS = {
@@ -210,13 +211,16 @@ def _selected(rows: Sequence[dict[str, Any]], sh: Shape) -> list[dict[str, Any]]
 
 
 def _invariant(incident: IncidentEvent, invariants: Sequence[str] | None) -> str | None:
-    """The invariant an invariant violation broke (configured, else named in its damage); None when it names none
-    (the victim failed): the repro then judges by the stale read, see the compiler."""
-    if incident.anomaly != "invariant_violation":
+    """The invariant an invariant violation broke (configured, else the one the incident names); None when it names
+    none (the victim failed): the repro then judges by the stale read, see the compiler. Incidents published before
+    the detector named it (``invariant`` empty) are read from their damage, the only place they said it."""
+    if incident.anomaly != Anomaly.INVARIANT_VIOLATION:
         return None
     if invariants:
         return invariants[0]
-    found = re.search(r"violates (.+?) \(lsn \d+\)", incident.damage)
+    if incident.invariant:
+        return incident.invariant
+    found = re.search(r"violates (.+?) \(lsn \d+\)", incident.damage)  # (events from before the field only)
     return found.group(1) if found is not None else None
 
 

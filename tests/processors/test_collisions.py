@@ -131,6 +131,7 @@ def test_oversell_is_an_invariant_violation() -> None:
     [c] = judge(d, history)
     assert c.anomaly == "invariant_violation" and c.manifest
     assert "stock = -1 violates stock >= 0" in c.damage
+    assert c.invariant == "stock >= 0"  # typed, for the repro compiler: never read back from the damage
 
 
 def test_retried_insert_is_a_duplicate_apply() -> None:

@@ -102,6 +102,17 @@ def test_commits_go_to_the_sessions_in_lock_order_when_correlation_names_one_tra
     ]  # fmt: skip
 
 
+def test_the_broken_invariant_comes_from_the_incidents_typed_field_not_its_damage() -> None:
+    """The detector names the invariant in ``invariant``; the repro uses it whatever the damage's sentence says (an
+    event from before the field, like the captured one, is still read from its damage)."""
+    captured = incident("invariant_violation")
+    assert captured.invariant == "" and build(captured).invariant == "stock >= 0"  # the fallback for old events
+    reworded = captured.model_copy(update={"damage": "stock went negative", "invariant": "stock >= 0"})
+    assert build(reworded).invariant == "stock >= 0"
+    other = captured.model_copy(update={"invariant": "stock >= -5"})  # the field wins over the sentence
+    assert build(other).invariant == "stock >= -5"
+
+
 def test_the_schedule_knows_keys_seeds_and_the_derived_table() -> None:
     """Typed keys from the parameters, seeds from the earliest before-image, and a minimal table from the images."""
     lost, oversell, double = (build(incident(a)) for a in ANOMALIES)

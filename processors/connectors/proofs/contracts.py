@@ -17,6 +17,12 @@ Signatures:
   p95 (the build before the regression), so at most about 5% of the baseline's requests are over it.
 * ``<anomaly>:<table>:<function>+<function>``: a collision (``lost_update:orders:shop.handlers.capture_payment+
   shop.jobs.expire_cart``), the functions of the culprit and the victim, sorted and deduplicated.
+* ``finding:<type>:<fingerprint>``: a finding of any other registered type (``finding:n_plus_one:3f2a...``), as its
+  :meth:`~processors.model.finding.Finding.rules` name it. The judge counts each occurrence on the build it was seen
+  on (``about().service`` / ``about().version``, at ``seen_unix_ms()``) exactly as it counts collisions, over the
+  requests of the rules' routes (every request of the service when it names none). A rules signature the judge does
+  not know (a detector's bare ``<type>:<fingerprint>``) is read as this form (:func:`finding_signature`); one of the
+  forms above is judged as that form.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from processors.model.contract import ANY_ROUTE, DEFAULT_ALPHA, DEFAULT_P0, DEFAULT_WATCH_S, ProofContract
+from processors.model.finding import ContractRules, Finding
 from processors.model.outputs import AccessInfo, IncidentEvent
 from processors.model.regression import Evidence, RegressionEvent
 from processors.model.units import zero_error_floor
@@ -105,11 +112,29 @@ class CollisionSignature:
         return f"{self.anomaly}:{self.table}:{'+'.join(self.functions)}"
 
 
-Signature = ErrorSignature | LatencySignature | CollisionSignature
+@dataclass(frozen=True, slots=True)
+class FindingSignature:
+    """A finding's: counted like a collision, per build, under this exact text."""
+
+    type: str
+    fingerprint: str
+
+    def __str__(self) -> str:
+        return f"{FINDING}{self.type}:{self.fingerprint}"
+
+
+FINDING = "finding:"
+Signature = ErrorSignature | LatencySignature | CollisionSignature | FindingSignature
+OCCURRENCES = (CollisionSignature, FindingSignature)  # the forms counted from published events, not from requests
 
 
 def parse_signature(signature: str) -> Signature:
-    """An ``error:...``, ``latency:...`` or a collision signature; ValueError for anything else."""
+    """An ``error:...``, ``latency:...``, ``finding:...`` or a collision signature; ValueError for anything else."""
+    if signature.startswith(FINDING):
+        kind, sep, fingerprint = signature.removeprefix(FINDING).partition(":")
+        if not sep or not kind or not fingerprint:
+            raise ValueError(f"finding signature must be finding:<type>:<fingerprint>, got {signature!r}")
+        return FindingSignature(kind, fingerprint)
     if signature.startswith("latency:"):
         route, sep, bound = signature.removeprefix("latency:").rpartition(":")
         try:
@@ -126,7 +151,10 @@ def parse_signature(signature: str) -> Signature:
         return ErrorSignature(route, error)
     parts = signature.split(":", 2)
     if len(parts) != 3 or not all(parts):
-        raise ValueError(f"signature must be error:<route>:<exception> or <anomaly>:<table>:<f>+<g>: {signature!r}")
+        raise ValueError(
+            f"signature must be error:<route>:<exception>, latency:<route>:><ms>ms, "
+            f"finding:<type>:<fingerprint> or <anomaly>:<table>:<f>+<g>: {signature!r}"
+        )
     anomaly, table, functions = parts
     return CollisionSignature(anomaly, table, tuple(sorted({f for f in functions.split("+") if f})))
 
@@ -139,6 +167,16 @@ def collision_signature(incident: IncidentEvent) -> str:
     """``<anomaly>:<table>:<culprit function>+<victim function>`` (sorted, deduplicated)."""
     functions = sorted({_who(incident.culprit), _who(incident.victim)})
     return str(CollisionSignature(incident.anomaly, incident.table, tuple(functions)))
+
+
+def finding_signature(finding: Finding, rules: ContractRules) -> str:
+    """The signature the judge counts ``finding`` under: its rules' own when it is one of the known forms (written
+    canonically), else ``finding:<type>:<rest>`` (``<rest>``: the rules' signature without a leading ``<type>:``)."""
+    try:
+        return str(parse_signature(rules.signature))
+    except ValueError:
+        kind = finding.finding_type()
+        return str(FindingSignature(kind, rules.signature.removeprefix(kind + ":") or finding.fingerprint))
 
 
 def short_exception(name: str) -> str:
@@ -185,6 +223,35 @@ def contract_from_incident(
         reports=reports,
         issue=issue,
         created_unix_ms=now_ms,
+        automatic=automatic,
+    )
+
+
+def contract_from_finding(
+    finding: Finding,
+    rules: ContractRules,
+    *,
+    watch_s: float = DEFAULT_WATCH_S,
+    alpha: float = DEFAULT_ALPHA,
+    issue: int | None = None,
+    automatic: bool = False,
+) -> ProofContract:
+    """A finding's contract from its rules: the build it was seen on is the reference (every build first seen after
+    it is judged), the floor the zero-error rule's for ``rules.baseline_rate`` (the default floor when unknown)."""
+    about = finding.about()
+    return ProofContract(
+        signature=finding_signature(finding, rules),
+        fingerprint=finding.fingerprint,
+        must_start=rules.must_start,
+        watch_s=watch_s,
+        min_requests=min_requests_for(rules.baseline_rate, alpha),
+        alpha=alpha,
+        baseline_rate=rules.baseline_rate,
+        service=rules.service or about.service,
+        version=about.version,
+        routes=sorted(set(rules.routes)),
+        issue=issue,
+        created_unix_ms=finding.detected_at_unix_ms,
         automatic=automatic,
     )
 

@@ -9,6 +9,12 @@ given by a person wins over the automatic one. Verdicts come out as events. Depl
 mark``) arrive on ``contracts`` too and are kept as keyed state holding their record, so a restart replays them
 (:mod:`~processors.connectors.proofs.marks`); at ``max_marks`` the oldest goes (counted).
 
+Every other finding (a :class:`~processors.model.finding.Finding` whose ``rules()`` are not None, whatever its type)
+is counted per build under its rules' signature (``finding:<type>:<fingerprint>``, see
+:mod:`~processors.connectors.proofs.contracts`) exactly as collisions are, and gets one automatic contract per
+fingerprint (:func:`~processors.connectors.proofs.contracts.contract_from_finding`: the rules' routes, must-start
+event and floor); the desk reads findings through that interface only, never by their class.
+
 Regressions are incidents of their own kind: each regression fingerprint gets one automatic contract
 (:func:`~processors.connectors.proofs.contracts.contract_from_regression`: the error signature on its route, or
 the requests on its route slower than the baseline's p95, judged on each later build's latency histogram). Later
@@ -30,13 +36,20 @@ from processors.api.component import Context, Emit, Factory, GraphQueries, Proce
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.config import ProofConfig
-from processors.connectors.proofs.contracts import contract_from_incident, contract_from_regression
+from processors.connectors.proofs.contracts import (
+    OCCURRENCES,
+    contract_from_finding,
+    contract_from_incident,
+    contract_from_regression,
+    parse_signature,
+)
 from processors.connectors.proofs.judge import ProofJudge
 from processors.connectors.proofs.marks import DeployMark
 from processors.connectors.proofs.tallies import Contribution, PartKey, Tally
 from processors.model.base import Published
 from processors.model.contract import ProofContract, promised_event
 from processors.model.events import Access, LogRecord
+from processors.model.finding import Finding
 from processors.model.graph import Row
 from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
@@ -57,10 +70,13 @@ class ProofDesk(Processor):
     def __init__(self, config: ProofConfig, *, telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS,
                  graph: GraphQueries | None = None, clock: Callable[[], int] = time.time_ns) -> None:  # fmt: skip
         self.config = config
-        self.telemetry = (telemetry or Telemetry("proof")).declare("regression_without_contract")
+        self.telemetry = (telemetry or Telemetry("proof")).declare(
+            "regression_without_contract", "finding_without_contract"
+        )
         self.judge = ProofJudge(settle_ns=s_to_ns(config.settle_s), slice_ns=s_to_ns(config.slice_s),
                                 max_builds=config.max_builds, max_keys=config.max_keys,
-                                telemetry=self.telemetry, events=events)  # fmt: skip
+                                max_fingerprints=config.max_fingerprints, telemetry=self.telemetry,
+                                events=events)  # fmt: skip
         self.graph = graph
         self.clock = clock
         self._synced_ms = 0.0  # contributions loaded up to this wall time
@@ -101,8 +117,8 @@ class ProofDesk(Processor):
         self.telemetry.count("contributions_loaded", len(rows))
 
     def on_event(self, event: Published, part: str) -> None:
-        """Incidents are counted per build and get their contract, regressions get theirs; contracts from people
-        (and those stored on the graph) start a watch."""
+        """Incidents are counted per build and get their contract, regressions get theirs, every other finding with
+        contract rules is counted and gets one; contracts from people (and those stored on the graph) start a watch."""
         if isinstance(event, IncidentEvent):
             self.judge.on_incident(event, part)
             contract = self._contract_for(event)
@@ -119,6 +135,8 @@ class ProofDesk(Processor):
                 self._automatic.put(contract.fingerprint, contract.version)  # stored: a restart keeps watching
             else:
                 self._cli_contracts.add(contract.fingerprint)
+        elif isinstance(event, Finding):
+            contract = self._contract_for_finding(event, part)
         else:
             return
         if contract is None:
@@ -161,6 +179,30 @@ class ProofDesk(Processor):
             self.telemetry.drop("regression_without_contract")  # no signature a build can be judged on
             return None
         self._automatic.put(fp, event.version)
+        return contract
+
+    def _contract_for_finding(self, finding: Finding, part: str) -> ProofContract | None:
+        """Count a finding with contract rules under its signature on its build; its automatic contract once per
+        fingerprint (the build first seen with it is the reference: a recurrence on a later build is that build's
+        NOT_FIXED, not a new contract); None without rules, or when a person's contract or an earlier one stands."""
+        rules = finding.rules()
+        if rules is None:
+            return None
+        try:
+            contract = contract_from_finding(finding, rules, watch_s=self.config.watch_s, automatic=True)
+            counted = isinstance(parse_signature(contract.signature), OCCURRENCES)
+        except ValueError:  # (pydantic's ValidationError is one) no signature or fingerprint a build is judged on
+            self.telemetry.drop("finding_without_contract")
+            return None
+        if counted:
+            self.judge.on_finding(finding, contract.signature, contract.routes, part)
+        fp = finding.fingerprint
+        if fp in self._cli_contracts:
+            return None
+        if fp in self._automatic:
+            self.telemetry.count("findings_deduplicated")
+            return None
+        self._automatic.put(fp, contract.version)
         return contract
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:

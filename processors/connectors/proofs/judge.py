@@ -1,7 +1,8 @@
 """The proof judge: did a deployed build fix the defect its proof contract names, judged on its own telemetry.
 
 Everything is keyed by the telemetry's own ``(service, build)``: a request by its span's resource, a log record by
-its resource, a collision by the builds of its culprit and victim. A build is ``service.version``, else the
+its resource, a collision by the builds of its culprit and victim, any other finding by its subject's build
+(``about()``), counted under its contract rules' signature as collisions are. A build is ``service.version``, else the
 deploy's commit, else its image digest (chosen at decode time), else the deploy mark in force
 (:mod:`~processors.connectors.proofs.marks`); each verdict's receipt says which. Old-version traffic that
 arrives after a deploy (a draining pod, a late exporter) counts for the old build, never against the new one.
@@ -25,6 +26,9 @@ request) ends without another verdict, with the requests still needed. A ``FIXED
 Latency contracts (a regression's) are judged on each build's latency histogram, by the rule of
 :mod:`~processors.connectors.proofs.latency`.
 
+Each rule returns a typed :class:`~processors.connectors.proofs.decision.Decision` (the outcome, the rule that
+decided, the numbers); :mod:`~processors.connectors.proofs.render` writes its reason, apart from the deciding.
+
 The must-start event is a log record's ``event.name`` or, for spans, a span named after it. State is bounded:
 ``max_builds`` builds per service, ``max_keys`` routes, error kinds and event names per build (overflow counted).
 
@@ -44,15 +48,16 @@ from typing import TypeVar
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.contracts import (
-    ErrorSignature,
     LatencySignature,
     collision_signature,
     latency_bucket,
     parse_signature,
 )
-from processors.connectors.proofs.latency import judge_latency, slow_requests
+from processors.connectors.proofs.decision import Decision, Rule, decided
+from processors.connectors.proofs.latency import judge_latency
 from processors.connectors.proofs.ledger import Ledger
 from processors.connectors.proofs.marks import DeployMark, Marks, identify
+from processors.connectors.proofs.matching import Occurrences, matched
 from processors.connectors.proofs.sampling import compared, gate
 from processors.connectors.proofs.tallies import Bound, Build, Contribution, Matched, PartKey, Tally, Watch
 from processors.connectors.proofs.verdicts import (
@@ -65,13 +70,13 @@ from processors.connectors.proofs.verdicts import (
     WORSE_TEST,
     moved_errors,
     new_errors,
-    ranked,
     receipt,
     verdict,
 )
 from processors.lib.stat_tests import conditional_binomial, rate_interval, requests_to_show_drop
 from processors.model.contract import ProofContract
 from processors.model.events import LogRecord
+from processors.model.finding import Finding
 from processors.model.outputs import IncidentEvent, VerdictEvent
 from processors.model.trace import ClosedTrace
 from processors.model.units import zero_error_floor
@@ -93,6 +98,7 @@ class ProofJudge:
         max_keys: int = 1024,
         max_sites: int = 16,
         max_open_slices: int = 100_000,
+        max_fingerprints: int = 100_000,
         telemetry: Telemetry | None = None,
         events: StateEvents = NO_EVENTS,
     ) -> None:
@@ -104,11 +110,10 @@ class ProofJudge:
         self._builds: dict[str, dict[str, Build]] = {}  # service -> version -> build
         self._contracts: dict[str, Bound] = {}  # by incident fingerprint
         self._watches: dict[tuple[str, str, str], Watch] = {}  # (fingerprint, service, version)
-        self._fingerprint_signatures: dict[str, set[str]] = {}  # incident fingerprint -> collision signatures
-        self._collision_routes: dict[str, set[str]] = {}  # collision signature -> routes of its requests
         self._must_start: set[str] = set()  # span names that count as must-start events
         self.marks = Marks()  # deploy marks: the builds of telemetry that names none
         self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
+        self.occurrences = Occurrences(max_sites, max_fingerprints, self.telemetry)  # of collisions and findings
         self.ledger = Ledger(slice_ns, max_open_slices, self.telemetry, events, self._build,
                              lambda service, version: self._builds.get(service, {}).get(version))  # fmt: skip
 
@@ -166,26 +171,35 @@ class ProofJudge:
         """Count a collision on the build both its parties ran, or as mixed on each of theirs."""
         self.telemetry.count("incidents", 1)
         sig = collision_signature(incident)
-        fps = self._fingerprint_signatures.setdefault(incident.fingerprint, set())
-        if len(fps) < self.max_sites:
-            fps.add(sig)
-        routes = self._collision_routes.setdefault(sig, set())
-        for a in (incident.culprit, incident.victim):
-            if a.route and len(routes) < self.max_sites:
-                routes.add(a.route)
-        at = int(incident.culprit.start_unix_ms * 1e6)
-        parties = {(a.service, a.version) for a in (incident.culprit, incident.victim)}
         c, v = incident.culprit, incident.victim
+        at = int(c.start_unix_ms * 1e6)
+        parties = {(a.service, a.version) for a in (c, v)}
         where = f"{c.function or c.service} ({c.route}) vs {v.function or v.service} ({v.route}) on {incident.table}"
         if len(parties) == 1:
-            build = self._build(c.service, c.version, at, "")
-            t = self.ledger.slice(build, at, part)
-            if self._bump(t.collisions, sig):
-                self._site(t.collision_sites.setdefault(sig, {}), where)
+            self._occurred(self._build(c.service, c.version, at, ""), at, part, sig, incident.fingerprint,
+                           (c.route, v.route), where)  # fmt: skip
             return
+        self.occurrences.remember(sig, incident.fingerprint, (c.route, v.route))
         self.telemetry.count("mixed_incidents", 1)
         for service, version in sorted(parties):
             self._bump(self.ledger.slice(self._build(service, version, at, ""), at, part).mixed, sig)
+
+    def on_finding(self, finding: Finding, signature: str, routes: Iterable[str] = (), part: str = "") -> None:
+        """Count one occurrence of a finding under ``signature`` on the build it was seen on, as a collision is; the
+        ``routes`` (its contract rules') are the requests it is a rate of."""
+        self.telemetry.count("findings", 1)
+        about = finding.about()
+        at = int(finding.seen_unix_ms() * 1e6)
+        where = f"{about.operation or about.service}" + (f" on {about.entity}" if about.entity else "")
+        self._occurred(self._build(about.service, about.version, at, ""), at, part, signature, finding.fingerprint,
+                       routes, where)  # fmt: skip
+
+    def _occurred(self, build: Build, at: int, part: str, sig: str, fingerprint: str, routes: Iterable[str],
+                  where: str) -> None:  # fmt: skip
+        self.occurrences.remember(sig, fingerprint, routes)
+        t = self.ledger.slice(build, at, part)
+        if self._bump(t.collisions, sig):
+            self._site(t.collision_sites.setdefault(sig, {}), where)
 
     def requests_on(self, service: str, version: str, routes: Iterable[str]) -> int:
         """Requests counted so far (settled or not) for ``routes`` of one build: the traffic behind a rate."""
@@ -253,31 +267,7 @@ class ProofJudge:
     # ---- matching ------------------------------------------------------------------------------------------
 
     def _matched(self, bound: Bound, t: Tally) -> Matched:
-        sig = bound.signature
-        if isinstance(sig, ErrorSignature):
-            requests = sum(n for (label, op), n in t.routes.items() if sig.matches_route(label, op))
-            hits = {k: n for k, n in t.failures.items() if sig.matches_route(k[0], k[1]) and sig.matches_error(k[2])}
-            places: dict[str, int] = {}
-            for k in hits:
-                for where, n in t.sites.get(k, {}).items():
-                    places[where] = places.get(where, 0) + n
-            return Matched(sum(hits.values()), requests, ranked(places))
-        if isinstance(sig, LatencySignature):
-            return slow_requests(sig, t)
-        sigs = self._collision_signatures(bound)
-        routes = set(bound.contract.routes)
-        for s in sigs:
-            routes |= self._collision_routes.get(s, set())
-        requests = sum(n for (label, op), n in t.routes.items() if label in routes or op in routes)
-        places = {}
-        for s in sigs:
-            for where, n in t.collision_sites.get(s, {}).items():
-                places[where] = places.get(where, 0) + n
-        count = sum(t.collisions.get(s, 0) for s in sigs)
-        return Matched(count, requests if routes else t.requests, ranked(places))
-
-    def _collision_signatures(self, bound: Bound) -> set[str]:
-        return {str(bound.signature)} | self._fingerprint_signatures.get(bound.contract.fingerprint, set())
+        return matched(bound, t, self.occurrences)
 
     def _bind(self, bound: Bound) -> None:
         """A contract without service or version takes those of the earliest build its signature occurred on."""
@@ -324,85 +314,68 @@ class ProofJudge:
         reached = now.requests >= c.min_requests
         over = self.ledger.horizon >= build.first_ns + int(c.watch_s * NS)
         must = t.events.get(c.must_start, 0)
-        out: list[VerdictEvent] = []
+        out: list[Decision] = []
         if WORSE in watch.emitted:
             watch.closed = watch.closed or over
-            return out
+            return []
         look = over or (reached and not watch.looked)
         watch.looked = watch.looked or reached
         previous = earlier[-1] if earlier else None
         if look and previous is not None and self.ledger.settled(previous).requests and t.requests:
             p = self.ledger.settled(previous)
             test = conditional_binomial(p.errors, p.requests, t.errors, t.requests, "greater")
-            if test.p_value <= c.alpha / 2:
-                gone = "the contract's signature is gone" if now.count == 0 else f"{str(bound.signature)!r} remains"
-                reason = (f"{build.version} fails {t.errors}/{t.requests} requests vs {p.errors}/{p.requests} on "
-                          f"{previous.version}: worse overall (p={test.p_value:.3g} <= {c.alpha / 2:g}), roll back; "
-                          f"{gone}; new errors at {', '.join(new_errors(t, p)) or 'n/a'}")  # fmt: skip
+            if test.p_value <= c.alpha / LOOKS:
                 numbers = receipt(build, now, must, c, p.errors, p.requests, t.errors, t.requests, WORSE_TEST,
                                   test.p_value, self.ledger.horizon)  # fmt: skip
-                out.append(verdict(bound, build, WORSE, reason, numbers))
+                out.append(decided(bound, build, WORSE, Rule.WORSE, Matched(t.errors, t.requests, []), numbers,
+                                   before=Matched(p.errors, p.requests, []), before_version=previous.version,
+                                   p_value=test.p_value, signature_seen=now.count > 0,
+                                   new_errors=tuple(new_errors(t, p))))  # fmt: skip
         if not out and isinstance(bound.signature, LatencySignature):
             out += self._latency(bound, build, earlier, watch, now, must, over)
         elif not out:
-            out += self._signature(bound, build, earlier, watch, now, t, must, reached, over)
+            out += self._signature(bound, build, earlier, watch, now, t, must, over)
         others = compared(earlier, (bound.version, c.baseline_version), self.ledger.settled,
                           lambda b: self._matched(bound, self.ledger.settled(b)).count > 0)  # fmt: skip
-        out = gate(out, bound, build, t, others, watch.emitted)
-        watch.emitted.extend(v.outcome for v in out)
+        gated = gate(out, bound, build, t, others, watch.emitted)
+        watch.emitted.extend(d.outcome for d in gated)
         watch.closed = watch.closed or over
-        return out
+        return [verdict(bound, build, d) for d in gated]
 
     def _signature(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, t: Tally,
-                   must: int, reached: bool, over: bool) -> list[VerdictEvent]:  # fmt: skip
+                   must: int, over: bool) -> list[Decision]:  # fmt: skip
         """NOT_FIXED, FIXED or INSUFFICIENT on the contract's signature (see :data:`FIXED_RULE`)."""
-        c, sig = bound.contract, str(bound.signature)
+        c = bound.contract
         before = next((b for b in reversed(earlier) if self._matched(bound, self.ledger.settled(b)).count), None)
         old = self._matched(bound, self.ledger.settled(before)) if before is not None else Matched(0, 0, [])
-        was = f"before: {old.count}/{old.requests} on {before.version}" if before is not None else "never seen before"
         alpha_look = c.alpha / LOOKS
         floor = zero_error_floor(rate_interval(old.count, old.requests)[1], c.alpha) if old.count else 0
         needed = max(floor, requests_to_show_drop(old.count, old.requests, alpha_look) or 0)
         p_value = (conditional_binomial(old.count, old.requests, now.count, now.requests, "less").p_value
                    if old.requests and now.requests else None)  # fmt: skip
         moved = moved_errors(bound, t, self.ledger.settled(before) if before is not None else None)
-        outcome, reason = "", ""
+        outcome, rule = "", Rule.SHORT
         if now.count:
-            outcome = NOT_FIXED
-            reason = (f"{sig!r} still happens on {build.version}: {now.count} of {now.requests} requests, at "
-                      f"{'; '.join(now.sites) or 'unknown site'} ({was})")  # fmt: skip
+            outcome, rule = NOT_FIXED, Rule.RECURS
         elif moved:
-            outcome = NOT_FIXED
+            outcome, rule = NOT_FIXED, Rule.MOVED
             now = Matched(0, now.requests, moved)
-            reason = (f"{sig!r} is gone from its route on {build.version}, but its error moved: {'; '.join(moved)} "
-                      f"({was})")  # fmt: skip
         elif old.count and now.requests >= needed and (must or not c.must_start) and p_value is not None \
                 and p_value <= alpha_look:  # fmt: skip
-            outcome = FIXED
-            seen = f"{c.must_start!r} seen {must} time(s)" if c.must_start else "no must-start event promised"
-            reason = (f"{sig!r} not seen in {now.requests} requests of {build.version} ({was}): p = {p_value:.3g} <= "
-                      f"{alpha_look:g} (alpha {c.alpha:g} over {LOOKS} looks), floor {floor} from the before rate's "
-                      f"upper bound; {seen}")  # fmt: skip
+            outcome, rule = FIXED, Rule.DROPPED
         elif over and not watch.emitted:
             outcome = INSUFFICIENT
-            if not old.count:
-                reason = (f"{sig!r} was never counted on an earlier build of {build.service} (nothing to show a drop "
-                          f"from); {now.requests} requests of {build.version} without it")  # fmt: skip
-            elif now.requests >= needed:
-                reason = (f"{sig!r} not seen in {now.requests} requests, but {c.must_start!r} never was: "
-                          "no evidence that the fix ran")  # fmt: skip
-            else:
-                reason = (f"{now.requests} of the {needed} requests needed ({was}; floor {floor}, test at "
-                          f"{alpha_look:g}) in {c.watch_s:g}s of {build.version}: "
-                          f"{needed - now.requests} more")  # fmt: skip
+            rule = Rule.NEVER_SEEN if not old.count else Rule.NO_MUST_START if now.requests >= needed else Rule.SHORT
         if not outcome or outcome in watch.emitted or (outcome == FIXED and NOT_FIXED in watch.emitted):
             return []
         numbers = receipt(build, now, must, c, old.count, old.requests, now.count, now.requests, SIGNATURE_TEST,
                           p_value, self.ledger.horizon, floor=floor, needed=needed, looks=LOOKS)  # fmt: skip
-        return [verdict(bound, build, outcome, reason, numbers)]
+        return [decided(bound, build, outcome, rule, now, numbers, before=old if before is not None else None,
+                        before_version=before.version if before is not None else "", floor=floor, needed=needed,
+                        p_value=p_value, must_seen=must, moved=tuple(moved))]  # fmt: skip
 
     def _latency(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch, now: Matched, must: int,
-                 over: bool) -> list[VerdictEvent]:  # fmt: skip
+                 over: bool) -> list[Decision]:  # fmt: skip
         """A latency contract's verdict on ``build``: the regressed and the baseline builds' shares are the evidence."""
         c = bound.contract
         regressed = next((b for b in earlier if b.version == bound.version), None)

@@ -16,6 +16,7 @@ regressed build's; else, at the end of the watch, ``INSUFFICIENT``. See
 from __future__ import annotations
 
 from processors.connectors.proofs.contracts import NOMINAL_SHARE, LatencySignature
+from processors.connectors.proofs.decision import Decision, Rule, decided
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally, Watch
 from processors.connectors.proofs.verdicts import (
     FIXED,
@@ -27,10 +28,8 @@ from processors.connectors.proofs.verdicts import (
     ranked,
     receipt,
     requests_for_share,
-    verdict,
 )
 from processors.lib.stat_tests import conditional_binomial
-from processors.model.verdict import VerdictEvent
 
 
 def slow_requests(sig: LatencySignature, t: Tally) -> Matched:
@@ -48,7 +47,7 @@ def slow_requests(sig: LatencySignature, t: Tally) -> Matched:
 
 
 def judge_latency(bound: Bound, build: Build, watch: Watch, now: Matched, must: int, over: bool,
-                  old: Matched | None, base: Matched | None, horizon_ns: int) -> list[VerdictEvent]:  # fmt: skip
+                  old: Matched | None, base: Matched | None, horizon_ns: int) -> list[Decision]:  # fmt: skip
     """NOT_FIXED, FIXED or INSUFFICIENT for ``build`` at one of its two looks; ``old`` and ``base`` are the regressed
     and the baseline builds' counts on the contract (None: not seen by this judge)."""
     c, sig = bound.contract, bound.signature
@@ -66,33 +65,19 @@ def judge_latency(bound: Bound, build: Build, watch: Watch, now: Matched, must: 
               if before.requests else None)  # fmt: skip
     p_still = (conditional_binomial(base.count, base.requests, now.count, now.requests, "greater").p_value
                if base is not None and base.requests else None)  # fmt: skip
-    slow = f"{now.count} of {now.requests} requests of {build.version} over {sig.threshold_ms:g} ms"
-    was = (f"{before.count}/{before.requests} on {bound.version} (regressed)" if old is not None
-           else f"{bound.version} (regressed) not seen by this judge")  # fmt: skip
-    if base is not None:
-        was += f", {base.count}/{base.requests} on {c.baseline_version} (baseline)"
-    outcome = reason = ""
+    outcome, rule = "", Rule.SHORT_SLOW
     if p_still is not None and p_still <= alpha_look:
-        outcome = NOT_FIXED
-        reason = (f"{str(sig)!r} still regressed: {slow}, vs {was}: slower than the baseline, p = {p_still:.3g} <= "
-                  f"{alpha_look:g} (alpha {c.alpha:g} over {LOOKS} looks)")  # fmt: skip
+        outcome, rule = NOT_FIXED, Rule.STILL_SLOW
     elif p_drop is not None and p_drop <= alpha_look and now.requests >= needed:
-        outcome = FIXED
-        reason = (f"{str(sig)!r} back to normal: {slow}, vs {was}: p = {p_drop:.3g} <= {alpha_look:g} (alpha "
-                  f"{c.alpha:g} over {LOOKS} looks), floor {needed}")  # fmt: skip
+        outcome, rule = FIXED, Rule.BACK_TO_NORMAL
     elif over and not watch.emitted:
-        outcome = INSUFFICIENT
-        if planned is None:
-            reason = (f"{slow}; the regressed build's share ({was}) is not above the baseline's {share:.3g}: "
-                      "nothing to show a drop from")  # fmt: skip
-        else:
-            p_text = "n/a" if p_drop is None else f"{p_drop:.3g}"
-            reason = (f"{slow}, vs {was}: p = {p_text} (test at {alpha_look:g}) with {now.requests} of the {needed} "
-                      f"requests planned in {c.watch_s:g}s")  # fmt: skip
+        outcome, rule = INSUFFICIENT, Rule.NOTHING_TO_DROP if planned is None else Rule.SHORT_SLOW
     if not outcome:
         return []
     numbers = receipt(build, now, must, c, before.count, before.requests, now.count, now.requests, LATENCY_TEST,
                       p_drop, horizon_ns, floor=needed, needed=needed, looks=LOOKS, rule=LATENCY_RULE,
                       threshold_ms=sig.threshold_ms, baseline=(base.count, base.requests) if base else None,
                       baseline_p_value=p_still)  # fmt: skip
-    return [verdict(bound, build, outcome, reason, numbers)]
+    return [decided(bound, build, outcome, rule, now, numbers, before=old, before_version=bound.version, floor=needed,
+                    needed=needed, p_value=p_drop, must_seen=must, threshold_ms=sig.threshold_ms, baseline=base,
+                    baseline_version=c.baseline_version, baseline_share=share, p_still=p_still)]  # fmt: skip

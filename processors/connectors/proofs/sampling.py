@@ -19,11 +19,12 @@ whatever the sampling. Every verdict's receipt carries the sampling of the build
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from processors.connectors.proofs.contracts import LatencySignature
+from processors.connectors.proofs.decision import Decision
 from processors.connectors.proofs.tallies import Bound, Build, Tally
 from processors.connectors.proofs.verdicts import FIXED, INSUFFICIENT, NOT_FIXED, WORSE
-from processors.model.verdict import VerdictEvent
 
 RATE_OUTCOMES = frozenset({FIXED, WORSE})
 
@@ -67,21 +68,20 @@ def sampling_reason(build: Build, t: Tally, others: list[tuple[Build, Tally]]) -
 
 
 def gate(
-    out: list[VerdictEvent], bound: Bound, build: Build, t: Tally, others: list[tuple[Build, Tally]], emitted: list[str]
-) -> list[VerdictEvent]:
-    """The verdicts ``out`` with each rate-based one turned ``INSUFFICIENT`` (once per build) when the sampling of
+    out: list[Decision], bound: Bound, build: Build, t: Tally, others: list[tuple[Build, Tally]], emitted: list[str]
+) -> list[Decision]:
+    """The decisions ``out`` with each rate-based one turned ``INSUFFICIENT`` (once per build) when the sampling of
     ``build`` and ``others`` forbids comparing rates; every receipt given the sampling of the builds compared."""
     seen = {b.version: describe(tally) for b, tally in [(build, t), *others] if tally.sampled}
     reason = sampling_reason(build, t, others)
     latency = isinstance(bound.signature, LatencySignature)
-    kept: list[VerdictEvent] = []
-    for v in out:
-        if reason and (v.outcome in RATE_OUTCOMES or (latency and v.outcome == NOT_FIXED)):
+    kept: list[Decision] = []
+    for d in out:
+        if reason and (d.outcome in RATE_OUTCOMES or (latency and d.outcome == NOT_FIXED)):
             if INSUFFICIENT in emitted or any(k.outcome == INSUFFICIENT for k in kept):
                 continue
-            said = f"{reason}; so no {v.outcome} (unweighted, it read: {v.reason})"
-            v = v.model_copy(update={"outcome": INSUFFICIENT, "rollback": False, "reason": said})
-        elif reason and v.outcome == INSUFFICIENT:
-            v = v.model_copy(update={"reason": f"{reason}; and {v.reason}"})
-        kept.append(v.model_copy(update={"receipt": v.receipt.model_copy(update={"sampling": seen})}))
+            d = replace(d, outcome=INSUFFICIENT, sampling=reason, unweighted=d.outcome)
+        elif reason and d.outcome == INSUFFICIENT:
+            d = replace(d, sampling=reason)
+        kept.append(replace(d, receipt=d.receipt.model_copy(update={"sampling": seen})))
     return kept

@@ -1,4 +1,5 @@
-"""How a verdict is written up: the receipt (the numbers to recompute it) and the event, and where it happened."""
+"""How a verdict is written up: the receipt (the numbers to recompute it), the event from the judge's decision, and
+where it happened."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import functools
 from collections.abc import Iterable
 
 from processors.connectors.proofs.contracts import ErrorSignature
+from processors.connectors.proofs.decision import Decision
+from processors.connectors.proofs.render import reason
 from processors.connectors.proofs.tallies import Bound, Build, Matched, Tally
 from processors.lib.stat_tests import rate_interval
 from processors.model.contract import ANY_ROUTE, ProofContract
@@ -84,17 +87,18 @@ def receipt(
     )
 
 
-def verdict(bound: Bound, build: Build, outcome: str, reason: str, receipt: Receipt) -> VerdictEvent:
+def verdict(bound: Bound, build: Build, decision: Decision) -> VerdictEvent:
+    """The published verdict of a decision; its reason is the decision in words (:mod:`.render`)."""
     return VerdictEvent(
         fingerprint=bound.contract.fingerprint,
         contract=bound.contract.signature,
         service=build.service,
         version=build.version,
         commit=build.revision,
-        outcome=outcome,
-        rollback=outcome == WORSE,
-        reason=reason,
-        receipt=receipt,
+        outcome=decision.outcome,
+        rollback=decision.outcome == WORSE,
+        reason=reason(decision),
+        receipt=decision.receipt,
     )
 
 

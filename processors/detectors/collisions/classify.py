@@ -193,7 +193,7 @@ class PairJudge:
         relative = bool(sw.set_exprs) and not absolute_columns(sw)  # (nothing known of what it set: not relative)
         correlated = bool(fv.commits and sv.commits)
         lo_ms = min(culprit.start_ns, victim.start_ns) // MS_NS - self.window_ns // MS_NS
-        broken = broken_invariant(self.invariants.get(culprit.table, []), state.commits, lo_ms)
+        broken, invariant = broken_invariant(self.invariants.get(culprit.table, []), state.commits, lo_ms)
         failed = victim if victim.trace_error else culprit if culprit.trace_error else None
         if failed is culprit:
             culprit, victim = victim, culprit  # the request that failed is the victim, never the culprit
@@ -229,7 +229,7 @@ class PairJudge:
         conflicting = [fr, fw, sr, sw]
         involved = [x for x in (*a.all, *b.all)]
         return self._collision(anomaly, key, state, culprit, victim, involved, conflicting, commits, damage,
-                               confidence, evidence, (key,), correlated)  # fmt: skip
+                               confidence, evidence, (key,), correlated, invariant=invariant)  # fmt: skip
 
     def _duplicate(self, key: str, state: EntityHistory, a: View, b: View) -> Collision | None:
         ia = [x for x in a.writes if x.operation is DbOperation.INSERT and x.lock is UNGUARDED and x.keyed]
@@ -385,7 +385,7 @@ class PairJudge:
     def _collision(self, anomaly: str, key: str, state: EntityHistory | None, culprit: Access, victim: Access,
                    involved: Sequence[Access], conflicting: Sequence[Access], commits: Sequence[Commit], damage: str,
                    confidence: float, evidence: list[str], rows: tuple[str, ...],
-                   correlated: bool) -> Collision:  # fmt: skip
+                   correlated: bool, invariant: str = "") -> Collision:  # fmt: skip
         fp = fingerprint(anomaly, culprit.table, conflicting)
         confidence = min(confidence, *(a.key_confidence for a in conflicting))  # no surer than an inferred key
         where = key if len(rows) == 1 else "+".join(rows)
@@ -407,7 +407,7 @@ class PairJudge:
             occurrence=occurrence_id(fp, where, *sorted((culprit, victim), key=lambda x: x.trace_id)),
             adya=ADYA.get(Anomaly(anomaly), ""),
             entities=rows,
-            correlated=correlated,
+            correlated=correlated, invariant=invariant,
         )  # fmt: skip
 
     def _writers(self, state: EntityHistory, culprit: Access, victim: Access) -> tuple[Access, ...]:

@@ -113,6 +113,7 @@ def incident_event(c: Collision, watermark_ns: int) -> IncidentEvent:
         adya=c.adya,
         entities=list(c.entities or (c.entity,)),
         correlated=c.correlated,
+        invariant=c.invariant,
         pair_probability=_kept(c.culprit) * _kept(c.victim),
         pair_sampling_known=c.culprit.trace_sampling is not None and c.victim.trace_sampling is not None,
     )

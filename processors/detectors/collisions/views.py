@@ -50,6 +50,7 @@ class Collision:
     adya: str = ""
     entities: tuple[str, ...] = ()  # every row involved (one for single-row classes)
     correlated: bool = True  # the row changes were credited to the traces (else: classified by statements)
+    invariant: str = ""  # the configured invariant an invariant violation broke ("": none broken, the victim failed)
 
     @property
     def pair(self) -> str:
@@ -182,16 +183,17 @@ def what_read(read: Access, row: str) -> str:
     return row if read.keyed else f"the rows of {read.table} its predicate selects"
 
 
-def broken_invariant(rules: Sequence[Invariant], commits: Iterable[Commit], since_ms: int) -> str:
-    """The first committed image since ``since_ms`` that breaks one of ``rules`` (configured invariants), as damage."""
+def broken_invariant(rules: Sequence[Invariant], commits: Iterable[Commit], since_ms: int) -> tuple[str, str]:
+    """The first committed image since ``since_ms`` that breaks one of ``rules`` (configured invariants): (the
+    damage for people, the invariant's text for machines), or ("", "")."""
     for c in commits:
         if c.change.after is None or c.change.commit_ts_ms < since_ms:
             continue
         for rule in rules:
             if rule.holds(c.change.after) is False:
                 shown = ", ".join(f"{col} = {c.change.after.get(col)!r}" for col in rule.columns)
-                return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})"
-    return ""
+                return f"committed {shown} violates {rule.text} (lsn {c.change.lsn})", rule.text
+    return "", ""
 
 
 def failure_text(victim: Access) -> str:
