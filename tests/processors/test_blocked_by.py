@@ -230,3 +230,30 @@ def test_state_is_released_and_pruned_after_the_windows_close() -> None:
     assert len(close(d, 120_000)) == 1
     close(d, 300_000)
     assert len(d._rows) == 0 and len(d._times) == 0
+
+
+class Pins:
+    """The keys whose input is held (what the runtime turns into offset pins)."""
+
+    def __init__(self) -> None:
+        self.held: set[object] = set()
+
+    def retained(self, store: str, key: object) -> None:
+        self.held.add(key)
+
+    def released(self, store: str, key: object) -> None:
+        self.held.discard(key)
+
+
+def test_input_is_released_once_judged_and_a_lock_wait_holds_it_until_its_window_is_out() -> None:
+    """A row with no lock wait lets its input go as soon as its statements are judged; a row with one keeps it until
+    the window that counts the wait is emitted, so that a restart replays it."""
+    pins = Pins()
+    d = detector(events=pins)
+    holder_round(d, 1, at_ms=1000)  # orders:1: a lock wait
+    holder_round(d, 2, at_ms=2000, hold_ms=4)  # orders:2: a brief hold, nothing to count
+    assert pins.held == {"orders:1", "orders:2"}
+    assert close(d, 10_000) == []  # judged, the window (60 s) still open
+    assert pins.held == {"orders:1"}
+    close(d, 60_000)
+    assert pins.held == set()

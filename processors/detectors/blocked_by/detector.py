@@ -27,8 +27,11 @@ counted (``late_blocks``), not published twice under one occurrence. Commits not
 
 State, all bounded and counted: rows (``max_entities``, each ``history_per_entity`` deep), statement times per
 trace (``max_traces``), open (pair, window) aggregates (``max_pairs``) and the blocked statements already counted
-(``max_traces``, so that a replay counts nothing twice). A row's input is held until the windows of its events are
-emitted, then released; its history goes once it is older than ``max_hold_ns``.
+(``max_traces``, so that a replay counts nothing twice). A row's input is held until every statement its events bear
+on is judged (its newest event plus the release tolerance, past the settle time), and a row with a lock wait in an
+open window until that window is emitted (a restart replays it); then it is released, and its history stays, unpinned,
+for late row changes until it is older than ``max_hold_ns``: a holder's statement whose commit comes after a restart
+past it is not recovered.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from processors.component import Emit, Processor, Quarantined
 from processors.detectors.blocked_by.aggregate import PairWindow, finding, pair_fingerprint, pair_key
@@ -81,7 +84,8 @@ class RowLocks:
     accesses: deque[Access]
     commits: deque[Commit]
     newest_ns: int = 0
-    released: bool = field(default=False)
+    released: bool = False
+    holding_until_ns: int = 0  # a lock wait on the row is in a window not emitted before this
 
 
 class BlockedByDetector(Processor):
@@ -205,10 +209,10 @@ class BlockedByDetector(Processor):
     # ---- judging ------------------------------------------------------------------------------------------------
 
     def _touch(self, key: str, state: RowLocks, event_ns: int) -> None:
-        """The row holds its input until the window of its newest event is emitted."""
+        """The row holds its input until every statement its newest event bears on is judged."""
         state.newest_ns = max(state.newest_ns, event_ns)
         state.released = False
-        self._tidy.extend(key, self._window_of(state.newest_ns) + self.window_ns)
+        self._tidy.set(key, state.newest_ns + MS_NS + self.skew_ns + self.release_ns)
 
     def _window_of(self, at_ns: int) -> int:
         return at_ns - at_ns % self.window_ns
@@ -238,6 +242,7 @@ class BlockedByDetector(Processor):
                 return
             pair = self._windows[fp, start] = PairWindow(fp, start, start + self.window_ns)
         pair.add(block)
+        state.holding_until_ns = max(state.holding_until_ns, start + self.window_ns)
 
     def _block(self, s: Access, state: RowLocks) -> Block | None:
         """The lock wait of ``s``: the latest credited commit of another trace that can have released it, with its
@@ -304,8 +309,12 @@ class BlockedByDetector(Processor):
         self._emitted_until_ns = max(self._emitted_until_ns, self._window_of(until_ns))
 
     def _tidy_row(self, key: str, state: RowLocks, until_ns: int) -> None:
-        """The windows of the row's events are emitted: its input is released; history older than the longest hold
-        looked for is pruned, and the row goes when nothing is left (else it is tidied again later)."""
+        """Every statement the row's events bear on is judged: its input is released, unless a lock wait on it is in
+        a window not emitted yet (then when that window is); history older than the longest hold looked for is
+        pruned (kept unpinned for late row changes until then), and the row goes when nothing is left."""
+        if state.holding_until_ns > until_ns:
+            self._tidy.set(key, state.holding_until_ns)
+            return
         if not state.released:
             self._rows.release(key)
             state.released = True
@@ -317,4 +326,4 @@ class BlockedByDetector(Processor):
         if not state.accesses and not state.commits:
             self._rows.discard(key)
             return
-        self._tidy.set(key, state.newest_ns + self.max_hold_ns + self.release_ns + self.skew_ns + self.window_ns)
+        self._tidy.set(key, state.newest_ns + self.max_hold_ns + self.release_ns + self.skew_ns + MS_NS)
