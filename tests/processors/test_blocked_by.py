@@ -257,3 +257,11 @@ def test_input_is_released_once_judged_and_a_lock_wait_holds_it_until_its_window
     assert pins.held == {"orders:1"}
     close(d, 60_000)
     assert pins.held == set()
+
+
+def test_long_statements_waiting_to_be_judged_are_bounded() -> None:
+    """Past ``max_entities`` long statements not judged yet, more are counted as dropped, not kept."""
+    d = detector(max_entities=2)
+    for n in (1, 2, 3):
+        d.on_access(acc(f"w{n}", 1000 * n, 300, row=n))
+    assert len(d._due) == 2 and d.telemetry.dropped["max_due"] == 1

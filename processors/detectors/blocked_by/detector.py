@@ -25,13 +25,13 @@ settle time) has them judged again at once (``late_commits``); a lock wait found
 counted (``late_blocks``), not published twice under one occurrence. Commits not credited to a trace name no holder
 (``uncredited_commits``): never guessed.
 
-State, all bounded and counted: rows (``max_entities``, each ``history_per_entity`` deep), statement times per
-trace (``max_traces``), open (pair, window) aggregates (``max_pairs``) and the blocked statements already counted
-(``max_traces``, so that a replay counts nothing twice). A row's input is held until every statement its events bear
-on is judged (its newest event plus the release tolerance, past the settle time), and a row with a lock wait in an
-open window until that window is emitted (a restart replays it); then it is released, and its history stays, unpinned,
-for late row changes until it is older than ``max_hold_ns``: a holder's statement whose commit comes after a restart
-past it is not recovered.
+State, all bounded and counted: rows (``max_entities``, each ``history_per_entity`` deep), long statements waiting
+to be judged (``max_entities``), statement times per trace (``max_traces``), open (pair, window) aggregates
+(``max_pairs``) and the blocked statements already counted (``max_traces``, so that a replay counts nothing twice).
+A row's input is held until every statement its events bear on is judged (its newest event plus the release
+tolerance, past the settle time), and a row with a lock wait in an open window until that window is emitted (a
+restart replays it); then it is released, and its history stays, unpinned, for late row changes until it is older
+than ``max_hold_ns``: a holder's statement whose commit comes after a restart past it is not recovered.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class BlockedByDetector(Processor):
         self.min_wait_ns, self.release_ns, self.skew_ns = min_wait_ns, release_ns, skew_ns
         self.window_ns, self.settle_ns, self.max_hold_ns = window_ns, settle_ns, max_hold_ns
         self.min_blocked, self.history, self.max_pairs = min_blocked, history_per_entity, max_pairs
-        self.telemetry = (telemetry or Telemetry("blocked_by")).declare("history_per_entity", "max_pairs")
+        self.max_due = max_entities  # long statements waiting to be judged
+        self.telemetry = (telemetry or Telemetry("blocked_by")).declare("history_per_entity", "max_pairs", "max_due")
         self._rows: KeyedState[str, RowLocks] = KeyedState(
             "blocked_rows",
             bound=max_entities,
@@ -160,6 +161,9 @@ class BlockedByDetector(Processor):
         self._touch(access.entity, state, access.end_ns)
         if access.end_ns - access.start_ns >= self.min_wait_ns:
             self.telemetry.count("long_statements")
+            if len(self._due) >= self.max_due:
+                self.telemetry.drop("max_due")  # more long statements waiting to be judged than rows: not judged
+                return
             heapq.heappush(self._due, (access.end_ns, next(self._seq), access))
 
     def on_commit(self, entity: str, commit: Commit) -> None:
@@ -188,12 +192,14 @@ class BlockedByDetector(Processor):
             _, _, access = heapq.heappop(self._due)
             try:
                 self._judge(access)
-            except Exception as exc:  # one statement that cannot be judged: the others are
+            except Exception as exc:  # one statement that cannot be judged: its row goes, the others are judged
                 out.quarantined.append(
                     Quarantined(
                         f"statement {access.span_id} on {access.entity}", exc, (("blocked_rows", access.entity),)
                     )
                 )
+                self._tidy.cancel(access.entity)
+                self._rows.discard(access.entity)
         self._judged_until_ns = max(self._judged_until_ns, until)
         self._emit(until, watermark_ns, out)
         for key in self._tidy.due(until):
