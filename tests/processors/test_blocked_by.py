@@ -265,3 +265,32 @@ def test_long_statements_waiting_to_be_judged_are_bounded() -> None:
     for n in (1, 2, 3):
         d.on_access(acc(f"w{n}", 1000 * n, 300, row=n))
     assert len(d._due) == 2 and d.telemetry.dropped["max_due"] == 1
+
+
+def test_a_hold_spent_in_the_holders_own_statements_points_at_them() -> None:
+    """The holder locks the row and then runs a slow statement itself: the remedy is its statements, not the hold."""
+    d = detector()
+    for n in (1, 2):
+        lock = acc(f"h{n}", 1000 * n, 1, row=n, op=DbOperation.READ, lock=LockMode.FOR_UPDATE, function=SHIP)
+        slow = replace(acc(f"h{n}", 1000 * n + 2, 296, row=500 + n, function=SHIP), entity=f"orders:{500 + n}")
+        write = acc(f"h{n}", 1000 * n + 299, 1, row=n, function=SHIP)
+        waiter = acc(f"w{n}", 1000 * n + 5, 298, row=n)
+        for a in (lock, slow, write, waiter):
+            d.on_access(a)
+        d.on_commit(*commit_of(write, 1000 * n + 302, 10 * n))
+    (found,) = close(d)
+    assert found.remedy == "speed_up_holder_statements"
+    assert data_of(found, BlockedByData).holder_outside_db_share < 0.1
+
+
+def test_a_row_inferred_among_several_candidates_names_no_lock_wait() -> None:
+    """Only statements on one known row take part: a key inferred among candidates is not a row lock we know of."""
+    d = detector()
+    for n in (1, 2):
+        lock = acc(f"h{n}", 1000 * n, 1, row=n, op=DbOperation.READ, lock=LockMode.FOR_UPDATE, function=SHIP)
+        write = acc(f"h{n}", 1000 * n + 300, 1, row=n, function=SHIP)
+        waiter = replace(acc(f"w{n}", 1000 * n + 5, 298, row=n), keying="by_change", key_candidates=2)
+        for a in (lock, write, waiter):
+            d.on_access(a)
+        d.on_commit(*commit_of(write, 1000 * n + 302, 10 * n))
+    assert close(d) == [] and d.counters.get("long_statements", 0) == 0
