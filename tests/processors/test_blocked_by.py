@@ -294,3 +294,18 @@ def test_a_row_inferred_among_several_candidates_names_no_lock_wait() -> None:
             d.on_access(a)
         d.on_commit(*commit_of(write, 1000 * n + 302, 10 * n))
     assert close(d) == [] and d.counters.get("long_statements", 0) == 0
+
+
+def test_a_lock_wait_found_after_its_window_was_emitted_is_counted_not_published_again() -> None:
+    """A row change so late that its window is out (the row's history still there): the wait is counted
+    (``late_blocks``), no second occurrence."""
+    d = detector(max_hold_ns=200_000 * MS)
+    for n in (1, 2):
+        holder_round(d, n, at_ms=1000 * n)
+    lock = acc("h3", 3000, 1, row=3, op=DbOperation.READ, lock=LockMode.FOR_UPDATE, function=SHIP)
+    write = acc("h3", 3300, 1, row=3, function=SHIP)
+    for a in (lock, write, acc("w3", 3005, 298, row=3)):
+        d.on_access(a)
+    assert len(close(d)) == 1  # the window of rounds 1 and 2 (round 3's commit had not come)
+    d.on_commit(*commit_of(write, 3302, 30))
+    assert close(d, 200_000) == [] and d.counters["late_blocks"] == 1
