@@ -4,7 +4,8 @@ ship_order holds an order's row lock across the carrier's booking (v1.0.0) while
 order waits; v1.1.0 books the carrier before its transaction. The daemon runs as the demo runs it (a subprocess on
 ``config/demo.toml``), with blocked-by windows short enough for a test. The fixed build's requests must appear in no
 finding, and neither must the shop's other traffic (its concurrency defects and their fixes, whose lock waits are
-short): buggy traffic sent after them (a later window) is the marker that every window holding them has closed.
+short): buggy traffic sent after them (a later window) is the marker that every window holding them has closed. Run
+with the statements' parameters on the spans and with stock instrumentation (none).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from bench.demo import REPO, TABLES, daemon_env
 from bench.shop import db
 from bench.shop.evidence import Summary
+from bench.shop.telemetry import CAPTURE_PARAMETERS
 from bench.shop.traffic import BLOCKED_BY, run_traffic
 from streamer.engines import LocalEngines
 from streamer.runtime.topics import create_topics
@@ -56,7 +58,13 @@ def _discounts(summary: Summary) -> set[str]:
     return {o.trace_id for o in summary.result(BLOCKED_BY).outcomes if o.result and "update_ms" in o.result}
 
 
-def test_the_shop_blocked_by_is_found_and_the_fixed_build_stops_it(engines: LocalEngines, tmp_path: Path) -> None:
+@pytest.mark.parametrize("parameters", [True, False], ids=["parameters", "stock_instrumentation"])
+def test_the_shop_blocked_by_is_found_and_the_fixed_build_stops_it(engines: LocalEngines, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    parameters: bool) -> None:  # fmt: skip
+    """With the statements' parameters on the spans, and without (stock psycopg instrumentation: the rows come from
+    the row changes credited to the statements)."""
+    monkeypatch.setenv(CAPTURE_PARAMETERS, "1" if parameters else "0")
     tag = uuid.uuid4().hex[:6]
     prefix = f"blk{tag}"
     dsn, bootstrap = engines.address("postgres"), engines.address("kafka")
