@@ -135,14 +135,19 @@ class Demo:
         self.start_daemon()
 
     def traffic(self, version: str, *, source: Path | None = None, rounds: int = ROUNDS) -> str:
-        say(f"shop {version}: {rounds} concurrent rounds of checkout/expire, oversell and double charge")
-        cmd = [sys.executable, "-m", "bench.shop", "--dsn", self.engines.address("postgres"),
-               "--kafka", self.engines.address("kafka"), "--scenario", "all", "--rounds", str(rounds),
-               "--version", version, "--environment", "demo"]  # fmt: skip
+        say(f"shop {version}: {rounds} concurrent rounds of checkout/expire, oversell and double charge, and of "
+            "ship/discount (a row lock held across the carrier's booking)")  # fmt: skip
         env = {**self.env, "PYTHONPATH": str(source or REPO)}
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=source or REPO, check=True)
-        print("   " + result.stdout.strip().replace("\n", "\n   "))
-        return result.stdout
+        out = []
+        for scenario in ("all", "blocked_by"):
+            cmd = [sys.executable, "-m", "bench.shop", "--dsn", self.engines.address("postgres"),
+                   "--kafka", self.engines.address("kafka"), "--scenario", scenario, "--rounds", str(rounds),
+                   "--version", version, "--environment", "demo"]  # fmt: skip
+            result = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=source or REPO, check=True)
+            lines = result.stdout.strip().splitlines()
+            print("   " + "\n   ".join(lines if scenario == "all" else lines[1:]))
+            out.append(result.stdout)
+        return "".join(out)
 
     async def _wait_topic(self, topic: str, done: Any, timeout_s: float) -> list[dict[str, Any]]:
         consumer = AIOKafkaConsumer(topic, bootstrap_servers=self.engines.address("kafka"),
@@ -162,9 +167,11 @@ class Demo:
         say("waiting for the daemon to find the collisions")
 
         def enough(events: list[dict[str, Any]]) -> bool:
-            return len({e["fingerprint"] for e in events}) >= 3 and len(events) >= 3 * ROUNDS
+            incidents = [e for e in events if e.get("kind") == "incident"]
+            return len({e["fingerprint"] for e in incidents}) >= 3 and len(incidents) >= 3 * ROUNDS
 
-        events = asyncio.run(self._wait_topic("trace-repro.incidents", enough, 120))
+        events = [e for e in asyncio.run(self._wait_topic("trace-repro.incidents", enough, 120))
+                  if e.get("kind") == "incident"]  # fmt: skip
         by_fp: dict[str, list[dict[str, Any]]] = {}
         for e in events:
             by_fp.setdefault(e["fingerprint"], []).append(e)
@@ -173,6 +180,22 @@ class Demo:
             print(f"   [{first['severity']}] {first['summary']}")
             print(f"        fingerprint {fp}, {len(occurrences)} occurrence(s); damage: {first['damage']}")
         return events
+
+    def wait_blocked_by(self) -> list[dict[str, Any]]:
+        """The blocked-by findings (performance, on the same topic): the first one's evidence."""
+        say("waiting for the daemon to find the lock waits (its windows close every 10 s of event time)")
+
+        def blocked(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [e for e in events if e.get("kind") == "finding" and e.get("type") == "blocked_by"]
+
+        found = blocked(asyncio.run(self._wait_topic("trace-repro.incidents", blocked, 90)))
+        for fp in dict.fromkeys(e["fingerprint"] for e in found):
+            first = next(e for e in found if e["fingerprint"] == fp)
+            print(f"   [{first['severity']}] {first['title']} (remedy class: {first['remedy']})")
+            print(f"        fingerprint {fp}, {sum(e['fingerprint'] == fp for e in found)} window(s)")
+            for line in first["evidence"][:2]:
+                print(f"        {line}")
+        return found
 
     def wait_repros(self) -> list[dict[str, Any]]:
         say("the repro worker compiles each incident into a plain pytest file, runs it RED, repairs, runs it GREEN")
@@ -310,6 +333,7 @@ def main() -> int:
         demo.start_daemon()
         demo.traffic("1.0.0")
         incidents = demo.wait_incidents()
+        demo.wait_blocked_by()
         demo.wait_issues(3)
         say("GitLab issues filed")
         demo.show_issues(bodies=True)

@@ -14,6 +14,7 @@ from typing import Any
 from processors.api.component import Factory
 from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
+from processors.detectors.blocked_by import FACTORY as BLOCKED_BY
 from processors.detectors.collisions import FACTORY as COLLISIONS
 from processors.detectors.regressions import FACTORY as REGRESSIONS
 from processors.detectors.regressions import JUDGE as REGRESSION_JUDGE
@@ -25,6 +26,7 @@ FACTORIES: tuple[Factory[Any, Any], ...] = (
     COLLISIONS,  # detector, stage "entities": cross-trace collisions on one row
     REGRESSIONS,  # detector, stage "ingest": windowed service statistics, relayed to its judge
     REGRESSION_JUDGE,  # detector, stage "entities": latency and error regressions on every instance's statistics
+    BLOCKED_BY,  # detector, stage "entities": statements that waited on another trace's row lock (issue 36)
     PROOF,  # connector, stage "ingest": proof contracts and verdicts
     REPRO,  # connector, incidents -> repros: RED, repair plan, GREEN
     GITLAB,  # sink: GitLab issues

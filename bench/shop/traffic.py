@@ -14,15 +14,19 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 
-from bench.shop import db, evidence, handlers, jobs
+from bench.shop import db, evidence, handlers, jobs, shipping
 from bench.shop.evidence import ScenarioResult, Summary
 from bench.shop.race import racing
 from bench.shop.service import Outcome, Shop
 from bench.shop.telemetry import Telemetry, start_telemetry
 
 KINDS = ("lost_update", "oversell", "double_charge")
-SCENARIOS = (*KINDS, "control", "all")
+# A performance defect beside the concurrency ones, run on its own (not in ``all``): ``bench.shop.shipping``.
+BLOCKED_BY = "blocked_by"
+SCENARIOS = (*KINDS, BLOCKED_BY, "control", "all")
 AMOUNT = 4200
+DISCOUNT = 500  # cents
+WAITED_MS = 100  # an UPDATE this slow waited on the row lock (the round manifested)
 # A safety net for a contender that never reaches its race point (e.g. blocked on a row lock that its rival holds
 # while waiting at the barrier, once the code is repaired), not a pacing device.
 BARRIER_TIMEOUT_S = float(os.environ.get("SHOP_BARRIER_TIMEOUT_S", "10"))
@@ -92,10 +96,25 @@ def double_charge(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
     return ScenarioResult("double_charge", shop.clean, rounds, evidence.double_charges(dsn, ids), outcomes, ids)
 
 
+def blocked_by(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """ship_order (holding the order's row lock across the carrier's booking, unless fixed) vs apply_discount on a
+    fresh order; the discount's UPDATE waits for ship_order's commit."""
+    ids = db.seed_orders(dsn, rounds, amount=AMOUNT)
+    outcomes: list[Outcome] = []
+    for o in ids:
+        ship = partial(shop.request, "POST", "/orders/{order_id}/ship", f"/orders/{o}/ship", shipping.ship_order, o)
+        discount = partial(shop.request, "POST", "/orders/{order_id}/discount", f"/orders/{o}/discount",
+                           shipping.apply_discount, o, DISCOUNT)  # fmt: skip
+        outcomes += race(ship, discount)
+    waited = [o for o in outcomes if o.result and o.result.get("update_ms", 0) >= WAITED_MS]
+    return ScenarioResult(BLOCKED_BY, shop.clean, rounds, {"manifested": len(waited)}, outcomes, ids)
+
+
 ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
     "lost_update": lost_update,
     "oversell": oversell,
     "double_charge": double_charge,
+    BLOCKED_BY: blocked_by,
 }
 
 
@@ -115,12 +134,13 @@ def run_traffic(
     """Apply the schema, run ``rounds`` rounds of ``scenario`` and flush the spans to ``topic``.
 
     ``control`` is ``all`` on the clean variants. Spans go to a fresh exporter unless ``telemetry`` is given
-    (then it is flushed, not shut down).
+    (then it is flushed, not shut down). ``blocked_by`` runs its fix from the release that ships it
+    (``shipping.fixed``), as well as with ``clean``.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
     kinds = KINDS if scenario in ("all", "control") else (scenario,)
-    clean = clean or scenario == "control"
+    clean = clean or scenario == "control" or (scenario == BLOCKED_BY and shipping.fixed(version))
     db.apply_schema(dsn)
     tel = telemetry or start_telemetry(kafka_bootstrap, topic=topic, version=version, environment=environment,
                                        revision=revision)  # fmt: skip
