@@ -28,6 +28,7 @@ from processors.model.events import SpanKind
 from processors.model.finding import FindingEvent
 from processors.model.span import Span
 from processors.model.units import MS_NS
+from processors.requests import requests_of
 from processors.state.lru import CountedLRU
 from processors.state.provenance import NO_EVENTS, StateEvents
 from processors.state.windows import TumblingWindows
@@ -223,7 +224,7 @@ def merged(parts: list[Tally], max_points: int) -> Tally:
     if len(parts) == 1:
         return parts[0]
     head = parts[0]
-    out = Tally(head.service, head.operation, head.entity, head.version)
+    out = Tally(head.service, head.operation, head.entity, head.version, facts=dict(head.facts))
     for p in parts:
         out.requests += p.requests
         out.occurrences += p.occurrences
@@ -245,7 +246,7 @@ class PartWindow:
     """One input partition's contribution to a window: request counts and tallies by fingerprint."""
 
     requests: dict[tuple[str, str], int] = field(default_factory=dict)  # (service, operation) -> requests
-    tallies: dict[str, Tally] = field(default_factory=dict)
+    tallies: dict[tuple[str, ...], Tally] = field(default_factory=dict)  # by what names the defect
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,11 +264,12 @@ class WindowFindings:
 class TallyWindows:
     """Tallies per fingerprint per event-time window; see the module docstring."""
 
-    __slots__ = ("_windows", "max_fingerprints", "max_operations", "max_points", "telemetry")
+    __slots__ = ("_windows", "finding_type", "max_fingerprints", "max_operations", "max_points", "telemetry")
 
-    def __init__(self, name: str, size_ns: int, grace_ns: int, *, max_fingerprints: int, max_operations: int,
-                 max_points: int, max_windows: int = 1_000, telemetry: Telemetry | None = None,
+    def __init__(self, name: str, finding_type: str, size_ns: int, grace_ns: int, *, max_fingerprints: int,
+                 max_operations: int, max_points: int, max_windows: int = 1_000, telemetry: Telemetry | None = None,
                  events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
+        self.finding_type = finding_type
         self.max_fingerprints = max_fingerprints
         self.max_operations = max_operations
         self.max_points = max_points
@@ -289,23 +291,24 @@ class TallyWindows:
         part = parts.get(trace.part)
         if part is None:
             part = parts[trace.part] = PartWindow()
-        for span in trace.spans:
-            if is_request(span):
-                key = (span.resource.service, operation_of(span))
-                if key in part.requests or len(part.requests) < self.max_operations:
-                    part.requests[key] = part.requests.get(key, 0) + 1
-                else:
-                    self.telemetry.drop("max_operations")
+        counts = part.requests
+        for request in requests_of(trace):  # computed once per trace for every detector that asks
+            key = (request.service, request.operation)
+            if key in counts or len(counts) < self.max_operations:
+                counts[key] = counts.get(key, 0) + 1
+            else:
+                self.telemetry.drop("max_operations")
         return part
 
-    def tally(self, part: PartWindow, fingerprint: str, make: Callable[[], Tally]) -> Tally | None:
-        """The tally of ``fingerprint`` in ``part`` (made on first use), or None past ``max_fingerprints`` (counted)."""
-        found = part.tallies.get(fingerprint)
+    def tally(self, part: PartWindow, key: tuple[str, ...], make: Callable[[], Tally]) -> Tally | None:
+        """The tally of the defect ``key`` names (its fingerprint's parts) in ``part``, made on first use, or None
+        past ``max_fingerprints`` (counted)."""
+        found = part.tallies.get(key)
         if found is None:
             if len(part.tallies) >= self.max_fingerprints:
                 self.telemetry.drop("max_fingerprints")
                 return None
-            found = part.tallies[fingerprint] = make()
+            found = part.tallies[key] = make()
         return found
 
     def forget_part(self, part: str) -> None:
@@ -319,8 +322,8 @@ class TallyWindows:
             by_fp: dict[str, list[Tally]] = {}
             requests: dict[tuple[str, str], int] = {}
             for _, part in sorted(w.value.items()):
-                for fp, t in part.tallies.items():
-                    by_fp.setdefault(fp, []).append(t)
+                for key, t in part.tallies.items():
+                    by_fp.setdefault(fingerprint_of(self.finding_type, *key), []).append(t)
                 for key, n in part.requests.items():
                     requests[key] = requests.get(key, 0) + n
             tallies = {fp: merged(ts, self.max_points) for fp, ts in sorted(by_fp.items())}

@@ -36,7 +36,6 @@ from processors.trace_findings import (
     WindowFindings,
     dependency_of,
     emit_closed,
-    fingerprint_of,
     held_ns,
     max_overlap,
     occurrence_of,
@@ -76,7 +75,8 @@ class FanoutDetector(Processor):
                  telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
         self.config = config
         self.telemetry = telemetry or Telemetry(COMPONENT)
-        self.windows = TallyWindows(COMPONENT, window_ns, grace_ns, max_fingerprints=config.max_fingerprints,
+        self.windows = TallyWindows(COMPONENT, TYPE, window_ns, grace_ns,
+                                    max_fingerprints=config.max_fingerprints,
                                     max_operations=config.max_operations, max_points=config.max_points,
                                     max_windows=max_windows, telemetry=self.telemetry, events=events)  # fmt: skip
         self.shapes = Shapes(config.shape_cache, self.telemetry)
@@ -127,8 +127,8 @@ class FanoutDetector(Processor):
         if saving < self.config.min_saving_ms * MS_NS or share < self.config.min_saving_share:
             return
         service, route, version = request.resource.service, operation_of(request), request.resource.version
-        fingerprint = fingerprint_of(TYPE, service, route, dependency, operation)
-        tally = self.windows.tally(part, fingerprint, lambda: Tally(service, route, dependency, version))
+        key = (service, route, dependency, operation)
+        tally = self.windows.tally(part, key, lambda: Tally(service, route, dependency, version))
         if tally is None:
             return
         tally.add(trace.trace_id, request.start_ns, n, max_points=self.config.max_points, occurrences=n)

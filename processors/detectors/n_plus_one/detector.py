@@ -35,7 +35,6 @@ from processors.trace_findings import (
     TallyWindows,
     WindowFindings,
     emit_closed,
-    fingerprint_of,
     held_ns,
     max_overlap,
     occurrence_of,
@@ -55,7 +54,8 @@ class NPlusOneDetector(Processor):
                  telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
         self.config = config
         self.telemetry = telemetry or Telemetry(TYPE)
-        self.windows = TallyWindows(TYPE, window_ns, grace_ns, max_fingerprints=config.max_fingerprints,
+        self.windows = TallyWindows(TYPE, TYPE, window_ns, grace_ns,
+                                    max_fingerprints=config.max_fingerprints,
                                     max_operations=config.max_operations, max_points=config.max_points,
                                     max_windows=max_windows, telemetry=self.telemetry, events=events)  # fmt: skip
         self.shapes = Shapes(config.shape_cache, self.telemetry)
@@ -101,12 +101,12 @@ class NPlusOneDetector(Processor):
             path = paths[request.span_id] = on_path(trace.spans, request)
         share = min(1.0, held_ns(statements, path, trace.spans) / max(1, request.end_ns - request.start_ns))
         service, route = request.resource.service, operation_of(request)
-        fingerprint = fingerprint_of(TYPE, service, route, shape)
+        key = (service, route, shape)
         db = first.db
         assert db is not None
         entity = db.collection or db.system or "db"
         version = request.resource.version
-        tally = self.windows.tally(part, fingerprint, lambda: Tally(service, route, entity, version))
+        tally = self.windows.tally(part, key, lambda: Tally(service, route, entity, version))
         if tally is None:
             return
         n = len(statements)
