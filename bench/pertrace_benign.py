@@ -40,9 +40,10 @@ class _Clock:
         return self.now
 
 
-def run(gen: Generated, *, detectors: bool = True) -> dict[str, Any]:
-    """Every message through a fresh stage; the findings it published by type, and its time."""
-    settings = config.load(None, env=ENV)
+def run(gen: Generated, *, detectors: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every message through a fresh stage (settings: the shipped ones and ``env``); the findings it published by
+    type (and themselves, under ``events``), what the detectors counted and dropped, and the stage's time."""
+    settings = config.load(None, env={**ENV, **(env or {})})
     factories = [f for f in default().factories if detectors or f.name not in DETECTORS]
     clock, metrics, tracker = _Clock(), Metrics(), PinTracker()
     processors = stage_processors(settings, metrics, clock, "ingest", tracker, factories)
@@ -50,21 +51,24 @@ def run(gen: Generated, *, detectors: bool = True) -> dict[str, Any]:
     ts = gen.start_ns // 1_000_000
     records = [Record(settings.kafka.spans_topic, 0, i, None, m, ts) for i, m in enumerate(gen.messages)]
     findings: Counter[str] = Counter()
+    events: list[FindingEvent] = []
     dead = 0
     begin = time.perf_counter()
     for i in range(0, len(records), settings.kafka.max_poll_records):
         out = stage.process(records[i : i + settings.kafka.max_poll_records])
-        findings.update(e.type for e in out.events if isinstance(e, FindingEvent))
+        events += (e for e in out.events if isinstance(e, FindingEvent))
         dead += sum(1 for m in out.produce if m.topic == settings.kafka.dlq_topic)
     clock.now += 3600 * 1_000_000_000
     out = stage.process([])
-    findings.update(e.type for e in out.events if isinstance(e, FindingEvent))
+    events += (e for e in out.events if isinstance(e, FindingEvent))
+    findings.update(e.type for e in events)
     seconds = time.perf_counter() - begin
     looked = {p.name: dict(p.telemetry.events) for p, _ in processors if p.name in DETECTORS}  # type: ignore[attr-defined]
     dropped = {p.name: dict(p.telemetry.dropped) for p, _ in processors if p.name in DETECTORS}  # type: ignore[attr-defined]
     assert dead == 0 and len(stage.traces) == 0, (dead, len(stage.traces))
-    return {"spans": gen.spans, "findings": dict(findings), "seconds": round(seconds, 3), "counted": looked,
-            "dropped": {k: {r: n for r, n in v.items() if n} for k, v in dropped.items()}}  # fmt: skip
+    hit = {k: {r: n for r, n in v.items() if n} for k, v in dropped.items()}
+    return {"spans": gen.spans, "findings": dict(findings), "events": events, "seconds": round(seconds, 3),
+            "counted": looked, "dropped": hit}  # fmt: skip
 
 
 def main() -> None:
@@ -74,6 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     gen = generate_run(args.spans, seed=args.seed)  # from now: spans ahead of the wall clock are dead-lettered
     without, with_them = run(gen, detectors=False), run(gen)
+    del without["events"], with_them["events"]
     extra_us = (with_them["seconds"] - without["seconds"]) / gen.spans * 1e6
     print(json.dumps({"with_detectors": with_them, "without": without, "extra_us_per_span": round(extra_us, 2)},
                      indent=2))  # fmt: skip
