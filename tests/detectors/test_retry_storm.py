@@ -38,18 +38,31 @@ def test_storm_within_a_trace() -> None:
 
 
 def test_burst_across_traces_with_amplification() -> None:
-    """Twelve requests retrying once (after backing off 200 ms) and eight that did not need to: no request reached
-    min_attempts, but the burst made payments see 32 attempts for 20 calls; remedy: a retry budget."""
+    """Twelve requests retrying a failing call once (after backing off 200 ms) and eight that gave up at once: no
+    request reached min_attempts, but the burst made payments see 32 failed attempts for 20 calls (x1.6); remedy: a
+    retry budget."""
+    d = detector()
+    for i in range(12):
+        d.on_trace(retrying(i, 2, gap_ms=200).trace(), ())
+    for i in range(12, 20):
+        d.on_trace(retrying(i, 1).trace(), ())
+    [finding] = close_all(d)
+    data = data_of(finding, RetryStormData)
+    assert data.burst and not data.within_trace and finding.remedy == "retry_budget"
+    assert (data.requests, data.requests_seen, data.attempts, data.logical_calls) == (12, 20, 32, 20)
+    assert data.amplification == 1.6 and data.failed_share == 1.0 and data.exhausted == 12
+    assert finding.contract is not None and finding.contract.baseline_rate == 0.6
+
+
+def test_retries_that_win_after_one_conflict_are_no_burst() -> None:
+    """Twelve requests whose call failed once and won on its retry (serialization retries under contention): the
+    same amplification, but 12 of 32 attempts failed: the dependency is not failing, no finding."""
     d = detector()
     for i in range(12):
         d.on_trace(retrying(i, 2, gap_ms=200, succeed=True).trace(), ())
     for i in range(12, 20):
         d.on_trace(retrying(i, 1, succeed=True).trace(), ())
-    [finding] = close_all(d)
-    data = data_of(finding, RetryStormData)
-    assert data.burst and not data.within_trace and finding.remedy == "retry_budget"
-    assert (data.requests, data.requests_seen, data.attempts, data.logical_calls) == (12, 20, 32, 20)
-    assert data.amplification == 1.6 and finding.contract is not None and finding.contract.baseline_rate == 0.6
+    assert close_all(d) == []
 
 
 def test_controls_stay_silent() -> None:

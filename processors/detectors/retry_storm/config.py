@@ -20,6 +20,13 @@ class RetryStormConfig(Section):
     min_amplification: float = Field(
         1.5, gt=1, description="... when the dependency also saw this many attempts per logical call in the window"
     )
+    min_failed_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="... and this share of those attempts failed: a failing dependency (a retry that wins after one "
+        "conflict, as serialization retries under contention do, is not a storm)",
+    )
     backoff_floor_ms: float = Field(
         10.0, ge=0, description="retries sooner than this after the failure (on average) are immediate: no backoff"
     )

@@ -21,12 +21,13 @@ class RetryStormData(Frozen):
     operation: str  # the route it served, the statement's shape, or the client span's name
     window: str
     within_trace: bool  # some request made min_attempts attempts, each after a failure
-    burst: bool  # min_burst_traces requests retried and the dependency saw min_amplification
+    burst: bool  # min_burst_traces requests retried, the dependency saw min_amplification and min_failed_share
     requests: int = Field(ge=1)  # requests that retried the call
     requests_seen: int = Field(ge=0)  # requests of the route in the window
     attempts: int = Field(ge=1)  # attempts of the call in the window (every request of the route)
     logical_calls: int = Field(ge=1)  # calls the code meant to make: attempts less the retries
     amplification: float = Field(ge=1)  # attempts / logical calls
+    failed_share: float = Field(ge=0, le=1)  # of the attempts in the window (every request's counted when they fail)
     max_attempts: int = Field(ge=2)  # in the worst request
     exhausted: int = Field(ge=0)  # retried calls whose last attempt failed too
     retry_gap_ms_mean: float  # from a failed attempt's end to the next attempt's start

@@ -9,9 +9,10 @@ so that the window knows each dependency's attempts per logical call (the *ampli
 Per fingerprint (service, route, dependency, operation: stable across deploys) and event-time window, a finding is
 emitted when the window closes if some request made ``min_attempts`` attempts of one call, each after a failure
 (a storm within a trace), or if ``min_burst_traces`` requests retried it and the dependency saw
-``min_amplification`` attempts per logical call (a burst across traces). Its remedy is what the gaps support:
-retries that came sooner than ``backoff_floor_ms`` after the failure on average need ``backoff_with_jitter``;
-retries that already wait and still multiply the load need a ``retry_budget``.
+``min_amplification`` attempts per logical call of which ``min_failed_share`` failed (a burst across traces against
+a failing dependency; retries that win after one conflict, as serialization retries under contention do, are not).
+Its remedy is what the gaps support: retries that came sooner than ``backoff_floor_ms`` after the failure on average
+need ``backoff_with_jitter``; retries that already wait and still multiply the load need a ``retry_budget``.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ class RetryStormDetector(Processor):
             return
         sums = tally.sums
         sums["attempts"] = sums.get("attempts", 0.0) + len(attempts)
-        if len(attempts) == 1 or not any(failed(a) for a in attempts):
+        failures = sum(1 for a in attempts if failed(a))
+        sums["failed"] = sums.get("failed", 0.0) + failures
+        if len(attempts) == 1 or not failures:
             sums["logical"] = sums.get("logical", 0.0) + len(attempts)  # no retry: each attempt a call of its own
             return
         logical = chains(attempts)
@@ -138,7 +141,9 @@ class RetryStormDetector(Processor):
         amplification = attempts / logical
         longest = int(tally.peaks["attempts"])
         within = longest >= c.min_attempts
-        burst = tally.requests >= c.min_burst_traces and amplification >= c.min_amplification
+        failed_share = sums.get("failed", 0.0) / attempts
+        burst = (tally.requests >= c.min_burst_traces and amplification >= c.min_amplification
+                 and failed_share >= c.min_failed_share)  # fmt: skip
         if not (within or burst):
             return None
         gap = sums["gap_ms"] / sums["gaps"]
@@ -148,6 +153,7 @@ class RetryStormDetector(Processor):
             service=tally.service, route=tally.operation, dependency=tally.entity, operation=tally.facts["operation"],
             window=window.window_id, within_trace=within, burst=burst, requests=tally.requests, requests_seen=seen,
             attempts=attempts, logical_calls=logical, amplification=round(amplification, 3), max_attempts=longest,
+            failed_share=round(failed_share, 4),
             exhausted=int(sums["exhausted"]), retry_gap_ms_mean=round(gap, 3), example_trace=tally.facts["trace"],
         )  # fmt: skip
         of_seen = f" of {seen}" if seen else ""
@@ -155,7 +161,8 @@ class RetryStormDetector(Processor):
             f"{tally.requests}{of_seen} requests of {tally.operation} ({tally.service}) called {data.dependency} "
             f"{data.operation} again after it failed; the worst tried {longest} times",
             f"{data.dependency} saw {attempts} attempts for {logical} logical calls in the window: amplification "
-            f"x{amplification:.2f}; {data.exhausted} retried calls failed on their last attempt too",
+            f"x{amplification:.2f}; {failed_share:.0%} of the attempts failed, and {data.exhausted} retried calls "
+            f"failed on their last attempt too",
             f"retries came {gap:.1f} ms after the failure on average"
             + (" (no backoff)" if remedy == BACKOFF else " (backing off, still multiplying the load)"),
             f"remedy {remedy}: "
