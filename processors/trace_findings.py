@@ -8,7 +8,8 @@ CALLS aggregates keep them (a revoked partition's contributions go, its next own
 counts the requests of each (service, operation), so that a finding says how many of its route's requests it hit.
 
 Bounds (counted when hit): ``max_fingerprints`` tallies per window and partition (``max_fingerprints``),
-``max_operations`` request counters (``max_operations``), ``max_points`` chart points and example traces per tally.
+``max_operations`` request counters (``max_operations``) and as many counters of traffic without a defect
+(``max_counters``), ``max_points`` chart points and example traces per tally.
 
 :func:`statement_shape` is the statement text with its literals and placeholders masked (``?``), IN lists folded
 and whitespace and case normalised: what stays the same when a loop runs one query with different values. It masks
@@ -243,10 +244,13 @@ def merged(parts: list[Tally], max_points: int) -> Tally:
 
 @dataclass(slots=True)
 class PartWindow:
-    """One input partition's contribution to a window: request counts and tallies by fingerprint."""
+    """One input partition's contribution to a window: request counts, tallies by what names the defect and, apart
+    from them, counters by the same names of traffic that showed no defect (a dependency's calls): counting them
+    never crowds a defect's tally out of its bound."""
 
     requests: dict[tuple[str, str], int] = field(default_factory=dict)  # (service, operation) -> requests
     tallies: dict[tuple[str, ...], Tally] = field(default_factory=dict)  # by what names the defect
+    counts: dict[tuple[str, ...], dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +263,7 @@ class WindowFindings:
     parts: tuple[str, ...]
     tallies: dict[str, Tally]
     requests: dict[tuple[str, str], int]
+    counts: dict[str, dict[str, float]] = field(default_factory=dict)  # by fingerprint
 
 
 class TallyWindows:
@@ -273,7 +278,7 @@ class TallyWindows:
         self.max_fingerprints = max_fingerprints
         self.max_operations = max_operations
         self.max_points = max_points
-        self.telemetry = (telemetry or Telemetry(name)).declare("max_fingerprints", "max_operations")
+        self.telemetry = (telemetry or Telemetry(name)).declare("max_fingerprints", "max_operations", "max_counters")
         self._windows: TumblingWindows[dict[str, PartWindow]] = TumblingWindows(
             name, size_ns, grace_ns, lambda _start: {}, max_windows=max_windows, telemetry=self.telemetry,
             events=events,
@@ -311,6 +316,17 @@ class TallyWindows:
             found = part.tallies[key] = make()
         return found
 
+    def count(self, part: PartWindow, key: tuple[str, ...], **values: float) -> None:
+        """Add ``values`` to the counters of ``key`` in ``part``; past ``max_operations`` keys, dropped (counted)."""
+        counters = part.counts.get(key)
+        if counters is None:
+            if len(part.counts) >= self.max_operations:
+                self.telemetry.drop("max_counters")
+                return
+            counters = part.counts[key] = {}
+        for name, v in values.items():
+            counters[name] = counters.get(name, 0.0) + v
+
     def forget_part(self, part: str) -> None:
         """A revoked input partition: its contributions to open windows go (its next owner replays them)."""
         self._windows.each(lambda parts: parts.pop(part, None))
@@ -321,13 +337,21 @@ class TallyWindows:
         for w in self._windows.close_until(watermark_ns, open_since_ns):
             by_fp: dict[str, list[Tally]] = {}
             requests: dict[tuple[str, str], int] = {}
+            counts: dict[str, dict[str, float]] = {}
+            defects = {key for part in w.value.values() for key in part.tallies}  # only their counters are read
             for _, part in sorted(w.value.items()):
                 for key, t in part.tallies.items():
                     by_fp.setdefault(fingerprint_of(self.finding_type, *key), []).append(t)
                 for key, n in part.requests.items():
                     requests[key] = requests.get(key, 0) + n
+                for key, values in part.counts.items():
+                    if key in defects:
+                        mine = counts.setdefault(fingerprint_of(self.finding_type, *key), {})
+                        for name, v in values.items():
+                            mine[name] = mine.get(name, 0.0) + v
             tallies = {fp: merged(ts, self.max_points) for fp, ts in sorted(by_fp.items())}
-            out.append(WindowFindings(w.window_id, w.start_ns, w.end_ns, tuple(sorted(w.value)), tallies, requests))
+            out.append(WindowFindings(w.window_id, w.start_ns, w.end_ns, tuple(sorted(w.value)), tallies, requests,
+                                      counts))  # fmt: skip
         return out
 
 

@@ -96,3 +96,17 @@ def test_database_statement_retried_after_serialization_failures() -> None:
     data = data_of(finding, RetryStormData)
     assert data.dependency == "postgresql" and data.operation == "update stock set n = n - ? where sku = ?"
     assert data.exhausted == 0 and data.max_attempts == 4
+
+
+def test_healthy_calls_never_crowd_a_storm_out_of_the_bound() -> None:
+    """Calls without retries are counted apart from the tallies: with room for one tally per window, fifty healthy
+    routes seen first leave it to the storm that comes after them."""
+    d = detector(max_fingerprints=1)
+    for i in range(50):
+        ok = Request(f"/page/{i}", T0 + i * MS)
+        ok.call("catalog", "/items", 1, 5)
+        d.on_trace(ok.trace(), ())
+    d.on_trace(retrying(60, 5).trace(), ())
+    [finding] = close_all(d)
+    assert finding.subject.operation == "/checkout"
+    assert d.telemetry.dropped.get("max_fingerprints", 0) == 0

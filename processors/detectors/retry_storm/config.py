@@ -31,12 +31,13 @@ class RetryStormConfig(Section):
         10.0, ge=0, description="retries sooner than this after the failure (on average) are immediate: no backoff"
     )
     max_fingerprints: int = Field(
-        2_000,
-        ge=1,
-        description="(service, route, dependency, operation) tallies per window and input partition (counted)",
+        1_000, ge=1, description="findings tallied per window and input partition; more are dropped (counted)"
     )
     max_operations: int = Field(
-        10_000, ge=1, description="(service, route) request counters per window and input partition (counted)"
+        10_000,
+        ge=1,
+        description="(service, route) request counters, and as many (service, route, dependency, operation) call "
+        "counters, per window and input partition; more are dropped (counted)",
     )
     max_points: int = Field(200, ge=1, le=500, description="chart points (affected requests) kept per finding")
     shape_cache: int = Field(4_096, ge=1, description="statement shapes remembered by statement text (counted)")

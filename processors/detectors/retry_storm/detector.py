@@ -98,22 +98,18 @@ class RetryStormDetector(Processor):
         """Count one group's attempts and logical calls; tally its retries."""
         service, route, version = request.resource.service, operation_of(request), request.resource.version
         key = (service, route, dependency, operation)
-        tally = self.windows.tally(
-            part, key, lambda: Tally(service, route, dependency, version, facts={"operation": operation})
-        )
-        if tally is None:
-            return
-        sums = tally.sums
-        sums["attempts"] = sums.get("attempts", 0.0) + len(attempts)
         failures = sum(1 for a in attempts if failed(a))
-        sums["failed"] = sums.get("failed", 0.0) + failures
-        if len(attempts) == 1 or not failures:
-            sums["logical"] = sums.get("logical", 0.0) + len(attempts)  # no retry: each attempt a call of its own
+        if len(attempts) == 1 or not failures:  # no retry: each attempt a call of its own
+            self.windows.count(part, key, attempts=len(attempts), logical=len(attempts), failed=failures)
             return
         logical = chains(attempts)
-        sums["logical"] = sums.get("logical", 0.0) + len(logical)
+        self.windows.count(part, key, attempts=len(attempts), logical=len(logical), failed=failures)
         retried = [c for c in logical if len(c) > 1]
         if not retried:
+            return
+        tally = self.windows.tally(part, key, lambda: Tally(service, route, dependency, version,
+                                                            facts={"operation": operation}))  # fmt: skip
+        if tally is None:
             return
         longest = max(len(c) for c in retried)
         retries = sum(len(c) - 1 for c in retried)
@@ -134,14 +130,12 @@ class RetryStormDetector(Processor):
         self.telemetry.gauge("open_windows", len(self.windows))
 
     def _finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent | None:
-        if not tally.requests:
-            return None  # no request retried this call in the window
-        c, sums = self.config, tally.sums
-        attempts, logical = int(sums["attempts"]), int(sums["logical"])
+        c, sums, calls = self.config, tally.sums, window.counts[fingerprint]
+        attempts, logical = int(calls["attempts"]), int(calls["logical"])
         amplification = attempts / logical
         longest = int(tally.peaks["attempts"])
         within = longest >= c.min_attempts
-        failed_share = sums.get("failed", 0.0) / attempts
+        failed_share = calls["failed"] / attempts
         burst = (tally.requests >= c.min_burst_traces and amplification >= c.min_amplification
                  and failed_share >= c.min_failed_share)  # fmt: skip
         if not (within or burst):
