@@ -250,7 +250,7 @@ class PartWindow:
 
     requests: dict[tuple[str, str], int] = field(default_factory=dict)  # (service, operation) -> requests
     tallies: dict[tuple[str, ...], Tally] = field(default_factory=dict)  # by what names the defect
-    counts: dict[tuple[str, ...], dict[str, float]] = field(default_factory=dict)
+    counts: dict[tuple[str, ...], list[float]] = field(default_factory=dict)  # summed element by element
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ class WindowFindings:
     parts: tuple[str, ...]
     tallies: dict[str, Tally]
     requests: dict[tuple[str, str], int]
-    counts: dict[str, dict[str, float]] = field(default_factory=dict)  # by fingerprint
+    counts: dict[str, list[float]] = field(default_factory=dict)  # by fingerprint
 
 
 class TallyWindows:
@@ -316,16 +316,18 @@ class TallyWindows:
             found = part.tallies[key] = make()
         return found
 
-    def count(self, part: PartWindow, key: tuple[str, ...], **values: float) -> None:
-        """Add ``values`` to the counters of ``key`` in ``part``; past ``max_operations`` keys, dropped (counted)."""
+    def count(self, part: PartWindow, key: tuple[str, ...], *values: float) -> None:
+        """Add ``values`` to the counters of ``key`` in ``part`` (element by element, always as many); past
+        ``max_operations`` keys, dropped (counted)."""
         counters = part.counts.get(key)
         if counters is None:
             if len(part.counts) >= self.max_operations:
                 self.telemetry.drop("max_counters")
                 return
-            counters = part.counts[key] = {}
-        for name, v in values.items():
-            counters[name] = counters.get(name, 0.0) + v
+            part.counts[key] = list(values)
+            return
+        for i, v in enumerate(values):
+            counters[i] += v
 
     def forget_part(self, part: str) -> None:
         """A revoked input partition: its contributions to open windows go (its next owner replays them)."""
@@ -337,7 +339,7 @@ class TallyWindows:
         for w in self._windows.close_until(watermark_ns, open_since_ns):
             by_fp: dict[str, list[Tally]] = {}
             requests: dict[tuple[str, str], int] = {}
-            counts: dict[str, dict[str, float]] = {}
+            counts: dict[str, list[float]] = {}
             defects = {key for part in w.value.values() for key in part.tallies}  # only their counters are read
             for _, part in sorted(w.value.items()):
                 for key, t in part.tallies.items():
@@ -346,9 +348,11 @@ class TallyWindows:
                     requests[key] = requests.get(key, 0) + n
                 for key, values in part.counts.items():
                     if key in defects:
-                        mine = counts.setdefault(fingerprint_of(self.finding_type, *key), {})
-                        for name, v in values.items():
-                            mine[name] = mine.get(name, 0.0) + v
+                        fp = fingerprint_of(self.finding_type, *key)
+                        mine = counts.get(fp)
+                        counts[fp] = (
+                            list(values) if mine is None else [a + b for a, b in zip(mine, values, strict=True)]
+                        )
             tallies = {fp: merged(ts, self.max_points) for fp, ts in sorted(by_fp.items())}
             out.append(WindowFindings(w.window_id, w.start_ns, w.end_ns, tuple(sorted(w.value)), tallies, requests,
                                       counts))  # fmt: skip

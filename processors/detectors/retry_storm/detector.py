@@ -39,9 +39,7 @@ from processors.trace_findings import (
     emit_closed,
     failed,
     occurrence_of,
-    operation_of,
     request_above,
-    servers_below,
 )
 from processors.traces import ClosedTrace
 
@@ -76,34 +74,43 @@ class RetryStormDetector(Processor):
         part = self.windows.window(trace)
         if part is None:
             return
-        clients = [s for s in trace.spans if s.kind == SpanKind.CLIENT]
+        clients: list[Span] = []
+        servers: dict[str, Span] = {}  # the server span answering each client span, by the client's span id
+        by_id: dict[str, Span] = {}
+        for s in trace.spans:
+            by_id[s.span_id] = s
+            if s.kind == SpanKind.CLIENT:
+                clients.append(s)
+            elif s.kind == SpanKind.SERVER and s.parent_id:
+                servers[s.parent_id] = s
         if not clients:
             return
-        servers = servers_below(trace.spans)
         groups: dict[tuple[str, str, str], list[Span]] = {}
         for s in clients:
             groups.setdefault((s.parent_id, *dependency_of(s, servers, self.shapes)), []).append(s)
-        by_id = {s.span_id: s for s in trace.spans}
         requests: dict[str, Span] = {}  # by parent span id
         for (parent, dependency, operation), attempts in groups.items():
             request = requests.get(parent)
             if request is None:
                 request = requests[parent] = request_above(attempts[0], by_id) or trace.root
-            if len(attempts) > 1:
-                attempts.sort(key=lambda s: (s.start_ns, s.end_ns))
-            self._calls(trace, request, dependency, operation, attempts, part)
+            key = (request.resource.service, request.route or request.name, dependency, operation)
+            if len(attempts) == 1:
+                self.windows.count(part, key, 1, 1, failed(attempts[0]))
+                continue
+            failures = sum(map(failed, attempts))
+            if not failures:  # no retry: each attempt a call of its own
+                self.windows.count(part, key, len(attempts), len(attempts), 0)
+                continue
+            attempts.sort(key=lambda s: (s.start_ns, s.end_ns))
+            self._retries(trace, request, key, attempts, failures, part)
 
-    def _calls(self, trace: ClosedTrace, request: Span, dependency: str, operation: str, attempts: list[Span],
-               part: PartWindow) -> None:  # fmt: skip
+    def _retries(self, trace: ClosedTrace, request: Span, key: tuple[str, str, str, str], attempts: list[Span],
+                 failures: int, part: PartWindow) -> None:  # fmt: skip
         """Count one group's attempts and logical calls; tally its retries."""
-        service, route, version = request.resource.service, operation_of(request), request.resource.version
-        key = (service, route, dependency, operation)
-        failures = sum(1 for a in attempts if failed(a))
-        if len(attempts) == 1 or not failures:  # no retry: each attempt a call of its own
-            self.windows.count(part, key, attempts=len(attempts), logical=len(attempts), failed=failures)
-            return
+        service, route, dependency, operation = key
+        version = request.resource.version
         logical = chains(attempts)
-        self.windows.count(part, key, attempts=len(attempts), logical=len(logical), failed=failures)
+        self.windows.count(part, key, len(attempts), len(logical), failures)
         retried = [c for c in logical if len(c) > 1]
         if not retried:
             return
@@ -130,12 +137,13 @@ class RetryStormDetector(Processor):
         self.telemetry.gauge("open_windows", len(self.windows))
 
     def _finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent | None:
-        c, sums, calls = self.config, tally.sums, window.counts[fingerprint]
-        attempts, logical = int(calls["attempts"]), int(calls["logical"])
+        c, sums = self.config, tally.sums
+        calls_attempts, calls_logical, calls_failed = window.counts[fingerprint]
+        attempts, logical = int(calls_attempts), int(calls_logical)
         amplification = attempts / logical
         longest = int(tally.peaks["attempts"])
         within = longest >= c.min_attempts
-        failed_share = calls["failed"] / attempts
+        failed_share = calls_failed / attempts
         burst = (tally.requests >= c.min_burst_traces and amplification >= c.min_amplification
                  and failed_share >= c.min_failed_share)  # fmt: skip
         if not (within or burst):
