@@ -16,8 +16,11 @@ from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
 from processors.detectors.blocked_by import FACTORY as BLOCKED_BY
 from processors.detectors.collisions import FACTORY as COLLISIONS
+from processors.detectors.fanout import FACTORY as FANOUT
+from processors.detectors.n_plus_one import FACTORY as N_PLUS_ONE
 from processors.detectors.regressions import FACTORY as REGRESSIONS
 from processors.detectors.regressions import JUDGE as REGRESSION_JUDGE
+from processors.detectors.retry_storm import FACTORY as RETRY_STORM
 from sinks.files import FACTORY as FILES
 from sinks.gitlab import FACTORY as GITLAB
 from streamer.decode.registry import DECODERS, DecoderFactory
@@ -27,6 +30,9 @@ FACTORIES: tuple[Factory[Any, Any], ...] = (
     REGRESSIONS,  # detector, stage "ingest": windowed service statistics, relayed to its judge
     REGRESSION_JUDGE,  # detector, stage "entities": latency and error regressions on every instance's statistics
     BLOCKED_BY,  # detector, stage "entities": statements that waited on another trace's row lock (issue 36)
+    N_PLUS_ONE,  # detector, stage "ingest": one query per item in a loop, per request
+    FANOUT,  # detector, stage "ingest": N calls to one dependency in a request run k at a time
+    RETRY_STORM,  # detector, stage "ingest": calls repeated after errors, within a request or across a burst
     PROOF,  # connector, stage "ingest": proof contracts and verdicts
     REPRO,  # connector, incidents -> repros: RED, repair plan, GREEN
     GITLAB,  # sink: GitLab issues

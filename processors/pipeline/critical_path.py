@@ -11,7 +11,7 @@ with a parent cycle). The owned intervals partition the start span's duration ex
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from processors.model.events import SpanKind
@@ -27,13 +27,27 @@ def owner(span: Span) -> str:
 
 def critical_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
     """Nanoseconds of ``start``'s duration owned by each owner along its critical path."""
+    owned: dict[str, int] = {}
+    for span, self_ns in _walk(spans, start):
+        key = owner(span)
+        owned[key] = owned.get(key, 0) + self_ns
+    return owned
+
+
+def on_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
+    """Nanoseconds of ``start``'s duration each span owns along its critical path, by span id (spans that own
+    nothing are absent): what a group of spans (a query repeated in a loop) costs the request."""
+    return {span.span_id: self_ns for span, self_ns in _walk(spans, start)}
+
+
+def _walk(spans: Iterable[Span], start: Span) -> Iterator[tuple[Span, int]]:
+    """Each span on ``start``'s critical path with the nanoseconds of self time it owns there (once per span)."""
     children: dict[str, list[Span]] = {}
     for s in spans:
         if s.parent_id and s.span_id != start.span_id:
             children.setdefault(s.parent_id, []).append(s)
     for kids in children.values():
         kids.sort(key=lambda s: s.end_ns, reverse=True)
-    owned: dict[str, int] = {}
     seen: set[str] = set()
     stack: list[tuple[Span, int, int]] = [(start, start.start_ns, start.end_ns)]
     while stack:
@@ -57,9 +71,7 @@ def critical_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
             cursor = begin
         self_ns += cursor - lo
         if self_ns:
-            key = owner(span)
-            owned[key] = owned.get(key, 0) + self_ns
-    return owned
+            yield span, self_ns
 
 
 def shares(owned: Mapping[str, int]) -> dict[str, float]:

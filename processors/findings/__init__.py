@@ -1,0 +1,1 @@
+"""Shared machinery of the detectors that publish findings: per-trace tallies in event-time windows."""
