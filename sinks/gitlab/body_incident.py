@@ -11,6 +11,7 @@ every note starts with the marker of :mod:`sinks.gitlab.markdown`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from processors.connectors.proofs.contracts import contract_from_incident
@@ -256,4 +257,38 @@ def upgrade_note(e: IncidentEvent) -> str:
     )
 
 
-__all__ = ["description", "filed_contract", "mermaid", "occurrence_note", "reopen_note", "title", "upgrade_note"]
+@dataclass(frozen=True, slots=True)
+class IncidentIssue:
+    """The :class:`~sinks.gitlab.body.IssueBody` of an incident (registered for the kind ``incident``)."""
+
+    e: IncidentEvent
+
+    def anomaly(self) -> str:
+        return self.e.anomaly
+
+    def title(self) -> str:
+        return title(self.e)
+
+    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
+        return description(self.e, state, links)
+
+    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str:
+        return occurrence_note(self.e, number, last=last, links=links)
+
+    def reopen_note(self, fixed_after_ms: float | None) -> str:
+        return reopen_note(self.e, fixed_after_ms)
+
+    def upgrade_note(self) -> str:
+        return upgrade_note(self.e)
+
+
+__all__ = [
+    "IncidentIssue",
+    "description",
+    "filed_contract",
+    "mermaid",
+    "occurrence_note",
+    "reopen_note",
+    "title",
+    "upgrade_note",
+]

@@ -15,11 +15,13 @@ the summary) are code spans in the Markdown, :func:`~sinks.gitlab.escape.mermaid
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 from processors.model.anomaly import Anomaly
 from processors.model.outputs import Evidence, RegressionEvent
+from sinks.gitlab import charts
 from sinks.gitlab.escape import code, mermaid_string, plain, title_text
+from sinks.gitlab.links import Links
 from sinks.gitlab.markdown import closed_since, event_id, fingerprint_label, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
 
@@ -76,22 +78,6 @@ def _change(e: RegressionEvent, ev: Evidence) -> str:
 # ---- the chart --------------------------------------------------------------------------------------------------
 
 
-def _num(value: float) -> str:
-    """A Mermaid number: plain decimal notation (no exponent), at most three decimals."""
-    if not math.isfinite(value):
-        return "0"
-    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
-
-
-def _ceiling(top: float) -> float:
-    """A round upper end of the y axis, at least 10% above the highest bar as shown (1 when every bar shows 0)."""
-    if not math.isfinite(top) or top <= 0:
-        return 1.0
-    want = top * 1.1
-    scale = 10.0 ** math.floor(math.log10(want))
-    return next(step * scale for step in (1.0, 2.0, 2.5, 5.0, 10.0) if step * scale >= want)
-
-
 def chart(e: RegressionEvent, ev: Evidence) -> str:
     """The primary evidence as an ``xychart-beta`` bar chart: error rate, or latency p50 and p95, before vs after."""
     versus = f"{_before(ev)} vs {ev.after_version}"
@@ -105,13 +91,13 @@ def chart(e: RegressionEvent, ev: Evidence) -> str:
         labels = ["before", "after"]
         values = [ev.before_rate * 100, ev.after_rate * 100]
         axis = "error rate (%)"
-    shown = [_num(v) for v in values]
+    shown = [charts.number(v) for v in values]
     return "\n".join(
         [
             "xychart-beta",
             f"    title {mermaid_string(heading)}",
             "    x-axis [" + ", ".join(f'"{label}"' for label in labels) + "]",
-            f'    y-axis "{axis}" 0 --> {_num(_ceiling(max(float(v) for v in shown)))}',
+            f'    y-axis "{axis}" 0 --> {charts.number(charts.ceiling(max(float(v) for v in shown)))}',
             "    bar [" + ", ".join(shown) + "]",
         ]
     )
@@ -273,4 +259,45 @@ def reopen_note(e: RegressionEvent, fixed_after_ms: float | None) -> str:
     )
 
 
-__all__ = ["chart", "description", "evidence_table", "occurrence_note", "path_table", "primary", "reopen_note", "title"]
+def upgrade_note(e: RegressionEvent) -> str:
+    """Never posted (regressions are not ranked, so no occurrence is better evidenced): the occurrence's line."""
+    return f"{marker(f'upgrade-{e.occurrence}')}\n**Occurrence** {_where(e)}.\n"
+
+
+@dataclass(frozen=True, slots=True)
+class RegressionIssue:
+    """The :class:`~sinks.gitlab.body.IssueBody` of a regression (registered for the kind ``regression``)."""
+
+    e: RegressionEvent
+
+    def anomaly(self) -> str:
+        return Anomaly.REGRESSION.value
+
+    def title(self) -> str:
+        return title(self.e)
+
+    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
+        return description(self.e, state)
+
+    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str:
+        return occurrence_note(self.e, number, last=last)
+
+    def reopen_note(self, fixed_after_ms: float | None) -> str:
+        return reopen_note(self.e, fixed_after_ms)
+
+    def upgrade_note(self) -> str:
+        return upgrade_note(self.e)
+
+
+__all__ = [
+    "RegressionIssue",
+    "chart",
+    "description",
+    "evidence_table",
+    "occurrence_note",
+    "path_table",
+    "primary",
+    "reopen_note",
+    "title",
+    "upgrade_note",
+]

@@ -1,0 +1,63 @@
+"""How a finding renders as a GitLab issue: the :class:`IssueBody` a finding's type or kind registered, found by lookup.
+
+The sink knows no finding class. A renderer is registered with
+:func:`~processors.model.finding.register_renderer` on the ``gitlab_body`` surface, keyed by a finding type
+(``n_plus_one``), a published kind (``incident``, ``regression``: every type of that kind) or ``*`` (the generic
+body of :mod:`sinks.gitlab.body_finding`, for every type without one of its own); :func:`issue_body` looks the
+finding's type up first, then its kind, then ``*``. A renderer is a callable of the finding (a class) that returns
+an :class:`IssueBody`. The bodies of this package register themselves when :mod:`sinks.gitlab.bodies` is imported
+(the issues module does).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from processors.model.finding import RENDERERS, Finding
+from sinks.gitlab.links import Links
+from sinks.gitlab.markdown import kind_of
+from sinks.gitlab.state import IssueState
+
+SURFACE = "gitlab_body"
+
+
+class IssueBody(Protocol):
+    """One finding's issue: its title, description and notes (pure functions of the finding, golden-tested)."""
+
+    def anomaly(self) -> str:
+        """The class its issue is labelled with (``anomaly::<class>``): an anomaly or a finding type."""
+        ...
+
+    def title(self) -> str: ...
+
+    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
+        """The description of the issue this finding files (or, better evidenced, now shows)."""
+        ...
+
+    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str: ...
+
+    def reopen_note(self, fixed_after_ms: float | None) -> str: ...
+
+    def upgrade_note(self) -> str:
+        """The note saying the description now shows this better-evidenced occurrence."""
+        ...
+
+
+class NoRenderer(LookupError):
+    """No GitLab body is registered for a finding (not even the generic one: :mod:`sinks.gitlab.bodies` not loaded)."""
+
+
+def issue_body(e: Finding) -> IssueBody:
+    """The body ``e`` renders with: its type's, else its kind's, else the generic one."""
+    found = (
+        RENDERERS.get((SURFACE, e.finding_type()))
+        or RENDERERS.get((SURFACE, kind_of(e)))
+        or RENDERERS.get((SURFACE, "*"))
+    )
+    if found is None:
+        raise NoRenderer(f"no {SURFACE} renderer for {e.finding_type()!r}")
+    body: IssueBody = found(e)
+    return body
+
+
+__all__ = ["SURFACE", "IssueBody", "NoRenderer", "issue_body"]
