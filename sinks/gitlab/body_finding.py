@@ -117,7 +117,7 @@ def _charts(e: FindingEvent) -> list[str]:
         return ["_No chart._"]
     out: list[str] = []
     for s in shown:
-        out += [f"**{_word(s.name)}**", "", "```mermaid", chart(s), "```", ""]
+        out += [f"**Chart:** {code(s.name)}", "", "```mermaid", chart(s), "```", ""]
     return out[:-1]
 
 
@@ -173,7 +173,7 @@ def occurrence_note(e: FindingEvent, number: int, *, last: bool, links: Links | 
     """A note for a repeated occurrence (only the first few repeats get one)."""
     links = links or Links()
     lines = [marker(event_id(e)), f"**Occurrence {number}** of {_at(e)}: {code(e.severity)}.", "",
-             f"> {code(e.title, limit=400)}"]  # fmt: skip
+             f"> {code(e.title, limit=400)}", ""]  # fmt: skip
     lines += [f"- {code(line, limit=400)}" for line in e.evidence[:3]]
     lines += [f"- trace {links.trace(t)}" for t in e.traces[:3]]
     if last:

@@ -1,9 +1,11 @@
 """Published events as graph rows: the parameters of ``schema.RECORDS`` (one function per kind).
 
 An incident is an ``Incident`` node per fingerprint with an ``Occurrence`` per occurrence; a regression likewise,
-``ON`` its ``Operation``; a verdict a ``Verdict`` that ``JUDGES`` its ``Contract``; a contract a ``Contract``
-``FOR`` its incident, with the whole contract as JSON so that a restarted daemon resumes its watch. Every
-recorded event also gets a ``Published {id}`` node (its ``event_id``), which is how a replay is recognised.
+``ON`` its ``Operation``; a finding of any other type likewise, labelled ``Finding`` too (its type, title, subject,
+severity, remedy, and data as JSON), ``ON`` the Operation or Service its subject names; a verdict a ``Verdict``
+that ``JUDGES`` its ``Contract``; a contract a ``Contract`` ``FOR`` its incident, with the whole contract as JSON so
+that a restarted daemon resumes its watch. Every recorded event also gets a ``Published {id}`` node (its
+``event_id``), which is how a replay is recognised.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 
 from processors.model.base import Published
 from processors.model.contract import ProofContract
+from processors.model.finding import FindingEvent
 from processors.model.graph import Row
 from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
@@ -57,6 +60,31 @@ def regression_row(e: RegressionEvent) -> Row:
     }
 
 
+def finding_row(e: FindingEvent) -> Row:
+    """A finding of any registered type: its ``Incident:Finding`` node (one per fingerprint, so contracts, verdicts,
+    repros and the MCP tools find it as they find an incident), an ``Occurrence``, and ``ON`` its Operation (or its
+    Service) when its subject names one. Its typed data is stored as JSON, as it was published."""
+    s = e.subject
+    return {
+        "fingerprint": e.fingerprint,
+        "occurrence": e.occurrence,
+        "type": e.type,
+        "title": e.title,
+        "severity": e.severity,
+        "remedy": e.remedy,
+        "service": s.service,
+        "operation": s.operation,
+        "operation_key": operation_key_of(s.service, s.operation) if s.service and s.operation else None,
+        "entity": s.entity,
+        "version": s.version,
+        "at": e.seen_unix_ms(),
+        "data": json.dumps(e.data, sort_keys=True, default=str),
+        "evidence": list(e.evidence),
+        "traces": list(e.traces),
+        "contract": e.contract.signature if e.contract is not None else None,
+    }
+
+
 def verdict_row(v: VerdictEvent) -> Row:
     """One ``Verdict`` per outcome per build of a contract."""
     return {
@@ -93,6 +121,7 @@ def contract_row(c: ProofContract) -> Row:
 ROWS: dict[type[Published], tuple[str, Callable[..., Row]]] = {
     IncidentEvent: ("incident", incident_row),
     RegressionEvent: ("regression", regression_row),
+    FindingEvent: ("finding", finding_row),
     VerdictEvent: ("verdict", verdict_row),
     ProofContract: ("contract", contract_row),
 }
