@@ -5,13 +5,9 @@ generic body of every other finding (``*``). A detector may register its own for
 from __future__ import annotations
 
 from processors.model.finding import register_renderer
-from sinks.gitlab.body import SURFACE
-from sinks.gitlab.body_finding import FindingIssue
-from sinks.gitlab.body_incident import IncidentIssue
-from sinks.gitlab.body_regression import RegressionIssue
+from sinks.gitlab import body_finding, body_incident, body_regression
+from sinks.gitlab.body import SURFACE, of_module
 
-register_renderer(SURFACE, "incident", IncidentIssue)
-register_renderer(SURFACE, "regression", RegressionIssue)
-register_renderer(SURFACE, "*", FindingIssue)
-
-__all__ = ["FindingIssue", "IncidentIssue", "RegressionIssue"]
+register_renderer(SURFACE, "incident", of_module(body_incident))
+register_renderer(SURFACE, "regression", of_module(body_regression))
+register_renderer(SURFACE, "*", of_module(body_finding))

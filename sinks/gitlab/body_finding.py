@@ -12,14 +12,13 @@ description ends with the hidden state of :mod:`sinks.gitlab.state`; every note 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from processors.model.finding import FINDING_TYPES, ContractRules, FindingEvent, Series
 from sinks.gitlab import charts
 from sinks.gitlab.escape import code, mermaid_string, plain, title_text
 from sinks.gitlab.links import Links
-from sinks.gitlab.markdown import closed_since, event_id, fingerprint_label, iso, marker, reopen_id
+from sinks.gitlab.markdown import closed_since, event_id, footer, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
 
 MAX_DATA_ROWS = 40  # fields of ``data`` shown (the rest is in the event on Kafka and in the graph)
@@ -34,6 +33,11 @@ def type_title(e: FindingEvent) -> str:
 
 def _word(value: str) -> str:
     return plain(value, 80).replace("|", "\\|")
+
+
+def anomaly(e: FindingEvent) -> str:
+    """The class its issue is labelled with: its type."""
+    return e.type
 
 
 def title(e: FindingEvent) -> str:
@@ -154,8 +158,7 @@ def description(e: FindingEvent, state: IssueState | None = None, links: Links |
         "",
         *traces,
         "",
-        "---",
-        f"<sub>Filed by trace-repro · schema v{e.schema_version} · {code(fingerprint_label(e.fingerprint))}</sub>",
+        *footer(e.fingerprint, e.schema_version),
     ]
     return with_state("\n".join(parts), state)
 
@@ -201,33 +204,8 @@ def upgrade_note(e: FindingEvent) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class FindingIssue:
-    """The generic :class:`~sinks.gitlab.body.IssueBody` (registered for ``*``)."""
-
-    e: FindingEvent
-
-    def anomaly(self) -> str:
-        return self.e.finding_type()
-
-    def title(self) -> str:
-        return title(self.e)
-
-    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
-        return description(self.e, state, links)
-
-    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str:
-        return occurrence_note(self.e, number, last=last, links=links)
-
-    def reopen_note(self, fixed_after_ms: float | None) -> str:
-        return reopen_note(self.e, fixed_after_ms)
-
-    def upgrade_note(self) -> str:
-        return upgrade_note(self.e)
-
-
 __all__ = [
-    "FindingIssue",
+    "anomaly",
     "chart",
     "data_table",
     "description",

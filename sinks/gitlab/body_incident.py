@@ -11,7 +11,6 @@ every note starts with the marker of :mod:`sinks.gitlab.markdown`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from processors.connectors.proofs.contracts import contract_from_incident
@@ -20,7 +19,7 @@ from processors.model.outputs import AccessInfo, IncidentEvent
 from sinks.gitlab import contract_section
 from sinks.gitlab.escape import code, mermaid_alias, mermaid_text, plain, title_text
 from sinks.gitlab.links import Links
-from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, fingerprint_label, iso, marker, reopen_id
+from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, footer, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
 
 
@@ -31,6 +30,11 @@ def _who(a: AccessInfo) -> str:
 def _word(value: str) -> str:
     """A short untrusted word in prose or a table cell (an anomaly's name, an operation): no reference, no cell end."""
     return plain(value, 80).replace("|", "\\|")
+
+
+def anomaly(e: IncidentEvent) -> str:
+    """The class its issue is labelled with: its anomaly."""
+    return e.anomaly
 
 
 def title(e: IncidentEvent) -> str:
@@ -207,8 +211,7 @@ def description(e: IncidentEvent, state: IssueState | None = None, links: Links 
         *(f"- {code(line, limit=400)}" for line in e.evidence),
         *([] if e.evidence else ["_No evidence lines._"]),
         "",
-        "---",
-        f"<sub>Filed by trace-repro · schema v{e.schema_version} · {code(fingerprint_label(e.fingerprint))}</sub>",
+        *footer(e.fingerprint, e.schema_version),
     ]
     return with_state("\n".join(parts), state)
 
@@ -257,33 +260,8 @@ def upgrade_note(e: IncidentEvent) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class IncidentIssue:
-    """The :class:`~sinks.gitlab.body.IssueBody` of an incident (registered for the kind ``incident``)."""
-
-    e: IncidentEvent
-
-    def anomaly(self) -> str:
-        return self.e.anomaly
-
-    def title(self) -> str:
-        return title(self.e)
-
-    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
-        return description(self.e, state, links)
-
-    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str:
-        return occurrence_note(self.e, number, last=last, links=links)
-
-    def reopen_note(self, fixed_after_ms: float | None) -> str:
-        return reopen_note(self.e, fixed_after_ms)
-
-    def upgrade_note(self) -> str:
-        return upgrade_note(self.e)
-
-
 __all__ = [
-    "IncidentIssue",
+    "anomaly",
     "description",
     "filed_contract",
     "mermaid",

@@ -15,15 +15,18 @@ the summary) are code spans in the Markdown, :func:`~sinks.gitlab.escape.mermaid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from processors.model.anomaly import Anomaly
 from processors.model.outputs import Evidence, RegressionEvent
 from sinks.gitlab import charts
 from sinks.gitlab.escape import code, mermaid_string, plain, title_text
 from sinks.gitlab.links import Links
-from sinks.gitlab.markdown import closed_since, event_id, fingerprint_label, iso, marker, reopen_id
+from sinks.gitlab.markdown import closed_since, event_id, footer, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
+
+
+def anomaly(e: RegressionEvent) -> str:
+    """The class its issue is labelled with: ``regression``, whatever the metric."""
+    return Anomaly.REGRESSION.value
 
 
 def title(e: RegressionEvent) -> str:
@@ -187,8 +190,8 @@ def path_table(e: RegressionEvent) -> list[str]:
     return lines
 
 
-def description(e: RegressionEvent, state: IssueState | None = None) -> str:
-    """The issue description of the regression ``e`` (the occurrence that filed it)."""
+def description(e: RegressionEvent, state: IssueState | None = None, links: Links | None = None) -> str:
+    """The issue description of the regression ``e`` (the occurrence that filed it; it links nothing)."""
     state = state or IssueState.first(e)
     ev = primary(e)
     shown = ["```mermaid", chart(e, ev), "```"] if ev is not None else ["_No evidence to chart._"]
@@ -215,8 +218,7 @@ def description(e: RegressionEvent, state: IssueState | None = None) -> str:
         "",
         *path_table(e),
         "",
-        "---",
-        f"<sub>Filed by trace-repro · schema v{e.schema_version} · {code(fingerprint_label(e.fingerprint))}</sub>",
+        *footer(e.fingerprint, e.schema_version),
     ]
     return with_state("\n".join(parts), state)
 
@@ -231,7 +233,7 @@ def _where(e: RegressionEvent) -> str:
     )
 
 
-def occurrence_note(e: RegressionEvent, number: int, *, last: bool) -> str:
+def occurrence_note(e: RegressionEvent, number: int, *, last: bool, links: Links | None = None) -> str:
     """A note for a repeated occurrence (only the first few repeats get one)."""
     ev = primary(e)
     lines = [
@@ -264,33 +266,8 @@ def upgrade_note(e: RegressionEvent) -> str:
     return f"{marker(f'upgrade-{e.occurrence}')}\n**Occurrence** {_where(e)}.\n"
 
 
-@dataclass(frozen=True, slots=True)
-class RegressionIssue:
-    """The :class:`~sinks.gitlab.body.IssueBody` of a regression (registered for the kind ``regression``)."""
-
-    e: RegressionEvent
-
-    def anomaly(self) -> str:
-        return Anomaly.REGRESSION.value
-
-    def title(self) -> str:
-        return title(self.e)
-
-    def description(self, state: IssueState | None = None, links: Links | None = None) -> str:
-        return description(self.e, state)
-
-    def occurrence_note(self, number: int, *, last: bool, links: Links | None = None) -> str:
-        return occurrence_note(self.e, number, last=last)
-
-    def reopen_note(self, fixed_after_ms: float | None) -> str:
-        return reopen_note(self.e, fixed_after_ms)
-
-    def upgrade_note(self) -> str:
-        return upgrade_note(self.e)
-
-
 __all__ = [
-    "RegressionIssue",
+    "anomaly",
     "chart",
     "description",
     "evidence_table",

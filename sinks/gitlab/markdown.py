@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from processors.model.anomaly import Anomaly
 from processors.model.finding import FINDING_TYPES, Finding
 from processors.model.outputs import ReproEvent, VerdictEvent
+from sinks.gitlab.escape import code
 
 FP_LABEL_PREFIX = "trace-repro::fp::"
 SEVERITIES = ("high", "low")
@@ -125,6 +126,14 @@ def closed_since(fixed_after_ms: float | None) -> str:
     return f"it was verified fixed (verdict window from {iso(fixed_after_ms)})"
 
 
+def footer(fingerprint: str, schema_version: int) -> list[str]:
+    """The last lines of every issue description: who filed it, the schema and the fingerprint tag (which finds it)."""
+    return [
+        "---",
+        f"<sub>Filed by trace-repro · schema v{schema_version} · {code(fingerprint_label(fingerprint))}</sub>",
+    ]
+
+
 def duplicate_note(winner_iid: int) -> str:
     """The note on an issue closed because another instance filed the same fingerprint first."""
     return (
@@ -146,6 +155,7 @@ __all__ = [
     "event_id",
     "fingerprint_label",
     "fingerprint_of",
+    "footer",
     "iso",
     "issue_labels",
     "kind_of",

@@ -9,11 +9,11 @@ from typing import Any
 from bench.gitlab_server import FakeGitLab
 from processors.model.finding import FindingEvent, Point, Series
 from processors.model.outputs import VerdictEvent
-from sinks.gitlab import body_finding, markdown
+from sinks.gitlab import body_finding, body_incident, body_regression, markdown
 from sinks.gitlab.body import issue_body
 from tests.finding_samples import SAMPLE_TYPE, T0, finding
 from tests.gitlab.conftest import SinkFactory
-from tests.gitlab.helpers import LINKS, check_golden, deliver, state_of, user_notes, verdict
+from tests.gitlab.helpers import LINKS, check_golden, deliver, incident, regression, state_of, user_notes, verdict
 
 FP_LABEL = markdown.fingerprint_label(finding().fingerprint)
 LIVE_REF = re.compile(r"[@#!~%$&^][\w\"']")
@@ -42,11 +42,11 @@ def test_the_generic_body_is_its_golden_file() -> None:
 
 
 def test_a_type_without_a_body_of_its_own_gets_the_generic_one_and_an_incident_keeps_its_own() -> None:
-    from tests.gitlab.helpers import incident, regression
-
-    assert type(issue_body(finding())).__name__ == "FindingIssue"
-    assert type(issue_body(incident())).__name__ == "IncidentIssue"
-    assert type(issue_body(regression())).__name__ == "RegressionIssue"
+    """The lookup: the type's own body, else its kind's (incident, regression), else the generic one."""
+    assert issue_body(finding()).title() == body_finding.title(finding())
+    assert issue_body(incident()).description() == body_incident.description(incident())
+    assert issue_body(regression()).description() == body_regression.description(regression())
+    assert issue_body(regression()).anomaly() == "regression" and issue_body(finding()).anomaly() == "sample_hang"
 
 
 def test_untrusted_text_stays_data_in_the_generic_body() -> None:

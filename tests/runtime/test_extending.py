@@ -37,6 +37,15 @@ def _request(shop: ShopTelemetry, start_ns: int, db_ms: float) -> None:
         server.end(end_time=start_ns + 2_000_000 + int(db_ms * 1e6))
 
 
+def _slow_and_fast() -> bytes:
+    """Two requests of one DB statement each: one taking 350 ms (slow), one 20 ms (fast)."""
+    shop = ShopTelemetry()
+    now = time.time_ns()
+    _request(shop, now, db_ms=350)
+    _request(shop, now + 500_000_000, db_ms=20)
+    return to_proto(shop.take())
+
+
 async def test_an_extra_detector_registered_in_one_line_publishes_to_the_topic_and_the_sinks(
     kafka_bootstrap: str, falkordb_url: str, tmp_path: Path
 ) -> None:
@@ -46,13 +55,9 @@ async def test_an_extra_detector_registered_in_one_line_publishes_to_the_topic_a
     settings = harness_settings(kafka_bootstrap, falkordb_url, components, SLOW_STATEMENTS__THRESHOLD_MS="100",
                                 FILE_SINK__ENABLED="true", FILE_SINK__DIRECTORY=str(tmp_path))  # fmt: skip
     h = Harness(settings, kafka_bootstrap, falkordb_url, components=components)
-    shop = ShopTelemetry()
-    now = time.time_ns()
-    _request(shop, now, db_ms=350)  # slow
-    _request(shop, now + 500_000_000, db_ms=20)  # fast
     try:
         await h.start()
-        await h.produce(settings.kafka.spans_topic, [to_proto(shop.take())])
+        await h.produce(settings.kafka.spans_topic, [_slow_and_fast()])
         messages = await h.consume_all(settings.kafka.incidents_topic, expect=1)
         found = [json.loads(m.value) for m in messages]
         assert [(e["kind"], e["statement"]) for e in found] == [("slow_statement", SLOW)]
@@ -77,13 +82,9 @@ async def test_a_findings_detector_added_in_one_line_reaches_every_sink_the_grap
         settings = harness_settings(kafka_bootstrap, falkordb_url, components, SLOW_REQUESTS__THRESHOLD_MS="100",
                                     **sink_settings(gitlab, tmp_path))  # fmt: skip
         h = Harness(settings, kafka_bootstrap, falkordb_url, components=components)
-        shop = ShopTelemetry()
-        now = time.time_ns()
-        _request(shop, now, db_ms=350)  # slow
-        _request(shop, now + 500_000_000, db_ms=20)  # fast
         try:
             await h.start()
-            await h.produce(settings.kafka.spans_topic, [to_proto(shop.take())])
+            await h.produce(settings.kafka.spans_topic, [_slow_and_fast()])
             [message] = await h.consume_all(settings.kafka.incidents_topic, expect=1)
             found = FindingEvent.model_validate_json(message.value)
             assert (found.type, found.subject.service, found.subject.operation) == (
