@@ -122,6 +122,14 @@ def details(f: dict[str, Any]) -> str:
         f"  seen {f['occurrences_total'] or 0} time(s): first {_when(f['first_seen_unix_ms'])}, "
         f"last {_when(f['last_seen_unix_ms'])} UTC",
     ]
+    found = f.get("finding")
+    if found:  # a finding of a registered type: what it published of itself
+        lines.append(f"  type {found['type']}  remedy {found['remedy'] or '-'}  contract {found['contract'] or '-'}")
+        lines += [f"  - {_cut(line, 200)}" for line in found["evidence"]]
+        lines.append(
+            "  data: " + _cut(", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(found["data"].items())), 300)
+        )
+        lines += [f"  trace {t}" for t in found["traces"]]
     if f["parties"]:
         lines.append("parties:")
         for p in f["parties"]:

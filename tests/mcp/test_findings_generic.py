@@ -13,6 +13,7 @@ from processors.model.anomaly import Anomaly
 from sinks.graph.analytics import GraphReader
 from sinks.graph.sink import GraphSink
 from sinks.graph.writer import GraphWriter
+from streamer.findings_cli import details
 from streamer.mcp import server
 from streamer.mcp.common import Tools
 from streamer.mcp.cypher import AgentCypher
@@ -56,6 +57,10 @@ async def test_a_finding_of_a_registered_type_is_listed_filtered_and_shown(tools
     assert shown["finding"]["evidence"] == e.evidence and shown["finding"]["traces"] == e.traces
     assert [o["id"] for o in shown["occurrences"]["items"]] == ["o2", "o1"]
     assert shown["occurrences"]["items"][0]["traces"] == e.traces
+    text = details(shown)  # ``trace-repro findings show``
+    assert "type sample_hang  remedy add_timeout  contract sample_hang:fp-sample-hang" in text
+    assert f"  - {e.evidence[0]}" in text and '"hung": 20' not in text and "hung=20" in text
+    assert f"  trace {e.traces[0]}" in text
 
 
 async def test_the_tools_advertise_the_classes_the_daemon_emits(falkordb_url: str) -> None:
