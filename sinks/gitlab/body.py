@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
-from processors.model.finding import RENDERERS, Finding
+from processors.model.finding import Finding, renderer_for
 from sinks.gitlab.links import Links
-from sinks.gitlab.markdown import kind_of
 from sinks.gitlab.state import IssueState
 
 SURFACE = "gitlab_body"
@@ -86,11 +85,7 @@ class NoRenderer(LookupError):
 
 def issue_body(e: Finding) -> IssueBody:
     """The body ``e`` renders with: its type's, else its kind's, else the generic one."""
-    found = (
-        RENDERERS.get((SURFACE, e.finding_type()))
-        or RENDERERS.get((SURFACE, kind_of(e)))
-        or RENDERERS.get((SURFACE, "*"))
-    )
+    found = renderer_for(SURFACE, e)
     if found is None:
         raise NoRenderer(f"no {SURFACE} renderer for {e.finding_type()!r}")
     body: IssueBody = found(e)

@@ -15,13 +15,14 @@ from collections.abc import Callable
 
 from processors.model.base import Published
 from processors.model.contract import ProofContract
-from processors.model.finding import FindingEvent
+from processors.model.finding import Finding, FindingEvent, register_renderer, renderer_for
 from processors.model.graph import Row
 from processors.model.incident import IncidentEvent
 from processors.model.regression import RegressionEvent
 from processors.model.repro import ReproEvent
 from processors.model.verdict import VerdictEvent
 from processors.requests import operation_key_of
+from sinks.graph.schema import RECORDS
 
 
 def incident_row(e: IncidentEvent) -> Row:
@@ -34,7 +35,7 @@ def incident_row(e: IncidentEvent) -> Row:
         "table": e.table,
         "entity": e.entity,
         "window_ms": e.window_ms,
-        "at": e.culprit.start_unix_ms,
+        "at": e.seen_unix_ms(),
         "culprit": e.culprit.span_id,
         "victim": e.victim.span_id,
         "summary": e.summary,
@@ -49,7 +50,7 @@ def regression_row(e: RegressionEvent) -> Row:
         "metric": e.metric,
         "signature": e.signature,
         "summary": e.summary,
-        "at": e.window_start_unix_ms,
+        "at": e.seen_unix_ms(),
         "version": e.version,
         "commit": e.commit,
         "window": e.window,
@@ -118,22 +119,39 @@ def contract_row(c: ProofContract) -> Row:
     }
 
 
+# A finding's rows: a renderer of the ``graph_rows`` surface returns ``(record, row)``, a record of
+# ``schema.RECORDS`` and its parameters; incidents and regressions register theirs by kind, every other finding
+# gets the generic ``finding`` record, and a type may register its own (a row for a record of the schema: the Cypher
+# stays there).
+GRAPH_ROWS = "graph_rows"
+register_renderer(GRAPH_ROWS, "incident", lambda e: ("incident", incident_row(e)))
+register_renderer(GRAPH_ROWS, "regression", lambda e: ("regression", regression_row(e)))
+register_renderer(GRAPH_ROWS, "*", lambda e: ("finding", finding_row(e)))
 ROWS: dict[type[Published], tuple[str, Callable[..., Row]]] = {
-    IncidentEvent: ("incident", incident_row),
-    RegressionEvent: ("regression", regression_row),
-    FindingEvent: ("finding", finding_row),
     VerdictEvent: ("verdict", verdict_row),
     ProofContract: ("contract", contract_row),
 }
 
 
+def rows_of(e: Published) -> tuple[str, Row] | None:
+    """The record and row of one event, or None for a kind the graph does not model (a Published node only)."""
+    render = renderer_for(GRAPH_ROWS, e) if isinstance(e, Finding) else None
+    if isinstance(e, Finding) and render is not None:
+        record, row = render(e)
+        if record not in RECORDS:
+            raise ValueError(f"the graph_rows renderer of {e.finding_type()!r} names no record of the schema: {record}")
+        return str(record), row
+    entry = ROWS.get(type(e))
+    return (entry[0], entry[1](e)) if entry is not None else None
+
+
 def rows_by_kind(events: list[Published]) -> dict[str, list[Row]]:
-    """The rows of ``schema.RECORDS`` per kind, for the kinds the graph models (others get a Published node only)."""
+    """The rows of ``schema.RECORDS`` per record, for the kinds the graph models (others get a Published node only)."""
     out: dict[str, list[Row]] = {}
     for e in events:
-        entry = ROWS.get(type(e))
-        if entry is not None:
-            out.setdefault(entry[0], []).append(entry[1](e))
+        found = rows_of(e)
+        if found is not None:
+            out.setdefault(found[0], []).append(found[1])
     return out
 
 

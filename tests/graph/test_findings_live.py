@@ -9,11 +9,13 @@ import json
 import pytest
 
 from processors.connectors.proofs.contracts import ProofContract
-from processors.model.finding import Subject
+from processors.model.finding import RENDERERS, Subject, register_renderer
 from processors.model.verdict import Receipt, VerdictEvent
 from processors.requests import operation_key_of
+from sinks.graph.records import GRAPH_ROWS, finding_row, rows_of
 from sinks.graph.sink import GraphSink
 from tests.finding_samples import T0, finding
+from tests.gitlab.helpers import incident
 
 pytestmark = pytest.mark.engines
 
@@ -75,3 +77,18 @@ async def test_a_finding_without_an_operation_is_on_its_service_and_hostile_text
     )
     assert title == hostile and json.loads(data)["dependency"] == hostile and svc == hostile
     assert await sink.query("MATCH (n:Occurrence) RETURN count(n)") == [[1]]  # nothing was deleted
+
+
+def test_a_type_may_render_its_own_graph_rows_for_a_record_of_the_schema() -> None:
+    """The ``graph_rows`` lookup: a type's own renderer, else its kind's, else the generic ``finding`` row; a
+    renderer naming a record the schema does not have is refused (the Cypher stays in the schema module)."""
+    own = finding(type="sample_hang_rows")
+    assert rows_of(finding())[0] == "finding" and rows_of(incident())[0] == "incident"
+    register_renderer(GRAPH_ROWS, "sample_hang_rows", lambda e: ("finding", {**finding_row(e), "entity": "mine"}))
+    try:
+        assert rows_of(own) == ("finding", {**finding_row(own), "entity": "mine"})
+        register_renderer(GRAPH_ROWS, "sample_hang_rows", lambda e: ("MATCH (n) DETACH DELETE n", {}))
+        with pytest.raises(ValueError, match="names no record"):
+            rows_of(own)
+    finally:
+        RENDERERS.pop((GRAPH_ROWS, "sample_hang_rows"))
