@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions = f.add_subparsers(dest="action", required=True)
     ls = actions.add_parser("list", help="findings, most recently seen first")
     ls.add_argument("--service", help="only findings involving this service")
-    ls.add_argument("--anomaly", help="only this class or finding type: lost_update, regression, n_plus_one, ...")
+    ls.add_argument("--anomaly", help="only this class or registered finding type: lost_update, regression, ...")
     ls.add_argument("--state", choices=["open", "fixed"], help="only open ones, or fixed ones")
     ls.add_argument("--since", help="last seen after: 30m, 2h, 7d, an ISO-8601 time or unix ms")
     ls.add_argument("--limit", type=int, default=20, choices=range(1, 201), metavar="N", help="at most N (1-200)")
