@@ -136,10 +136,10 @@ ROWS: dict[type[Published], tuple[str, Callable[..., Row]]] = {
 def rows_of(e: Published) -> tuple[str, Row] | None:
     """The record and row of one event, or None for a kind the graph does not model (a Published node only)."""
     render = renderer_for(GRAPH_ROWS, e) if isinstance(e, Finding) else None
-    if isinstance(e, Finding) and render is not None:
+    if render is not None:
         record, row = render(e)
         if record not in RECORDS:
-            raise ValueError(f"the graph_rows renderer of {e.finding_type()!r} names no record of the schema: {record}")
+            raise ValueError(f"a graph_rows renderer names no record of the schema: {record}")
         return str(record), row
     entry = ROWS.get(type(e))
     return (entry[0], entry[1](e)) if entry is not None else None
