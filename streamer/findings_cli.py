@@ -5,8 +5,8 @@ spans, repro, contracts and verdicts), not the incidents topic: the graph holds 
 (open, or fixed by a FIXED verdict) and counts, while the topic holds every occurrence and would have to be read from
 its beginning. The queries are the MCP server's (``streamer.mcp.tools_findings``): read-only, with a timeout.
 
-Output is a table for people, or with ``--json`` the same JSON the MCP tools return (``list_incidents``,
-``get_incident``) for scripts. Exit status: 0, 1 when ``show`` finds no such fingerprint, 2 on a bad config or an
+Output is a table for people, or with ``--json`` the same JSON the MCP tools return (``list_findings``,
+``get_finding``) for scripts. Exit status: 0, 1 when ``show`` finds no such fingerprint, 2 on a bad config or an
 unreachable graph.
 """
 
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions = f.add_subparsers(dest="action", required=True)
     ls = actions.add_parser("list", help="findings, most recently seen first")
     ls.add_argument("--service", help="only findings involving this service")
-    ls.add_argument("--anomaly", help="only this class: lost_update, invariant_violation, regression, ...")
+    ls.add_argument("--anomaly", help="only this class or registered finding type: lost_update, regression, ...")
     ls.add_argument("--state", choices=["open", "fixed"], help="only open ones, or fixed ones")
     ls.add_argument("--since", help="last seen after: 30m, 2h, 7d, an ISO-8601 time or unix ms")
     ls.add_argument("--limit", type=int, default=20, choices=range(1, 201), metavar="N", help="at most N (1-200)")
@@ -122,6 +122,14 @@ def details(f: dict[str, Any]) -> str:
         f"  seen {f['occurrences_total'] or 0} time(s): first {_when(f['first_seen_unix_ms'])}, "
         f"last {_when(f['last_seen_unix_ms'])} UTC",
     ]
+    found = f.get("finding")
+    if found:  # a finding of a registered type: what it published of itself
+        lines.append(f"  type {found['type']}  remedy {found['remedy'] or '-'}  contract {found['contract'] or '-'}")
+        lines += [f"  - {_cut(line, 200)}" for line in found["evidence"]]
+        lines.append(
+            "  data: " + _cut(", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(found["data"].items())), 300)
+        )
+        lines += [f"  trace {t}" for t in found["traces"]]
     if f["parties"]:
         lines.append("parties:")
         for p in f["parties"]:

@@ -214,6 +214,13 @@ def renderer(surface: str, type_name: str) -> Callable[[Any], Any] | None:
     return RENDERERS.get((surface, type_name)) or RENDERERS.get((surface, "*"))
 
 
+def renderer_for(surface: str, finding: Finding) -> Callable[[Any], Any] | None:
+    """The renderer ``surface`` uses for ``finding``: its type's, else its published kind's (``incident``,
+    ``regression``: one for every type of that kind), else the surface's default, else None."""
+    kind = str(getattr(finding, "kind", ""))
+    return RENDERERS.get((surface, finding.finding_type())) or RENDERERS.get((surface, kind)) or renderer(surface, "*")
+
+
 __all__ = [
     "FINDING_TYPES",
     "RENDERERS",
@@ -229,4 +236,5 @@ __all__ = [
     "register_renderer",
     "register_type",
     "renderer",
+    "renderer_for",
 ]

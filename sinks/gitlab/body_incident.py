@@ -19,7 +19,7 @@ from processors.model.outputs import AccessInfo, IncidentEvent
 from sinks.gitlab import contract_section
 from sinks.gitlab.escape import code, mermaid_alias, mermaid_text, plain, title_text
 from sinks.gitlab.links import Links
-from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, fingerprint_label, iso, marker, reopen_id
+from sinks.gitlab.markdown import anomaly_name, closed_since, event_id, footer, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
 
 
@@ -30,6 +30,11 @@ def _who(a: AccessInfo) -> str:
 def _word(value: str) -> str:
     """A short untrusted word in prose or a table cell (an anomaly's name, an operation): no reference, no cell end."""
     return plain(value, 80).replace("|", "\\|")
+
+
+def anomaly(e: IncidentEvent) -> str:
+    """The class its issue is labelled with: its anomaly."""
+    return e.anomaly
 
 
 def title(e: IncidentEvent) -> str:
@@ -206,8 +211,7 @@ def description(e: IncidentEvent, state: IssueState | None = None, links: Links 
         *(f"- {code(line, limit=400)}" for line in e.evidence),
         *([] if e.evidence else ["_No evidence lines._"]),
         "",
-        "---",
-        f"<sub>Filed by trace-repro · schema v{e.schema_version} · {code(fingerprint_label(e.fingerprint))}</sub>",
+        *footer(e.fingerprint, e.schema_version),
     ]
     return with_state("\n".join(parts), state)
 
@@ -256,4 +260,13 @@ def upgrade_note(e: IncidentEvent) -> str:
     )
 
 
-__all__ = ["description", "filed_contract", "mermaid", "occurrence_note", "reopen_note", "title", "upgrade_note"]
+__all__ = [
+    "anomaly",
+    "description",
+    "filed_contract",
+    "mermaid",
+    "occurrence_note",
+    "reopen_note",
+    "title",
+    "upgrade_note",
+]

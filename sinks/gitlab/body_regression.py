@@ -15,13 +15,18 @@ the summary) are code spans in the Markdown, :func:`~sinks.gitlab.escape.mermaid
 
 from __future__ import annotations
 
-import math
-
 from processors.model.anomaly import Anomaly
 from processors.model.outputs import Evidence, RegressionEvent
+from sinks.gitlab import charts
 from sinks.gitlab.escape import code, mermaid_string, plain, title_text
-from sinks.gitlab.markdown import closed_since, event_id, fingerprint_label, iso, marker, reopen_id
+from sinks.gitlab.links import Links
+from sinks.gitlab.markdown import closed_since, event_id, footer, iso, marker, reopen_id
 from sinks.gitlab.state import IssueState, occurrences_line, with_state
+
+
+def anomaly(e: RegressionEvent) -> str:
+    """The class its issue is labelled with: ``regression``, whatever the metric."""
+    return Anomaly.REGRESSION.value
 
 
 def title(e: RegressionEvent) -> str:
@@ -76,22 +81,6 @@ def _change(e: RegressionEvent, ev: Evidence) -> str:
 # ---- the chart --------------------------------------------------------------------------------------------------
 
 
-def _num(value: float) -> str:
-    """A Mermaid number: plain decimal notation (no exponent), at most three decimals."""
-    if not math.isfinite(value):
-        return "0"
-    return f"{value:.3f}".rstrip("0").rstrip(".") or "0"
-
-
-def _ceiling(top: float) -> float:
-    """A round upper end of the y axis, at least 10% above the highest bar as shown (1 when every bar shows 0)."""
-    if not math.isfinite(top) or top <= 0:
-        return 1.0
-    want = top * 1.1
-    scale = 10.0 ** math.floor(math.log10(want))
-    return next(step * scale for step in (1.0, 2.0, 2.5, 5.0, 10.0) if step * scale >= want)
-
-
 def chart(e: RegressionEvent, ev: Evidence) -> str:
     """The primary evidence as an ``xychart-beta`` bar chart: error rate, or latency p50 and p95, before vs after."""
     versus = f"{_before(ev)} vs {ev.after_version}"
@@ -105,13 +94,13 @@ def chart(e: RegressionEvent, ev: Evidence) -> str:
         labels = ["before", "after"]
         values = [ev.before_rate * 100, ev.after_rate * 100]
         axis = "error rate (%)"
-    shown = [_num(v) for v in values]
+    shown = [charts.number(v) for v in values]
     return "\n".join(
         [
             "xychart-beta",
             f"    title {mermaid_string(heading)}",
             "    x-axis [" + ", ".join(f'"{label}"' for label in labels) + "]",
-            f'    y-axis "{axis}" 0 --> {_num(_ceiling(max(float(v) for v in shown)))}',
+            f'    y-axis "{axis}" 0 --> {charts.number(charts.ceiling(max(float(v) for v in shown)))}',
             "    bar [" + ", ".join(shown) + "]",
         ]
     )
@@ -201,8 +190,8 @@ def path_table(e: RegressionEvent) -> list[str]:
     return lines
 
 
-def description(e: RegressionEvent, state: IssueState | None = None) -> str:
-    """The issue description of the regression ``e`` (the occurrence that filed it)."""
+def description(e: RegressionEvent, state: IssueState | None = None, links: Links | None = None) -> str:
+    """The issue description of the regression ``e`` (the occurrence that filed it; it links nothing)."""
     state = state or IssueState.first(e)
     ev = primary(e)
     shown = ["```mermaid", chart(e, ev), "```"] if ev is not None else ["_No evidence to chart._"]
@@ -229,8 +218,7 @@ def description(e: RegressionEvent, state: IssueState | None = None) -> str:
         "",
         *path_table(e),
         "",
-        "---",
-        f"<sub>Filed by trace-repro · schema v{e.schema_version} · {code(fingerprint_label(e.fingerprint))}</sub>",
+        *footer(e.fingerprint, e.schema_version),
     ]
     return with_state("\n".join(parts), state)
 
@@ -245,7 +233,7 @@ def _where(e: RegressionEvent) -> str:
     )
 
 
-def occurrence_note(e: RegressionEvent, number: int, *, last: bool) -> str:
+def occurrence_note(e: RegressionEvent, number: int, *, last: bool, links: Links | None = None) -> str:
     """A note for a repeated occurrence (only the first few repeats get one)."""
     ev = primary(e)
     lines = [
@@ -273,4 +261,20 @@ def reopen_note(e: RegressionEvent, fixed_after_ms: float | None) -> str:
     )
 
 
-__all__ = ["chart", "description", "evidence_table", "occurrence_note", "path_table", "primary", "reopen_note", "title"]
+def upgrade_note(e: RegressionEvent) -> str:
+    """Never posted (regressions are not ranked, so no occurrence is better evidenced): the occurrence's line."""
+    return f"{marker(f'upgrade-{e.occurrence}')}\n**Occurrence** {_where(e)}.\n"
+
+
+__all__ = [
+    "anomaly",
+    "chart",
+    "description",
+    "evidence_table",
+    "occurrence_note",
+    "path_table",
+    "primary",
+    "reopen_note",
+    "title",
+    "upgrade_note",
+]

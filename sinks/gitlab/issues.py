@@ -12,11 +12,12 @@ see every issue created for the fingerprint, both pick the lowest iid, and whoev
 the winner closes it with a note "duplicate of #N" (the tag stays, so the choice stays the same forever). Any later
 lookup that still sees an open duplicate (an instance crashed before closing its own) closes it too.
 
-**Occurrences.** Incidents and regressions file issues alike. A later occurrence updates the count in the
-description (the hidden state of :mod:`sinks.gitlab.state`) and gets a note only for the first
-``occurrence_notes`` repeats. An occurrence of a closed issue reopens it with a note (a recurrence), unless it
-predates the verified fix (a late event). A FIXED verdict closes the issue and records itself in the state, so
-that a replayed verdict does not close a reopened issue again.
+**Occurrences.** Every finding files its issue alike, through its interface
+(:class:`~processors.model.finding.Finding`) and the body its type or kind registered (:mod:`sinks.gitlab.body`).
+A later occurrence updates the count in the description (the hidden state of :mod:`sinks.gitlab.state`) and gets a
+note only for the first ``occurrence_notes`` repeats. An occurrence of a closed issue reopens it with a note (a
+recurrence), unless it predates the verified fix (a late event). A FIXED verdict closes the issue and records itself
+in the state, so that a replayed verdict does not close a reopened issue again.
 
 **Steps.** Every public method here is a *step*: synchronous (python-gitlab), run in a worker thread by the
 sink's retrier, and idempotent, because a POST that timed out may have been applied: creation looks the label up
@@ -35,8 +36,9 @@ import structlog
 from gitlab.exceptions import GitlabError
 
 from processors.api.telemetry import Telemetry
-from processors.model.outputs import IncidentEvent, ReproEvent, VerdictEvent
-from sinks.gitlab import body_incident, body_regression
+from processors.model.outputs import ReproEvent, VerdictEvent
+from sinks.gitlab import bodies  # noqa: F401 - registers the bodies issue_body finds
+from sinks.gitlab.body import issue_body
 from sinks.gitlab.body_repro import repro_note
 from sinks.gitlab.contract_section import keep_section
 from sinks.gitlab.links import Links
@@ -54,7 +56,7 @@ from sinks.gitlab.markdown import (
     scheme_labels,
     severity_label,
 )
-from sinks.gitlab.state import IssueState, evidence, occurred_at, with_state
+from sinks.gitlab.state import IssueState, occurred_at, with_state
 
 log = structlog.get_logger("trace_repro.gitlab")
 
@@ -70,22 +72,6 @@ class IssueRef:
     web_url: str
 
 
-def _title(e: Filed) -> str:
-    return body_incident.title(e) if isinstance(e, IncidentEvent) else body_regression.title(e)
-
-
-def _description(e: Filed, links: Links) -> str:
-    if isinstance(e, IncidentEvent):
-        return body_incident.description(e, links=links)
-    return body_regression.description(e)
-
-
-def _occurrence_note(e: Filed, number: int, *, last: bool, links: Links) -> str:
-    if isinstance(e, IncidentEvent):
-        return body_incident.occurrence_note(e, number, last=last, links=links)
-    return body_regression.occurrence_note(e, number, last=last)
-
-
 def _tagged(issue: Any, fingerprint: str) -> bool:
     """Whether ``issue`` is the fingerprint's (exactly, not one the search matched inside another): its description's
     footer tag or hidden state names it, or (older releases) its labels do."""
@@ -95,12 +81,6 @@ def _tagged(issue: Any, fingerprint: str) -> bool:
         return True
     state = IssueState.parse(text)
     return state is not None and state.fingerprint == fingerprint
-
-
-def _reopen_note(e: Filed, fixed_after_ms: float | None) -> str:
-    if isinstance(e, IncidentEvent):
-        return body_incident.reopen_note(e, fixed_after_ms)
-    return body_regression.reopen_note(e, fixed_after_ms)
 
 
 class Issues:
@@ -170,8 +150,10 @@ class Issues:
         found = self.known.get(e.fingerprint) or self.lookup(e.fingerprint)
         if found is not None:
             return found, False
-        labels = issue_labels(self.labels, e)
-        fields: dict[str, Any] = {"title": _title(e), "description": _description(e, self.links), "labels": labels}
+        body = issue_body(e)
+        labels = issue_labels(self.labels, body.anomaly(), e)
+        fields: dict[str, Any] = {"title": body.title(), "description": body.description(links=self.links),
+                                  "labels": labels}  # fmt: skip
         if self.confidential:
             fields["confidential"] = True
         issue = self.project.issues.create(fields)
@@ -195,27 +177,28 @@ class Issues:
         number = state.occurrences + 1
         closed = issue.state == "closed"
         reopen = closed and (state.fixed_after_ms is None or occurred_at(e) >= state.fixed_after_ms)
+        body = issue_body(e)
         if reopen:
-            self.note_once(ref, reopen_id(e), _reopen_note(e, state.fixed_after_ms))
+            self.note_once(ref, reopen_id(e), body.reopen_note(state.fixed_after_ms))
         elif number - 1 <= self.occurrence_notes:
-            note = _occurrence_note(e, number, last=number - 1 == self.occurrence_notes, links=self.links)
+            note = body.occurrence_note(number, last=number - 1 == self.occurrence_notes, links=self.links)
             self.note_once(ref, event_id(e), note)
         counted = state.with_occurrence(e)
         update: dict[str, Any] = {"description": with_state(text, counted)}
         scopes = {lb.split("::", 1)[0] for lb in list(issue.labels or []) if "::" in lb}
-        add = [x for x in (anomaly_label(e), severity_label(e)) if x and x.split("::", 1)[0] not in scopes]
+        add = [x for x in (anomaly_label(body.anomaly()), severity_label(e)) if x and x.split("::", 1)[0] not in scopes]
         remove: list[str] = []
-        if counted.better(e) and isinstance(e, IncidentEvent):
-            # A better-evidenced occurrence (manifest, its row changes correlated, more confident) of the same
-            # defect: the issue shows it from now on, instead of a new issue being opened.
-            upgraded = replace(counted, evidence=evidence(e))
-            update["description"] = keep_section(text, body_incident.description(e, upgraded, self.links))
-            update["title"] = _title(e)
+        if counted.better(e):
+            # A better-evidenced occurrence (``Finding.rank``: for an incident manifest, its row changes correlated,
+            # more confident) of the same defect: the issue shows it from now on, instead of a new issue being opened.
+            upgraded = replace(counted, evidence=e.rank())
+            update["description"] = keep_section(text, body.description(upgraded, self.links))
+            update["title"] = body.title()
             severity = severity_label(e)
             if severity is not None:  # a latent defect that did damage: severity::low becomes severity::high
                 add.append(severity)
                 remove += [x for x in scheme_labels() if x.startswith("severity::") and x != severity]
-            self.note_once(ref, f"upgrade-{e.occurrence}", body_incident.upgrade_note(e))
+            self.note_once(ref, f"upgrade-{e.occurrence}", body.upgrade_note())
             self.telemetry.count("upgraded")
         if add:  # the scheme's labels an issue lacks (filed by an older release, or relabelled by a person)
             update["add_labels"] = ",".join(dict.fromkeys(add))

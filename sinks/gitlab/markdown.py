@@ -3,12 +3,13 @@
 An issue is found by its fingerprint tag ``trace-repro::fp::<fingerprint>`` (:func:`fingerprint_label`), written in
 its description's footer: the sink searches the project's issues for the fingerprint and keeps those whose
 description (or, for issues filed before, labels) carry the tag. Its labels are a fixed set (:func:`issue_labels`):
-the configured ones, ``anomaly::<class>`` and, for incidents, ``severity::<high|low>``. Releases before this one
+the configured ones, ``anomaly::<class>`` (an anomaly or a registered finding type) and, for a finding of high or low
+severity (incidents), ``severity::<high|low>``. Releases before this one
 made the tag a label, one per defect, so a project's label list grew without bound; an issue found with that label
 is migrated when the sink next touches it (the label is removed from the issue and deleted from the project). A note
 starts with the hidden marker ``<!-- trace-repro:event:<id> -->`` (:func:`marker`), so that the sink can tell it
-posted a note before; the id of the note an event adds is :func:`event_id` (the occurrence for incidents and
-regressions, a digest of the whole event for repros and verdicts), and :func:`reopen_id` names the note that
+posted a note before; the id of the note an event adds is :func:`event_id` (the occurrence for findings, a digest of
+the whole event for repros and verdicts), and :func:`reopen_id` names the note that
 reopens a closed issue. These ids are stored in GitLab: changing one re-posts every note after an upgrade.
 """
 
@@ -19,15 +20,26 @@ import re
 from datetime import UTC, datetime
 
 from processors.model.anomaly import Anomaly
-from processors.model.outputs import IncidentEvent, RegressionEvent, ReproEvent, VerdictEvent
+from processors.model.finding import FINDING_TYPES, Finding
+from processors.model.outputs import ReproEvent, VerdictEvent
+from sinks.gitlab.escape import code
 
 FP_LABEL_PREFIX = "trace-repro::fp::"
 SEVERITIES = ("high", "low")
 _TAG = re.compile(re.escape(FP_LABEL_PREFIX) + r"([A-Za-z0-9_.-]+)")
 _ID = re.compile(r"[^A-Za-z0-9_.-]+")
 
-Event = IncidentEvent | RegressionEvent | ReproEvent | VerdictEvent
-Filed = IncidentEvent | RegressionEvent  # the kinds that file (or update) the issue of their fingerprint
+Event = Finding | ReproEvent | VerdictEvent
+Filed = Finding  # every finding files (or updates) the issue of its fingerprint
+# The note ids of the kinds that came first (stored in GitLab: they must not change); any other kind's note of an
+# occurrence is ``<kind>-occurrence-<occurrence>``, and a reopening ``recurrence-<occurrence>``.
+_OCCURRENCE_PREFIX = {"incident": "incident-", "regression": "regression-occurrence-"}
+_REOPEN_PREFIX = {"incident": "regression-"}
+
+
+def kind_of(event: Event) -> str:
+    """The published ``kind`` of an event (every published model declares one)."""
+    return str(getattr(event, "kind", ""))
 
 
 def fingerprint_label(fingerprint: str) -> str:
@@ -41,50 +53,52 @@ def fingerprint_of(description: str | None) -> str | None:
     return found[-1] if found else None
 
 
-def anomaly_label(e: Filed) -> str:
-    """``anomaly::<class>``: an :class:`Anomaly` value (``other`` for a class this build does not know)."""
-    if isinstance(e, RegressionEvent):
-        return f"anomaly::{Anomaly.REGRESSION.value}"
-    known = {a.value for a in Anomaly}
-    return f"anomaly::{e.anomaly if e.anomaly in known else 'other'}"
+def classes() -> list[str]:
+    """Every class an issue is labelled with: the :class:`Anomaly` values, then the registered finding types."""
+    known = [a.value for a in Anomaly]
+    return [*known, *sorted(t for t in FINDING_TYPES if t not in known)]
+
+
+def anomaly_label(anomaly: str) -> str:
+    """``anomaly::<class>``: an :class:`Anomaly` value or a registered finding type (``other`` for a class this
+    build does not know: the label set stays fixed)."""
+    return f"anomaly::{anomaly if anomaly in classes() else 'other'}"
 
 
 def severity_label(e: Filed) -> str | None:
-    """``severity::high`` (manifest) or ``severity::low`` (latent) for an incident; None for a regression."""
-    if isinstance(e, RegressionEvent):
-        return None
-    return f"severity::{e.severity if e.severity in SEVERITIES else 'low'}"
+    """``severity::high`` or ``severity::low`` by the finding's level; None for a medium one (a regression)."""
+    level = e.level()
+    return f"severity::{level}" if level in SEVERITIES else None
 
 
-def issue_labels(base: tuple[str, ...], e: Filed) -> list[str]:
-    """The labels of ``e``'s issue: ``base`` (configured), its anomaly and severity; a fixed set in all."""
-    extra = [anomaly_label(e), severity_label(e)]
+def issue_labels(base: tuple[str, ...], anomaly: str, e: Filed) -> list[str]:
+    """The labels of ``e``'s issue: ``base`` (configured), its class and severity; a fixed set in all."""
+    extra = [anomaly_label(anomaly), severity_label(e)]
     return list(dict.fromkeys([*base, *(x for x in extra if x)]))
 
 
 def scheme_labels() -> list[str]:
     """Every label the sink adds besides the configured ones (created up front, with a description)."""
-    return [*(f"anomaly::{a.value}" for a in Anomaly), "anomaly::other", *(f"severity::{s}" for s in SEVERITIES)]
+    return [*(f"anomaly::{c}" for c in classes()), "anomaly::other", *(f"severity::{s}" for s in SEVERITIES)]
 
 
 def event_id(event: Event) -> str:
     """The id of the note an event adds: its occurrence for incidents and regressions, a digest of its identity
     otherwise (a verdict's fingerprint, build and outcome), so a replayed event, or one a newer release gives more
     fields, is recognised as posted."""
-    if isinstance(event, IncidentEvent):
-        return "incident-" + _ID.sub("_", event.occurrence)
-    if isinstance(event, RegressionEvent):
-        return "regression-occurrence-" + _ID.sub("_", event.occurrence)
+    if isinstance(event, Finding):
+        kind = kind_of(event)
+        prefix = _OCCURRENCE_PREFIX.get(kind, f"{kind}-occurrence-")
+        return prefix + _ID.sub("_", event.occurrence)
     fields = type(event).identity
     key = "\x1f".join(str(getattr(event, f)) for f in fields) if fields else event.model_dump_json()
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return f"{event.kind}-{digest}"
+    return f"{kind_of(event)}-{digest}"
 
 
 def reopen_id(event: Filed) -> str:
     """The id of the note that reopens a closed issue because ``event`` happened again."""
-    prefix = "regression-" if isinstance(event, IncidentEvent) else "recurrence-"
-    return prefix + event.occurrence
+    return _REOPEN_PREFIX.get(kind_of(event), "recurrence-") + event.occurrence
 
 
 def marker(note_id: str) -> str:
@@ -112,6 +126,14 @@ def closed_since(fixed_after_ms: float | None) -> str:
     return f"it was verified fixed (verdict window from {iso(fixed_after_ms)})"
 
 
+def footer(fingerprint: str, schema_version: int) -> list[str]:
+    """The last lines of every issue description: who filed it, the schema and the fingerprint tag (which finds it)."""
+    return [
+        "---",
+        f"<sub>Filed by trace-repro · schema v{schema_version} · {code(fingerprint_label(fingerprint))}</sub>",
+    ]
+
+
 def duplicate_note(winner_iid: int) -> str:
     """The note on an issue closed because another instance filed the same fingerprint first."""
     return (
@@ -127,13 +149,16 @@ __all__ = [
     "Filed",
     "anomaly_label",
     "anomaly_name",
+    "classes",
     "closed_since",
     "duplicate_note",
     "event_id",
     "fingerprint_label",
     "fingerprint_of",
+    "footer",
     "iso",
     "issue_labels",
+    "kind_of",
     "marker",
     "reopen_id",
     "scheme_labels",

@@ -1,10 +1,10 @@
-"""The GitLab sink: one issue per incident or regression fingerprint, kept up to date by later events.
+"""The GitLab sink: one issue per finding's fingerprint, kept up to date by later events.
 
 What each kind does (the issue mechanics are in :mod:`sinks.gitlab.issues`):
 
-- ``IncidentEvent`` and ``RegressionEvent`` file the issue of their fingerprint, or count a later occurrence in
-  it (a note for the first ``occurrence_notes`` repeats; a closed issue is reopened, unless the occurrence
-  predates its verified fix);
+- every finding (incident, regression, ``FindingEvent`` of any type) files the issue of its fingerprint in its
+  registered body (:mod:`sinks.gitlab.body`), or counts a later occurrence in it (a note for the first
+  ``occurrence_notes`` repeats; a closed issue is reopened, unless the occurrence predates its verified fix);
 - ``ReproEvent`` adds a note with RED/GREEN, the divergence report, and the uploaded test file and patch; with
   ``merge_requests=True`` a proven repro also opens the "Proves #N" merge request
   (:mod:`sinks.gitlab.merge_requests`);
@@ -65,7 +65,7 @@ from gitlab._backends.requests_backend import RequestsBackend, RequestsResponse
 from pydantic import SecretStr
 
 from processors.api.telemetry import Telemetry
-from processors.model.outputs import IncidentEvent, Published, RegressionEvent, ReproEvent, VerdictEvent
+from processors.model.outputs import Finding, Published, ReproEvent, VerdictEvent
 from sinks.base import RetryableSinkError, Sink
 from sinks.gitlab.body_verdict import verdict_note
 from sinks.gitlab.contract_sync import ContractPublisher, IssueContracts
@@ -91,7 +91,7 @@ log = structlog.get_logger("trace_repro.gitlab")
 
 T = TypeVar("T")
 DEFAULT_LABELS = ("trace-repro",)
-KINDS = (IncidentEvent, RegressionEvent, ReproEvent, VerdictEvent)
+KINDS = (Finding, ReproEvent, VerdictEvent)  # every finding (incidents, regressions, any registered type)
 
 
 class _Transport(RequestsBackend):
@@ -110,7 +110,7 @@ class GitLabQueueFull(RetryableSinkError):
 
 
 class GitLabSink(Sink):
-    """Files incidents and regressions as GitLab issues and keeps them current; see the module docstring."""
+    """Files findings as GitLab issues and keeps them current; see the module docstring."""
 
     name = "gitlab"
 
@@ -305,7 +305,7 @@ class GitLabSink(Sink):
         if not self._labels_ready:
             await self._run(self._issues.ensure_labels, "labels")
             self._labels_ready = True
-        if isinstance(event, IncidentEvent | RegressionEvent):
+        if isinstance(event, Finding):
             await self._filed(event)
         elif isinstance(event, ReproEvent):
             await self._repro(event)
@@ -317,7 +317,7 @@ class GitLabSink(Sink):
         for attempt in (1, 2):
             ref, created = await self._run(lambda: issues.find_or_create(e), "issue.create")
             if created:
-                log.info("gitlab.issue", fingerprint=e.fingerprint, kind=e.kind, iid=ref.iid, url=ref.web_url)
+                log.info("gitlab.issue", fingerprint=e.fingerprint, type=e.finding_type(), iid=ref.iid, url=ref.web_url)
                 return
             try:
                 await self._run(functools.partial(issues.occurrence, ref, e), "issue.occurrence")

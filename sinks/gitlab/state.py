@@ -6,14 +6,16 @@ does not close a reopened issue again) and the start of the window that verified
 before it is late, not a recurrence). Its JSON has ``<``, ``>`` and ``&`` escaped, so it cannot end the comment
 early. The visible ``**Occurrences:**`` line is rendered from the same state and replaced with it.
 
-One state serves both kinds that file issues. An occurrence's time is its event time: the culprit's first
-conflicting write for an incident, the start of the statistics window for a regression (the first and last seen
-times). Whether an occurrence of a closed issue is a recurrence (:func:`occurred_at` against the start of the
-verified fix's window) is judged, for a regression, by when its *build* was first seen: a regression of the build
+One state serves every finding (:class:`~processors.model.finding.Finding`), read through its interface only. An
+occurrence's time is its event time (``seen_unix_ms``): the culprit's first conflicting write for an incident, the
+start of the statistics window for a regression, the first request of any other finding (the first and last seen
+times). Whether an occurrence of a closed issue is a recurrence (:func:`occurred_at`, the finding's ``recurs_unix_ms``,
+against the start of the verified fix's window) is judged, for a regression and any finding that says when its
+build was first seen, by when its *build* was first seen: a regression of the build
 that was fixed, or of any build deployed before the fix (a draining pod, a late window), is late and counted; a
 regression of a build deployed after the fix reopens the issue. (An event that does not say when its build was
 first seen falls back to its window's start: then only a window wholly after the fix reopens.) The ``kind`` key
-is written only for regressions, so incident descriptions stay byte for byte what they were.
+is written for every kind but incidents, so incident descriptions stay byte for byte what they were.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from processors.model.outputs import IncidentEvent
 from sinks.gitlab.escape import code
-from sinks.gitlab.markdown import Filed, iso
+from sinks.gitlab.markdown import Filed, iso, kind_of
 
 RECENT_OCCURRENCES = 50
 RECENT_VERDICTS = 20
@@ -35,29 +36,12 @@ _OCCURRENCES = re.compile(r"^\*\*Occurrences:\*\* .*$", re.MULTILINE)
 
 def occurred_at(e: Filed) -> float:
     """The time that decides whether an occurrence recurs after a verified fix, in Unix ms (module docstring)."""
-    if isinstance(e, IncidentEvent):
-        return e.culprit.start_unix_ms
-    return e.build_first_seen_unix_ms or e.window_start_unix_ms
+    return e.recurs_unix_ms()
 
 
 def seen_at(e: Filed) -> float:
     """The event time of one occurrence, in Unix ms: the first and last seen times of the issue."""
-    return e.culprit.start_unix_ms if isinstance(e, IncidentEvent) else e.window_start_unix_ms
-
-
-def _where(e: Filed) -> str:
-    return e.entity if isinstance(e, IncidentEvent) else e.version
-
-
-def _manifest(e: Filed) -> int:
-    return int(e.manifest) if isinstance(e, IncidentEvent) else 0
-
-
-def evidence(e: Filed) -> tuple[float, ...] | None:
-    """How well an incident is evidenced, comparable: (manifest, row changes correlated, confidence)."""
-    if not isinstance(e, IncidentEvent):
-        return None
-    return (float(e.manifest), float(e.correlated), float(e.confidence))
+    return e.seen_unix_ms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,25 +50,25 @@ class IssueState:
 
     fingerprint: str
     occurrences: int
-    manifest: int  # incidents whose damage happened (always 0 for regressions)
+    manifest: int  # occurrences whose damage happened (``Finding.manifest_count``; 0 for regressions)
     first_seen_ms: float
     last_seen_ms: float
-    last_entity: str  # where the latest occurrence happened: the row (incidents) or the build version (regressions)
+    last_entity: str  # where the latest occurrence happened (``Finding.where``): a row, a build version
     recent: tuple[str, ...]
     verdicts: tuple[str, ...] = ()
     fixed_after_ms: float | None = None
-    kind: str = "incident"  # incident | regression
-    evidence: tuple[float, ...] | None = None  # of the occurrence the description shows (incidents)
+    kind: str = "incident"  # the published kind: incident | regression | finding
+    evidence: tuple[float, ...] | None = None  # ``Finding.rank`` of the occurrence the description shows
 
     @classmethod
     def first(cls, e: Filed) -> IssueState:
         at = seen_at(e)
-        return cls(e.fingerprint, 1, _manifest(e), at, at, _where(e), (e.occurrence,), kind=e.kind,
-                   evidence=evidence(e))  # fmt: skip
+        return cls(e.fingerprint, 1, e.manifest_count(), at, at, e.where(), (e.occurrence,), kind=kind_of(e),
+                   evidence=e.rank())  # fmt: skip
 
     def better(self, e: Filed) -> bool:
         """Whether ``e`` is better evidenced than the occurrence the description shows (then it replaces it)."""
-        new = evidence(e)
+        new = e.rank()
         return new is not None and self.evidence is not None and new > self.evidence
 
     def seen(self, occurrence: str) -> bool:
@@ -96,10 +80,10 @@ class IssueState:
         return replace(
             self,
             occurrences=self.occurrences + 1,
-            manifest=self.manifest + _manifest(e),
+            manifest=self.manifest + e.manifest_count(),
             first_seen_ms=min(self.first_seen_ms, at),
             last_seen_ms=at if latest else self.last_seen_ms,
-            last_entity=_where(e) if latest else self.last_entity,
+            last_entity=e.where() if latest else self.last_entity,
             recent=(*self.recent, e.occurrence)[-RECENT_OCCURRENCES:],
         )
 
@@ -153,17 +137,24 @@ class IssueState:
             return None
 
 
+# The visible line of each kind that files issues (a lookup, not a branch per class): an incident counts its manifest
+# occurrences and names the row, a regression names the build; a finding of any other type names where it was seen
+# (:meth:`~processors.model.finding.Finding.where`: its entity, else its build), when it says.
+_LINES = {
+    "incident": "{n} ({manifest} manifest) · first seen {first} · last seen {last} on {where}",
+    "regression": "{n} · first seen {first} · last seen {last} in build {where}",
+}
+_LINE = "{n} · first seen {first} · last seen {last}{on}"
+
+
 def occurrences_line(state: IssueState) -> str:
     """The visible count: ``**Occurrences:** 3 (2 manifest) · first seen ... · last seen ... on `row```."""
-    if state.kind == "regression":
-        return (
-            f"**Occurrences:** {state.occurrences} · first seen {iso(state.first_seen_ms)}"
-            f" · last seen {iso(state.last_seen_ms)} in build {code(state.last_entity)}"
-        )
-    return (
-        f"**Occurrences:** {state.occurrences} ({state.manifest} manifest) · first seen {iso(state.first_seen_ms)}"
-        f" · last seen {iso(state.last_seen_ms)} on {code(state.last_entity)}"
-    )
+    where = state.last_entity
+    text = _LINES.get(state.kind, _LINE).format(
+        n=state.occurrences, manifest=state.manifest, first=iso(state.first_seen_ms), last=iso(state.last_seen_ms),
+        where=code(where), on=f" on {code(where)}" if where else "",
+    )  # fmt: skip
+    return f"**Occurrences:** {text}"
 
 
 def with_state(description: str, state: IssueState) -> str:

@@ -17,11 +17,13 @@ from sinks.graph.endpoint import Endpoint
 
 # ---- incidents ------------------------------------------------------------------------------------------------
 
+# Incidents, regressions and findings of every registered type (``Incident:Finding``, its ``class`` is its type).
 INCIDENTS = (
     "MATCH (i:Incident) WHERE ($anomaly IS NULL OR i.class = $anomaly) AND ($state IS NULL OR i.status = $state) "
     "AND ($since IS NULL OR i.last_seen >= $since) "
     "OPTIONAL MATCH (i)-[:ON]->(on) OPTIONAL MATCH (i)-[:CULPRIT|VICTIM]->(s:Span) "
-    "WITH i, collect(DISTINCT on.key) AS targets, collect(DISTINCT s.service) + collect(DISTINCT on.service) AS svcs "
+    "WITH i, collect(DISTINCT coalesce(on.key, on.name)) AS targets, "
+    "collect(DISTINCT s.service) + collect(DISTINCT on.service) + collect(DISTINCT i.service) AS svcs "
     "WHERE $service IS NULL OR $service IN svcs "
     "RETURN i.fingerprint, i.class, i.severity, i.status, i.summary, i.first_seen, i.last_seen, i.occurrences, "
     "targets, svcs ORDER BY i.last_seen DESC LIMIT $limit"
@@ -29,11 +31,12 @@ INCIDENTS = (
 INCIDENT = (
     "MATCH (i:Incident {fingerprint: $fp}) OPTIONAL MATCH (i)-[:ON]->(on) "
     "RETURN i.fingerprint, i.class, i.severity, i.status, i.summary, i.first_seen, i.last_seen, i.occurrences, "
-    "i.table, i.window_ms, i.metric, i.signature, collect(DISTINCT on.key)"
+    "i.table, i.window_ms, i.metric, i.signature, collect(DISTINCT coalesce(on.key, on.name)), "
+    "i.type, i.title, i.remedy, i.service, i.operation, i.entity, i.data, i.evidence, i.traces, i.contract"
 )
 OCCURRENCES = (
     "MATCH (o:Occurrence)-[:OF]->(:Incident {fingerprint: $fp}) "
-    "RETURN o.id, o.at, o.entity, o.manifest, o.writers, o.version, o.commit, o.window, o.p_adjusted "
+    "RETURN o.id, o.at, o.entity, o.manifest, o.writers, o.version, o.commit, o.window, o.p_adjusted, o.traces "
     "ORDER BY o.at DESC LIMIT $limit"
 )
 # The accesses of the culprit's and the victim's traces to the incident's rows, with the commits credited to them.

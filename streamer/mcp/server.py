@@ -19,16 +19,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sinks.graph.analytics import GraphReader
 from streamer import logs
+from streamer.components import default
 from streamer.mcp import metrics, tools_findings, tools_topology
 from streamer.mcp.common import Tools
 from streamer.mcp.cypher import AgentCypher
 from streamer.mcp.settings import McpSettings
 
 INSTRUCTIONS = (
-    "trace-repro finds concurrency defects (lost update, oversell, double charge) and latency/error regressions in "
-    "production traces, reproduces each as a pytest, and judges deployed fixes. Start with list_incidents, then "
-    "get_incident and get_repro; service_map, critical_path, fan_out, blast_radius and hot_entities describe the "
-    "topology; query_graph runs read-only Cypher."
+    "trace-repro finds concurrency defects between requests (lost updates, invariant violations, duplicate applies, "
+    "write skew, phantoms, read skew), latency and error regressions, and the findings of every registered detector "
+    "in production traces, reproduces collisions as a pytest, and judges deployed fixes. Start with list_findings "
+    "(filter by type), then get_finding and get_repro; service_map, critical_path, fan_out, blast_radius and "
+    "hot_entities describe the topology; query_graph runs read-only Cypher."
 )
 
 
@@ -43,6 +45,7 @@ def build(settings: McpSettings, *, host: str = "127.0.0.1", port: int = 8765) -
     cypher = AgentCypher(settings.falkordb_url, settings.graph, max_result_bytes=settings.max_result_bytes,
                          socket_timeout_s=settings.timeout_ms / 1000 + 5)  # fmt: skip
     tools = Tools(reader, settings, cypher)
+    default()  # the components' packages register their finding types (advertised by the findings tools)
     tools_findings.register(mcp, tools)
     tools_topology.register(mcp, tools)
 

@@ -1,4 +1,5 @@
-"""The findings tools: incidents (evidence, timeline, Mermaid), repros, verdicts and receipts, proof contracts."""
+"""The findings tools: findings of every type (incidents, regressions, every registered type: evidence, timeline,
+Mermaid, typed data), repros, verdicts and receipts, proof contracts."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from processors.connectors.proofs.contracts import min_requests_for, parse_signature
+from processors.model.anomaly import Anomaly
 from processors.model.contract import DEFAULT_ALPHA, DEFAULT_WATCH_S, ProofContract
+from processors.model.finding import FINDING_TYPES
 from processors.repro.paths import UnsafePath, under
 from processors.repro.runner import environment, scratch
 from sinks.graph import analytics as q
@@ -26,7 +29,11 @@ from streamer.contract_cli import kafka_publish
 from streamer.mcp.common import Tools, clip, page, rows, since_ms
 
 Limit = Annotated[int, Field(ge=1, le=200, description="the most items to return")]
-Fingerprint = Annotated[str, Field(min_length=1, max_length=128, description="the incident's fingerprint")]
+Fingerprint = Annotated[str, Field(min_length=1, max_length=128, description="the finding's fingerprint")]
+Class = Annotated[str | None, Field(description="only this class or finding type (the tool's description lists them)")]
+Service = Annotated[str | None, Field(description="only findings involving this service")]
+State = Annotated[str | None, Field(description="open, or fixed (by a FIXED verdict, until an occurrence after it)")]
+Since = Annotated[str | None, Field(description="last seen after: 30m, 2h, 7d, ISO-8601 or unix ms")]
 _MERMAID_UNSAFE = re.compile(r"[^A-Za-z0-9 _.:/*{}()=+-]")
 _RUN_TIMEOUT_S = 120
 
@@ -54,6 +61,13 @@ def mermaid(parties: list[dict[str, Any]], timeline: list[dict[str, Any]], entit
     return "\n".join(lines)
 
 
+def classes() -> list[str]:
+    """The classes a finding can have: the anomalies (``regression`` among them), then every registered finding type
+    (the detectors this process was built with register theirs)."""
+    known = [a.value for a in Anomaly]
+    return [*known, *sorted(t for t in FINDING_TYPES if t not in known)]
+
+
 async def list_findings(
     tools: Tools,
     *,
@@ -63,10 +77,11 @@ async def list_findings(
     since: str | None = None,
     limit: int = 20,
 ) -> dict[str, Any]:
-    """Incidents (and regressions), most recently seen first: ``list_incidents`` and ``trace-repro findings list``."""
+    """Findings of every type, most recently seen first (``anomaly``: one class or type): ``list_findings``,
+    ``list_incidents`` and ``trace-repro findings list``."""
     params = {"service": service, "anomaly": anomaly, "state": state, "since": since_ms(since), "limit": limit + 1}
     found = await rows(tools, q.INCIDENTS, params)
-    items = [{"fingerprint": r[0], "anomaly": r[1], "severity": r[2], "state": r[3], "summary": r[4],
+    items = [{"fingerprint": r[0], "anomaly": r[1], "type": r[1], "severity": r[2], "state": r[3], "summary": r[4],
               "first_seen_unix_ms": r[5], "last_seen_unix_ms": r[6], "occurrences": r[7],
               "on": [x for x in r[8] if x], "services": sorted({x for x in r[9] if x})} for r in found]  # fmt: skip
     return page(items, limit)
@@ -74,7 +89,9 @@ async def list_findings(
 
 async def get_finding(tools: Tools, fingerprint: str, *, occurrences: int = 10, timeline_events: int = 50
                       ) -> dict[str, Any]:  # fmt: skip
-    """One finding's evidence: ``get_incident`` and ``trace-repro findings show`` (:class:`ToolError` if unknown)."""
+    """One finding's evidence: ``get_finding``, ``get_incident`` and ``trace-repro findings show`` (:class:`ToolError`
+    if unknown). A finding of a registered type also has ``finding``: its type, title, subject, remedy, typed data,
+    evidence lines, example traces and contract signature."""
     fp = {"fp": fingerprint}
     head = await rows(tools, q.INCIDENT, fp)
     if not head:
@@ -96,7 +113,7 @@ async def get_finding(tools: Tools, fingerprint: str, *, occurrences: int = 10, 
         "window_ms": h[9], "metric": h[10], "signature": h[11], "on": on,
         "occurrences": page([{"id": r[0], "at_unix_ms": r[1], "entity": r[2], "manifest": r[3],
                               "writers": r[4], "version": r[5], "commit": r[6], "window": r[7],
-                              "p_adjusted": r[8]} for r in occ], occurrences),
+                              "p_adjusted": r[8], "traces": r[9] or []} for r in occ], occurrences),
         "parties": parties,
         "timeline": page(timeline, timeline_events),
         "repro": [{"path": r[0], "status": r[1], "level": r[2], "faithful": r[3], "red": r[4], "green": r[5]}
@@ -104,6 +121,11 @@ async def get_finding(tools: Tools, fingerprint: str, *, occurrences: int = 10, 
         "contracts": [{"signature": r[0], "service": r[1], "version": r[2], "issue": r[3],
                        "verdicts": [v for v in r[4] if v]} for r in contracts],
     }  # fmt: skip
+    if h[13] is not None:  # a finding of a registered type: what it published of itself
+        out["finding"] = {"type": h[13], "title": h[14], "remedy": h[15],
+                          "subject": {"service": h[16], "operation": h[17], "entity": h[18]},
+                          "data": json.loads(h[19] or "{}"), "evidence": h[20] or [], "traces": h[21] or [],
+                          "contract": h[22]}  # fmt: skip
     if parties or timeline:
         out["mermaid"] = mermaid(parties, timeline[:timeline_events], on[0] if on else "")
     else:
@@ -114,25 +136,26 @@ async def get_finding(tools: Tools, fingerprint: str, *, occurrences: int = 10, 
 def register(mcp: FastMCP, tools: Tools) -> None:
     """Add the findings tools to ``mcp``."""
     s = tools.settings
+    listing = (
+        "Findings of every type (incidents, regressions, each registered detector's), most recently seen first: "
+        "class (`type`), severity, state, summary, what they are on, services. The classes this daemon emits "
+        f"(filter with `type`; `anomaly` is its first name): {', '.join(classes())}."
+    )
 
-    @mcp.tool()
-    async def list_incidents(
-        service: Annotated[str | None, Field(description="only incidents involving this service")] = None,
-        anomaly: Annotated[str | None, Field(description="lost_update, oversell, double_charge, regression")] = None,
-        state: Annotated[
-            str | None, Field(description="open, or fixed (by a FIXED verdict, until an occurrence after it)")
-        ] = None,
-        since: Annotated[str | None, Field(description="last seen after: 30m, 2h, 7d, ISO-8601 or unix ms")] = None,
-        limit: Limit = 20,
-    ) -> dict[str, Any]:
-        """Incidents, most recently seen first: class, severity, state, summary, what they are on, services."""
-        return await list_findings(tools, service=service, anomaly=anomaly, state=state, since=since, limit=limit)
+    @mcp.tool(name="list_findings", description=listing)
+    @mcp.tool(name="list_incidents", description=listing)  # its first name, kept for agents configured with it
+    async def list_all(service: Service = None, type: Class = None, state: State = None, since: Since = None,
+                       limit: Limit = 20, anomaly: Class = None) -> dict[str, Any]:  # fmt: skip
+        return await list_findings(tools, service=service, anomaly=type or anomaly, state=state, since=since,
+                                   limit=limit)  # fmt: skip
 
-    @mcp.tool()
-    async def get_incident(fingerprint: Fingerprint, occurrences: Limit = 10, timeline_events: Limit = 50
-                           ) -> dict[str, Any]:  # fmt: skip
-        """One incident's evidence: occurrences (row images, writers), culprit and victim requests, the timeline of
-        their accesses and commits on the row, a Mermaid sequence diagram, its repro, contracts and verdicts."""
+    @mcp.tool(name="get_finding")
+    @mcp.tool(name="get_incident")  # its first name, kept for agents configured with it
+    async def get_one(fingerprint: Fingerprint, occurrences: Limit = 10, timeline_events: Limit = 50
+                      ) -> dict[str, Any]:  # fmt: skip
+        """One finding's evidence: occurrences, for a collision its culprit and victim requests and the timeline of
+        their accesses and commits on the row (a Mermaid sequence diagram), for a finding of a registered type its
+        typed data, evidence lines and example traces; its repro, contracts and verdicts."""
         return await get_finding(tools, fingerprint, occurrences=occurrences, timeline_events=timeline_events)
 
     @mcp.tool()

@@ -6,9 +6,9 @@ prometheus-client objects; every component's telemetry (``processors.api.telemet
 state gauges) is read at scrape time by :class:`ComponentCollector` and exported with the component's name: every
 drop of the daemon is ``trace_repro_dropped_total{component, reason}``.
 
-The findings counters (incidents, regressions, verdicts) carry a ``service`` label for alert routing, bounded by
-:class:`ServiceLabels` (the ``http.max_service_labels`` setting); ``trace_repro_build_info`` lets alert rules find
-the daemon's targets whatever their scrape job is called.
+The findings counters (incidents, regressions, findings of the registered types by type, verdicts) carry a
+``service`` label for alert routing, bounded by :class:`ServiceLabels` (the ``http.max_service_labels`` setting);
+``trace_repro_build_info`` lets alert rules find the daemon's targets whatever their scrape job is called.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from processors.api.telemetry import Telemetry
+from processors.model.finding import FINDING_TYPES
 from processors.pipeline.sampled_traffic import SampledTraffic
 from streamer.version import __version__
 
@@ -119,6 +120,7 @@ class ServiceLabels:
 
 OTHER_SERVICE = "other"
 MAX_SERVICE_LABELS = 200
+OTHER_TYPE = "other"  # the type label of a finding whose type this build did not register (the label set is bounded)
 _BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -131,6 +133,7 @@ class Metrics:
         "correlated",
         "decoded",
         "dlq",
+        "findings",
         "graph_rejected",
         "graph_retries",
         "graph_rows",
@@ -211,6 +214,13 @@ class Metrics:
         self.regressions = Counter(
             "trace_repro_regressions", "Latency or error regressions published", ["service", "metric"], registry=r
         )
+        self.findings = Counter(
+            "trace_repro_findings",
+            "Findings of the detectors' registered types published (kind finding), by type, severity and the "
+            "subject's service (a type this build did not register counts as other)",
+            ["type", "severity", "service"],
+            registry=r,
+        )
         self.verdicts = Counter("trace_repro_verdicts", "Proof verdicts published", ["service", "outcome"], registry=r)
         self.unkeyed = Counter(
             "trace_repro_unkeyed_statements", "Statements on a table that named no row by its key (predicate "
@@ -235,11 +245,15 @@ class Metrics:
         )
 
     def finding(self, event: Any) -> None:
-        """Count one newly published finding (incidents by culprit service, regressions, verdicts)."""
+        """Count one newly published finding (incidents by culprit service, regressions, findings of the registered
+        types by type, verdicts)."""
         kind = getattr(event, "kind", "")
         if kind == "incident":
             self.incidents.labels(event.severity, event.anomaly, self.service_label(event.culprit.service)).inc()
         elif kind == "regression":
             self.regressions.labels(self.service_label(event.service), event.metric).inc()
+        elif kind == "finding":
+            known = event.type if event.type in FINDING_TYPES else OTHER_TYPE
+            self.findings.labels(known, event.severity, self.service_label(event.subject.service)).inc()
         elif kind == "verdict":
             self.verdicts.labels(self.service_label(event.service), event.outcome).inc()

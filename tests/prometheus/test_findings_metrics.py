@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from streamer.runtime.metrics import OTHER_SERVICE, Metrics
+from tests.finding_samples import SAMPLE_TYPE, finding
 from tests.gitlab.helpers import incident, regression, verdict
 
 
@@ -39,3 +40,18 @@ def test_the_service_label_is_bounded_and_the_overflow_is_a_counted_drop() -> No
     assert sample(metrics, "trace_repro_regressions_total", service=OTHER_SERVICE, metric="errors") == 2
     assert sample(metrics, "trace_repro_regressions_total", service="c", metric="errors") is None
     assert sample(metrics, "trace_repro_dropped_total", component="metrics", reason="service_label_overflow") == 2
+
+
+def test_findings_of_registered_types_are_counted_by_type_with_a_bounded_label() -> None:
+    """A finding of a registered type counts under its type, severity and subject's service; one of a type this build
+    did not register counts as type ``other`` (the type label holds registered types only)."""
+    metrics = Metrics()
+    metrics.finding(finding("o1"))
+    metrics.finding(finding("o2"))
+    metrics.finding(finding("o3", type="made_up_by_a_newer_build"))
+    assert (
+        sample(metrics, "trace_repro_findings_total", type=SAMPLE_TYPE.name, severity="high", service="checkout") == 2
+    )
+    assert sample(metrics, "trace_repro_findings_total", type="other", severity="high", service="checkout") == 1
+    assert sample(metrics, "trace_repro_findings_total", type="made_up_by_a_newer_build", severity="high",
+                  service="checkout") is None  # fmt: skip

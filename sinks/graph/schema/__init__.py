@@ -309,6 +309,34 @@ RECORDS: dict[str, str] = {
         "MERGE (i)-[:ON]->(o) "
         f"{_COUNT_OCCURRENCES.format(x='y')}"
     ),
+    # A finding of any registered type is an Incident (contracts, verdicts, repros and the MCP tools find it by its
+    # fingerprint) labelled Finding too; what it says of itself is the latest occurrence's.
+    "finding": (
+        "UNWIND $rows AS r "
+        f"MERGE (i:Incident {{fingerprint: r.fingerprint}}) {_SEEN} "
+        "SET i:Finding, i.class = r.type, i.type = r.type, "
+        "i.severity = CASE WHEN i.severity = 'high' OR r.severity = 'high' THEN 'high' "
+        "WHEN i.severity = 'medium' OR r.severity = 'medium' THEN 'medium' ELSE r.severity END "
+        "WITH i, r, r.at >= i.last_seen AS latest "
+        "SET i.title = CASE WHEN latest THEN r.title ELSE i.title END, "
+        "i.summary = CASE WHEN latest THEN r.title ELSE i.summary END, "
+        "i.remedy = CASE WHEN latest THEN r.remedy ELSE i.remedy END, "
+        "i.service = r.service, i.operation = r.operation, "
+        "i.entity = CASE WHEN latest THEN r.entity ELSE i.entity END, "
+        "i.data = CASE WHEN latest THEN r.data ELSE i.data END, "
+        "i.evidence = CASE WHEN latest THEN r.evidence ELSE i.evidence END, "
+        "i.traces = CASE WHEN latest THEN r.traces ELSE i.traces END, "
+        "i.contract = CASE WHEN r.contract IS NULL THEN i.contract ELSE r.contract END "
+        "MERGE (x:Occurrence {id: r.occurrence}) ON CREATE SET x.at = r.at, x.version = r.version, "
+        "x.entity = r.entity, x.data = r.data, x.traces = r.traces "
+        "MERGE (x)-[:OF]->(i) "
+        "FOREACH (_ IN CASE WHEN r.operation_key IS NULL THEN [] ELSE [1] END | "
+        "MERGE (o:Operation {key: r.operation_key}) ON CREATE SET o.service = r.service, o.name = r.operation, "
+        "o.seen = r.at MERGE (i)-[:ON]->(o)) "
+        "FOREACH (_ IN CASE WHEN r.operation_key IS NULL AND r.service <> '' THEN [1] ELSE [] END | "
+        "MERGE (s:Service {name: r.service}) ON CREATE SET s.seen = r.at MERGE (i)-[:ON]->(s)) "
+        f"{_COUNT_OCCURRENCES.format(x='z')}"
+    ),
     "verdict": (
         "UNWIND $rows AS r "
         "MERGE (v:Verdict {key: r.key}) "
