@@ -1,11 +1,13 @@
 """``make demo``: the whole loop on real local engines, unattended.
 
-Engines up → the sample shop (v1.0.0, three real concurrency bugs) under concurrent traffic → the daemon finds
-three incidents and files them as GitLab issues → the daemon is killed with SIGKILL and restarted (still three
-issues) → each incident's repro fails RED, the planned repairs make it GREEN → each proven repro opens a "Proves #N"
-merge request on the local GitLab, which runs its tests and passes its own gate and is merged (bench/demo_mr.py) →
-main as merged is deployed as v1.1.0 and gets the same traffic → the proof judge says FIXED on v1.1.0's own
-telemetry and the issues close → a summary table → everything stopped.
+Engines up → the sample shop (v1.0.0, three real concurrency bugs and a row lock held across a slow call) under
+concurrent traffic → the daemon finds three incidents and a lock wait (blocked-by) and files them as GitLab issues →
+the daemon is killed with SIGKILL and restarted (still four issues) → each incident's repro fails RED, the planned
+repairs make it GREEN → each proven repro opens a "Proves #N" merge request on the local GitLab, which runs its tests
+and passes its own gate and is merged (bench/demo_mr.py) → main as merged is deployed as v1.1.0 (which also books
+the carrier before taking the row lock: a person's fix of the lock wait, no repair planner's) and gets the same
+traffic → the proof judge says FIXED on v1.1.0's own telemetry and the issues close → a summary table → everything
+stopped.
 """
 
 from __future__ import annotations
@@ -269,7 +271,7 @@ class Demo:
         say("the proof judge watches v1.1.0's own telemetry")
 
         def enough(events: list[dict[str, Any]]) -> bool:
-            return len({e["fingerprint"] for e in events if e["outcome"] == "FIXED"}) >= 3
+            return len({e["fingerprint"] for e in events if e["outcome"] == "FIXED"}) >= 4  # 3 incidents, blocked-by
 
         verdicts = asyncio.run(self._wait_topic("trace-repro.verdicts", enough, 120))
         for v in verdicts:
@@ -281,7 +283,7 @@ class Demo:
                   f"{r['floor']} ({r['test']})")  # fmt: skip
         return verdicts
 
-    def summary(self, incidents: list[dict[str, Any]], repros: list[dict[str, Any]],
+    def summary(self, incidents: list[dict[str, Any]], findings: list[dict[str, Any]], repros: list[dict[str, Any]],
                 verdicts: list[dict[str, Any]]) -> None:  # fmt: skip
         say("summary")
         issues = {}
@@ -300,6 +302,13 @@ class Demo:
             red = r["red"]["status"] if r else "-"
             green = r["green"]["status"] if r and r["green"] else "-"
             print(f"   {anomaly:<20} {fp:<17} {occ:>4}  {'#' + str(i['iid']) if i else '-':<6} {red:<6} {green:<6} "
+                  f"{v:<10} {i['state'] if i else '-'}")  # fmt: skip
+        for fp in dict.fromkeys(e["fingerprint"] for e in findings):  # performance findings: no repro, a person's fix
+            occ = sum(1 for e in findings if e["fingerprint"] == fp)
+            kind = next(e["type"] for e in findings if e["fingerprint"] == fp)
+            v = next((x["outcome"] for x in verdicts if x["fingerprint"] == fp and x["outcome"] == "FIXED"), "-")
+            i = issues.get(fp)
+            print(f"   {kind:<20} {fp:<17} {occ:>4}  {'#' + str(i['iid']) if i else '-':<6} {'-':<6} {'-':<6} "
                   f"{v:<10} {i['state'] if i else '-'}")  # fmt: skip
 
     def stop(self) -> None:
@@ -333,8 +342,8 @@ def main() -> int:
         demo.start_daemon()
         demo.traffic("1.0.0")
         incidents = demo.wait_incidents()
-        demo.wait_blocked_by()
-        demo.wait_issues(3)
+        blocked = demo.wait_blocked_by()
+        demo.wait_issues(4)
         say("GitLab issues filed")
         demo.show_issues(bodies=True)
         demo.kill_daemon()
@@ -344,8 +353,11 @@ def main() -> int:
         demo.show_issues(bodies=False)
         mr_runs = demo.merge_request_path(repros)
         patched = demo.deploy(incidents, mr_runs)
-        os.environ["SHOP_BARRIER_TIMEOUT_S"] = "0.5"  # repaired code locks before its race point
-        demo.env["SHOP_BARRIER_TIMEOUT_S"] = "0.5"
+        # The repaired code locks before its race point, so the traffic's barrier waits inside the locked section for
+        # a peer that is waiting on the lock: a long barrier would hold the row lock as no request does (and the
+        # daemon rightly reports those waits as blocked-by); 50 ms is below the lock waits it names.
+        os.environ["SHOP_BARRIER_TIMEOUT_S"] = "0.05"
+        demo.env["SHOP_BARRIER_TIMEOUT_S"] = "0.05"
         # the fixed build must serve enough of each route to show the drop: with 6 of 12 requests failing before,
         # the exact test at alpha/2 needs 11 error-free requests, so the demo sends 20 (no margin, no proof)
         demo.traffic("1.1.0", source=patched, rounds=ROUNDS + 6)
@@ -353,12 +365,16 @@ def main() -> int:
         deadline = time.monotonic() + 60
         while any(i["state"] != "closed" for i in demo.issues()) and time.monotonic() < deadline:
             time.sleep(0.5)
-        demo.summary(incidents, repros, verdicts)
+        demo.summary(incidents, blocked, repros, verdicts)
         if demo.gitlab is not None:
             demo_mr.show(mr_runs, demo.gitlab)
         say("a coding agent asks `trace-repro mcp` about it: incident -> repro -> critical path")
         answered = asyncio.run(ask(demo.env))
-        ok = (answered and len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 3
+        blocked_fixed = {v["fingerprint"] for v in verdicts if v["outcome"] == "FIXED"} >= {
+            e["fingerprint"] for e in blocked
+        }
+        ok = (answered and len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 4
+              and len({e["fingerprint"] for e in blocked}) == 1 and blocked_fixed
               and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues())
               and all(proven(v) for v in verdicts if v["outcome"] == "FIXED")
               and (demo.gitlab is None or (len(mr_runs) == 3 and all(r.merged for r in mr_runs))))  # fmt: skip

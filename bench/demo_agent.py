@@ -1,7 +1,7 @@
 """The demo's last step: what a coding agent sees when it asks ``trace-repro mcp`` about the demo's own data.
 
 The server runs as an agent's MCP client would start it (stdio, ``python -m streamer.cli mcp``, the daemon's
-environment); the SDK's own client calls list_incidents → get_incident → get_repro → run_repro → critical_path and
+environment); the SDK's own client calls list_findings → get_incident → get_repro → run_repro → critical_path and
 the demo prints each answer in a line or two. The walk is complete when every call answers, the incident has its
 parties, its repro is proven and re-runs RED then GREEN, and the critical path of the incident's route names who
 owns the slowest requests' time in the build before the fix and the fixed one (waiting for the fixed build's
@@ -19,6 +19,8 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from processors.model.anomaly import Anomaly
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY_WAIT_S = 60.0
@@ -46,9 +48,10 @@ async def ask(env: dict[str, str]) -> bool:
 
         tools = (await session.list_tools()).tools
         print(f"   the agent's MCP client sees {len(tools)} tools: {', '.join(t.name for t in tools)}")
-        incidents = (await call("list_incidents", limit=5))["items"]
-        for i in incidents:
+        findings = (await call("list_findings", limit=10))["items"]
+        for i in findings:
             print(f"     {i['anomaly']:<20} {i['fingerprint']} {i['state']:<6} {i['occurrences']} occurrences")
+        incidents = [i for i in findings if i["anomaly"] in set(Anomaly.collisions())]  # the ones with a repro
         if not incidents:
             return False
         fp = incidents[0]["fingerprint"]

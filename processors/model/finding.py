@@ -114,6 +114,11 @@ class Finding(Published):
         """The proof contract's rules for this finding, or None when the desk has none to make."""
         return None
 
+    def affected_requests(self) -> int:
+        """The requests this occurrence covers (a window's aggregate of lock waits covers each request that waited):
+        what the proof judge counts as occurrences against the requests of the contract's routes."""
+        return 1
+
 
 class FindingEvent(Finding):
     """A finding of any registered type but the two first kinds (``kind`` ``finding``)."""
@@ -131,6 +136,7 @@ class FindingEvent(Finding):
     data: dict[str, Any] = Field(default_factory=dict)  # for machines: the type's data model, validated
     series: list[Series] = Field(default_factory=list, max_length=8)
     traces: list[str] = Field(default_factory=list, max_length=20)  # example trace ids
+    affected: int = Field(1, ge=1)  # the requests this occurrence covers (Finding.affected_requests)
     first_seen_unix_ms: float  # event time of the occurrence (its window's start, its first request)
     last_seen_unix_ms: float = 0.0
     build_first_seen_unix_ms: float = 0.0  # when the subject's build was first seen (0: unknown)
@@ -166,6 +172,9 @@ class FindingEvent(Finding):
 
     def rules(self) -> ContractRules | None:
         return self.contract
+
+    def affected_requests(self) -> int:
+        return self.affected
 
 
 def data_of(finding: FindingEvent, model: type[D]) -> D:

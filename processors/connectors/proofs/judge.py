@@ -185,20 +185,21 @@ class ProofJudge:
             self._bump(self.ledger.slice(self._build(service, version, at, ""), at, part).mixed, sig)
 
     def on_finding(self, finding: Finding, signature: str, routes: Iterable[str] = (), part: str = "") -> None:
-        """Count one occurrence of a finding under ``signature`` on the build it was seen on, as a collision is; the
-        ``routes`` (its contract rules') are the requests it is a rate of."""
+        """Count a finding's occurrence under ``signature`` on the build it was seen on, as collisions are, once per
+        request it covers (``affected_requests``); the ``routes`` (its contract rules') are the requests it is a rate
+        of."""
         self.telemetry.count("findings", 1)
         about = finding.about()
         at = int(finding.seen_unix_ms() * 1e6)
         where = f"{about.operation or about.service}" + (f" on {about.entity}" if about.entity else "")
         self._occurred(self._build(about.service, about.version, at, ""), at, part, signature, finding.fingerprint,
-                       routes, where)  # fmt: skip
+                       routes, where, finding.affected_requests())  # fmt: skip
 
     def _occurred(self, build: Build, at: int, part: str, sig: str, fingerprint: str, routes: Iterable[str],
-                  where: str) -> None:  # fmt: skip
+                  where: str, by: int = 1) -> None:  # fmt: skip
         self.occurrences.remember(sig, fingerprint, routes)
         t = self.ledger.slice(build, at, part)
-        if self._bump(t.collisions, sig):
+        if self._bump(t.collisions, sig, by):
             self._site(t.collision_sites.setdefault(sig, {}), where)
 
     def requests_on(self, service: str, version: str, routes: Iterable[str]) -> int:
@@ -219,12 +220,12 @@ class ProofJudge:
 
     # ---- state ---------------------------------------------------------------------------------------------
 
-    def _bump(self, counts: dict[K, int], key: K) -> bool:
-        """Count one under ``key``; False (and counted as overflow) when the map is full."""
+    def _bump(self, counts: dict[K, int], key: K, by: int = 1) -> bool:
+        """Count ``by`` under ``key``; False (and counted as overflow) when the map is full."""
         if key not in counts and len(counts) >= self.max_keys:
             self.telemetry.drop("max_keys")
             return False
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + by
         return True
 
     def _site(self, places: dict[str, int], where: str) -> None:

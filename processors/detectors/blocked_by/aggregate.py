@@ -128,6 +128,7 @@ def finding(pair: PairWindow, *, both_ways: bool, detected_ns: int) -> FindingEv
         ),
         severity=BLOCKED_BY.severity,
         remedy=remedy,
+        affected=len({b.blocked.trace_id for b in blocks}),  # the requests that waited
         evidence=evidence,
         data=data.model_dump(mode="json"),
         series=[

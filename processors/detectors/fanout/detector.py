@@ -198,6 +198,7 @@ class FanoutDetector(Processor):
                        y_label="concurrent calls", points=[Point(x=x, y=y) for x, y in tally.profile]),
             ],
             traces=tally.traces, first_seen_unix_ms=tally.first_ns / MS_NS, last_seen_unix_ms=tally.last_ns / MS_NS,
+            affected=max(1, r),
             contract=ContractRules(signature=f"finding:{TYPE}:{fingerprint}", service=tally.service,
                                    routes=[tally.operation],
                                    baseline_rate=round(r / seen, 6) if seen else None),

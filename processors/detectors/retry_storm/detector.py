@@ -184,6 +184,7 @@ class RetryStormDetector(Processor):
             series=[Series(name="attempts of the retried call per request", x_label="request start (Unix ms)",
                            y_label="attempts", points=[Point(x=x, y=y) for x, y in tally.points])],
             traces=tally.traces, first_seen_unix_ms=tally.first_ns / MS_NS, last_seen_unix_ms=tally.last_ns / MS_NS,
+            affected=max(1, tally.requests),
             contract=ContractRules(signature=f"finding:{TYPE}:{fingerprint}", service=tally.service,
                                    routes=[tally.operation],
                                    baseline_rate=round(tally.requests / seen, 6) if seen else None),
