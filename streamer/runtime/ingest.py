@@ -90,7 +90,8 @@ class IngestStage(Stage):
         w, sql = settings.windows, settings.sql
         telemetry = metrics.telemetry
         self.traces = TraceAssembler(s_to_ns(w.trace_gap_s), w.max_open_traces, w.max_spans_per_trace,
-                                     max_bytes=w.max_open_trace_bytes, telemetry=telemetry("traces"),
+                                     max_bytes=w.max_open_trace_bytes, max_request_ns=s_to_ns(w.max_request_s),
+                                     telemetry=telemetry("traces"),
                                      events=self.tracker)  # fmt: skip
         self.calls = CallWindows(s_to_ns(w.window_s), s_to_ns(w.trace_gap_s), max_windows=w.max_windows,
                                  telemetry=telemetry("calls"), events=self.tracker)  # fmt: skip
