@@ -15,6 +15,7 @@ from processors.component import Factory
 from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
 from processors.detectors.collisions import FACTORY as COLLISIONS
+from processors.detectors.contention import FACTORY as CONTENTION
 from processors.detectors.hangs import FACTORY as HANGS
 from processors.detectors.regressions import FACTORY as REGRESSIONS
 from processors.detectors.regressions import JUDGE as REGRESSION_JUDGE
@@ -27,6 +28,7 @@ FACTORIES: tuple[Factory[Any, Any], ...] = (
     REGRESSIONS,  # detector, stage "ingest": windowed service statistics, relayed to its judge
     REGRESSION_JUDGE,  # detector, stage "entities": latency and error regressions on every instance's statistics
     HANGS,  # detector, stage "ingest": hops with no timeout (issue 36)
+    CONTENTION,  # detector, stage "ingest": latency rising with in-flight concurrency (issue 36)
     PROOF,  # connector, stage "ingest": proof contracts and verdicts
     REPRO,  # connector, incidents -> repros: RED, repair plan, GREEN
     GITLAB,  # sink: GitLab issues

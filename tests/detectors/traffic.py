@@ -93,3 +93,36 @@ def assemble(spans: Sequence[Span], windows: WindowConfig | None = None) -> Iter
         yield span.end_ns, asm.close_until(span.end_ns), asm.oldest_start()
     last = ordered[-1].end_ns + s_to_ns(w.max_request_s) + s_to_ns(w.trace_gap_s) + S
     yield last, asm.close_until(last), None
+
+
+def load_traffic(rates: Sequence[float], *, window_s: float = 60.0, hold_ms: float = 30.0, lock: bool = True,
+                 slower: Sequence[float] = (), seed: int = 0) -> list[Span]:  # fmt: skip
+    """``payments`` serving ``POST /pay`` at ``rates[i]`` requests/s (Poisson) in window ``i``; each request does
+    5 ms of work, then ``hold_ms`` in a critical section, then 5 ms. With ``lock`` the critical sections queue for
+    one lock (latency rises with the requests in flight); without, they run side by side. ``slower[i]`` multiplies
+    window ``i``'s latency (a slower build: more in flight by Little's law, no lock)."""
+    rng = random.Random(seed)
+    res = Resource("payments", "1.0", "test", "rev")
+    out: list[Span] = []
+    lock_free = 0
+    for i, rate in enumerate(rates):
+        factor = slower[i] if i < len(slower) else 1.0
+        t = T0 + int(i * window_s * S)
+        end_window = t + int(window_s * S)
+        while True:
+            t += int(rng.expovariate(rate) * S)
+            if t >= end_window:
+                break
+            hold = int(hold_ms * MS * rng.uniform(0.8, 1.2) * factor)
+            enter = t + 5 * MS
+            if lock:
+                enter = max(enter, lock_free)
+                lock_free = enter + hold
+            end = enter + hold + 5 * MS
+            n = next(_ids)
+            tid = f"{n:032x}"
+            root = Span(tid, f"{n:012x}0001", "", "POST /pay", SpanKind.SERVER, t, end, StatusCode.UNSET, res,
+                        route="/pay", http_status=200)  # fmt: skip
+            out += [root, Span(tid, f"{n:012x}0002", root.span_id, "charge", SpanKind.INTERNAL, enter, enter + hold,
+                               StatusCode.UNSET, res, code_function="payments.views.charge")]  # fmt: skip
+    return out
