@@ -15,7 +15,8 @@ request ends (a 30 s hang exports its children 30 s before its root). So a trace
 whose parent has not arrived, where that parent is in the same process: the span is not a SERVER or CONSUMER span,
 whose parent is a remote caller that may never report) stays open until that parent arrives, up to
 ``max_request`` after the trace's first start; closing it there is counted (``max_request_duration``) and a root
-that comes later still is a late span, as before.
+that comes later still is a late span, as before. A trace that lost spans (to ``max_spans``, or dropped before
+assembly: :meth:`TraceAssembler.lost`) awaits no parent: it may have been one of them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _OpenTrace:
     first_ns: int = 0
     late: bool = False
     awaited: set[str] = field(default_factory=set)  # in-process parents not arrived yet (their spans are running)
+    truncated: bool = False  # spans were dropped at max_spans: a parent may be among them, none is awaited
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,8 @@ class TraceAssembler:
     """Open traces keyed by trace id; see the module docstring."""
 
     __slots__ = (
-        "_closed_recently", "_deadlines", "_forced", "_open", "_starts", "gap_ns", "max_request_ns", "max_spans",
-        "telemetry",
+        "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns", "max_request_ns",
+        "max_spans", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -107,6 +109,7 @@ class TraceAssembler:
         self._deadlines: Deadlines[str] = Deadlines()  # last span end + gap
         self._starts: list[tuple[int, str]] = []  # (first span start, trace_id), lazily invalidated
         self._closed_recently: CountedLRU[str, None] = CountedLRU(remember_closed)
+        self._lossy: CountedLRU[str, None] = CountedLRU(remember_closed)  # traces that lost spans before assembly
         self._forced: list[ClosedTrace] = []
 
     def __len__(self) -> int:
@@ -143,6 +146,7 @@ class TraceAssembler:
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
                 heapq.heappush(self._starts, (span.start_ns, tid))
+                trace.truncated = tid in self._lossy
                 if tid in self._closed_recently:
                     trace.late = True
                     count("late_spans")
@@ -154,6 +158,10 @@ class TraceAssembler:
                 continue
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
+                if trace.awaited:  # the awaited parent may be this span or a later dropped one: wait no more
+                    trace.awaited.clear()
+                    self._deadlines.set(tid, self._deadline(trace))
+                trace.truncated = True
                 continue
             if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
                 self._open.retain(tid)
@@ -165,7 +173,7 @@ class TraceAssembler:
                 heapq.heappush(self._starts, (span.start_ns, tid))
             added += 1
             awaited = trace.awaited
-            if awaited or (span.parent_id and span.kind not in _REMOTE_PARENT):
+            if not trace.truncated and (awaited or (span.parent_id and span.kind not in _REMOTE_PARENT)):
                 awaited.discard(span.span_id)
                 if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.span_ids:
                     awaited.add(span.parent_id)
@@ -182,6 +190,17 @@ class TraceAssembler:
             self.telemetry.gauge("open_trace_bytes", self._open.bytes)
         forced, self._forced = self._forced, []
         return forced
+
+    def lost(self, trace_ids: Iterable[str]) -> None:
+        """Spans of these traces were dropped before assembly (unreadable, absurd times): a parent they await may
+        be among them, so they (open now or later) close after the gap, not at ``max_request``."""
+        for tid in trace_ids:
+            self._lossy.add(tid)
+            trace = self._open.get(tid)
+            if trace is not None and not trace.truncated:
+                trace.truncated = True
+                trace.awaited.clear()
+                self._deadlines.set(tid, self._deadline(trace))
 
     def _deadline(self, trace: _OpenTrace) -> int:
         """Quiet for ``gap`` after its last span's end, or while a parent is awaited, ``max_request`` after its start

@@ -317,3 +317,21 @@ def test_a_server_span_with_a_missing_remote_parent_closes_after_the_gap() -> No
                  Resource("checkout"))  # fmt: skip
     asm.add([entry, span(A, 3, 100.1, 100.9, parent=2)])
     assert len(only(asm.close_until(103 * S)).spans) == 2
+
+
+def test_a_trace_that_lost_spans_to_the_bound_awaits_no_parent() -> None:
+    """The awaited parent may be a span dropped at ``max_spans``: a truncated trace closes after the gap."""
+    asm = TraceAssembler(GAP, 10, 2, max_request_ns=120 * S)
+    asm.add([span(A, 3, 100.1, 100.2, parent=2), span(A, 2, 100.05, 100.3, parent=1), span(A, 1, 100, 100.4)])
+    assert len(only(asm.close_until(int(102.4 * S))).spans) == 2
+    assert asm.telemetry.events.get("max_request_duration", 0) == 0
+
+
+def test_a_trace_that_lost_spans_before_assembly_awaits_no_parent() -> None:
+    """Spans dropped before assembly (unreadable, absurd times) may be the parent awaited: ``lost`` closes the
+    trace after the gap, whether it was open then or opens later."""
+    asm = TraceAssembler(GAP, 10, 10, max_request_ns=120 * S)
+    asm.add([span(A, 3, 100.1, 100.2, parent=2)])
+    asm.lost([A, B])
+    asm.add([span(B, 4, 100.1, 100.2, parent=2)])
+    assert {t.trace_id for t in asm.close_until(int(102.2 * S))} == {A, B}
