@@ -16,7 +16,9 @@ from processors.connectors.proofs import FACTORY as PROOF
 from processors.connectors.repro import FACTORY as REPRO
 from processors.detectors.blocked_by import FACTORY as BLOCKED_BY
 from processors.detectors.collisions import FACTORY as COLLISIONS
+from processors.detectors.contention import FACTORY as CONTENTION
 from processors.detectors.fanout import FACTORY as FANOUT
+from processors.detectors.hangs import FACTORY as HANGS
 from processors.detectors.n_plus_one import FACTORY as N_PLUS_ONE
 from processors.detectors.regressions import FACTORY as REGRESSIONS
 from processors.detectors.regressions import JUDGE as REGRESSION_JUDGE
@@ -29,10 +31,12 @@ FACTORIES: tuple[Factory[Any, Any], ...] = (
     COLLISIONS,  # detector, stage "entities": cross-trace collisions on one row
     REGRESSIONS,  # detector, stage "ingest": windowed service statistics, relayed to its judge
     REGRESSION_JUDGE,  # detector, stage "entities": latency and error regressions on every instance's statistics
-    BLOCKED_BY,  # detector, stage "entities": statements that waited on another trace's row lock (issue 36)
+    BLOCKED_BY,  # detector, stage "entities": statements that waited on another trace's row lock
     N_PLUS_ONE,  # detector, stage "ingest": one query per item in a loop, per request
     FANOUT,  # detector, stage "ingest": N calls to one dependency in a request run k at a time
     RETRY_STORM,  # detector, stage "ingest": calls repeated after errors, within a request or across a burst
+    HANGS,  # detector, stage "ingest": hops with no timeout (calls hung far past their hop's p99, timeouts unanswered)
+    CONTENTION,  # detector, stage "ingest": latency rising with its own in-flight concurrency
     PROOF,  # connector, stage "ingest": proof contracts and verdicts
     REPRO,  # connector, incidents -> repros: RED, repair plan, GREEN
     GITLAB,  # sink: GitLab issues

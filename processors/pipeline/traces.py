@@ -9,6 +9,14 @@ are closed early, as at ``max_open``, counted as ``max_open_trace_bytes`` (a tra
 spans that took it there). A span for a trace closed recently is *late*: it is counted and assembled again (its
 writes are idempotent). Open traces live in a keyed store (``traces``), so the runtime knows which input messages
 still feed open traces.
+
+A request can run longer than ``gap``: a handler's children are exported when they end, its own span when the
+request ends (a 30 s hang exports its children 30 s before its root). So a trace with an *open parent* (a span
+whose parent has not arrived, where that parent is in the same process: the span is not a SERVER or CONSUMER span,
+whose parent is a remote caller that may never report) stays open until that parent arrives, up to
+``max_request`` after the trace's first start; closing it there is counted (``max_request_duration``) and a root
+that comes later still is a late span, as before. A trace that lost spans (to ``max_spans``, or dropped before
+assembly: :meth:`TraceAssembler.lost`) awaits no parent: it may have been one of them.
 """
 
 from __future__ import annotations
@@ -19,11 +27,14 @@ from dataclasses import dataclass, field
 
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
+from processors.model.events import SpanKind
 from processors.model.sizes import SPAN_OVERHEAD_BYTES, span_bytes
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
+
+_REMOTE_PARENT = (SpanKind.SERVER, SpanKind.CONSUMER)  # their parent is a caller's span, in another process
 
 
 @dataclass(slots=True)
@@ -33,12 +44,17 @@ class _OpenTrace:
     last_ns: int = 0
     first_ns: int = 0
     late: bool = False
+    awaited: set[str] = field(default_factory=set)  # in-process parents not arrived yet (their spans are running)
+    truncated: bool = False  # spans were dropped at max_spans: a parent may be among them, none is awaited
 
 
 class TraceAssembler:
     """Open traces keyed by trace id; see the module docstring."""
 
-    __slots__ = ("_closed_recently", "_deadlines", "_forced", "_open", "_starts", "gap_ns", "max_spans", "telemetry")
+    __slots__ = (
+        "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns", "max_request_ns",
+        "max_spans", "telemetry",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -48,12 +64,16 @@ class TraceAssembler:
         remember_closed: int = 100_000,
         *,
         max_bytes: int | None = None,
+        max_request_ns: int | None = None,
         telemetry: Telemetry | None = None,
         events: StateEvents = NO_EVENTS,
     ) -> None:
         self.gap_ns = gap_ns
+        self.max_request_ns = gap_ns if max_request_ns is None else max(gap_ns, max_request_ns)
         self.max_spans = max_spans
-        self.telemetry = (telemetry or Telemetry("traces")).declare("max_spans_per_trace", "max_open_traces")
+        self.telemetry = (telemetry or Telemetry("traces")).declare(
+            "max_spans_per_trace", "max_open_traces", "max_request_duration"
+        )
         self._open: KeyedState[str, _OpenTrace] = KeyedState(
             "traces", bound=max_open, new=lambda _tid: _OpenTrace(), telemetry=self.telemetry, events=events,
             on_evict=self._evicted, reason="max_open_traces", max_bytes=max_bytes, bytes_reason="max_open_trace_bytes",
@@ -61,6 +81,7 @@ class TraceAssembler:
         self._deadlines: Deadlines[str] = Deadlines()  # last span end + gap
         self._starts: list[tuple[int, str]] = []  # (first span start, trace_id), lazily invalidated
         self._closed_recently: CountedLRU[str, None] = CountedLRU(remember_closed)
+        self._lossy: CountedLRU[str, None] = CountedLRU(remember_closed)  # traces that lost spans before assembly
         self._forced: list[ClosedTrace] = []
 
     def __len__(self) -> int:
@@ -97,6 +118,7 @@ class TraceAssembler:
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
                 heapq.heappush(self._starts, (span.start_ns, tid))
+                trace.truncated = tid in self._lossy
                 if tid in self._closed_recently:
                     trace.late = True
                     count("late_spans")
@@ -108,6 +130,10 @@ class TraceAssembler:
                 continue
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
+                if trace.awaited:  # the awaited parent may be this span or a later dropped one: wait no more
+                    trace.awaited.clear()
+                    self._deadlines.set(tid, self._deadline(trace))
+                trace.truncated = True
                 continue
             if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
                 self._open.retain(tid)
@@ -118,9 +144,14 @@ class TraceAssembler:
                 trace.first_ns = span.start_ns
                 heapq.heappush(self._starts, (span.start_ns, tid))
             added += 1
+            awaited = trace.awaited
+            if not trace.truncated and (awaited or (span.parent_id and span.kind not in _REMOTE_PARENT)):
+                awaited.discard(span.span_id)
+                if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.span_ids:
+                    awaited.add(span.parent_id)
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
-                self._deadlines.set(tid, span.end_ns + self.gap_ns)
+            self._deadlines.set(tid, self._deadline(trace))
             if sized:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
@@ -132,9 +163,37 @@ class TraceAssembler:
         forced, self._forced = self._forced, []
         return forced
 
+    def lost(self, trace_ids: Iterable[str]) -> None:
+        """Spans of these traces were dropped before assembly (unreadable, absurd times): a parent they await may
+        be among them, so they (open now or later) close after the gap, not at ``max_request``."""
+        for tid in trace_ids:
+            self._lossy.add(tid)
+            trace = self._open.get(tid)
+            if trace is not None and not trace.truncated:
+                trace.truncated = True
+                trace.awaited.clear()
+                self._deadlines.set(tid, self._deadline(trace))
+
+    def _deadline(self, trace: _OpenTrace) -> int:
+        """Quiet for ``gap`` after its last span's end, or while a parent is awaited, ``max_request`` after its start
+        (never before the quiet deadline)."""
+        quiet = trace.last_ns + self.gap_ns
+        if not trace.awaited or trace.late:  # a late trace's parent may be in the trace that closed already
+            return quiet
+        return max(quiet, trace.first_ns + self.max_request_ns)
+
     def close_until(self, watermark_ns: int) -> list[ClosedTrace]:
-        """Close every trace whose last span ended more than ``gap`` before the watermark."""
-        return [self._close(tid, forced=False) for tid in self._deadlines.due(watermark_ns) if tid in self._open]
+        """Close every trace whose last span ended more than ``gap`` before the watermark (or, awaiting a parent,
+        that started more than ``max_request`` before it: counted as ``max_request_duration``)."""
+        closed = []
+        for tid in self._deadlines.due(watermark_ns):
+            trace = self._open.get(tid)
+            if trace is None:
+                continue
+            if trace.awaited and not trace.late:
+                self.telemetry.drop("max_request_duration")  # closed before its parent came, as at max_open
+            closed.append(self._close(tid, forced=False))
+        return closed
 
     def oldest_start(self) -> int | None:
         """The earliest span start of any open trace (windows must not close before it), or None."""

@@ -13,6 +13,13 @@ class WindowConfig(Section):
     window_s: float = Field(60.0, gt=0, description="length of aggregate windows (CALLS edges, stats)")
     allowed_lateness_s: float = Field(5.0, ge=0, description="watermark = max event time - this")
     trace_gap_s: float = Field(10.0, gt=0, description="a trace closes after this much event-time inactivity")
+    max_request_s: float = Field(
+        120.0,
+        gt=0,
+        description="a trace whose spans await an in-process parent (a request still running: its children are "
+        "exported before it) stays open up to this long after its start; closing it there is counted "
+        "(max_request_duration)",
+    )
     max_open_traces: int = Field(200_000, ge=1, description="bound on traces being assembled")
     max_spans_per_trace: int = Field(5_000, ge=1, description="spans kept per trace; the rest are dropped (counted)")
     max_open_trace_bytes: int = Field(

@@ -91,7 +91,8 @@ class IngestStage(Stage):
         w, sql = settings.windows, settings.sql
         telemetry = metrics.telemetry
         self.traces = TraceAssembler(s_to_ns(w.trace_gap_s), w.max_open_traces, w.max_spans_per_trace,
-                                     max_bytes=w.max_open_trace_bytes, telemetry=telemetry("traces"),
+                                     max_bytes=w.max_open_trace_bytes, max_request_ns=s_to_ns(w.max_request_s),
+                                     telemetry=telemetry("traces"),
                                      events=self.tracker)  # fmt: skip
         self.calls = CallWindows(s_to_ns(w.window_s), s_to_ns(w.trace_gap_s), max_windows=w.max_windows,
                                  telemetry=telemetry("calls"), events=self.tracker)  # fmt: skip
@@ -141,7 +142,13 @@ class IngestStage(Stage):
         self._clock_drops.drop("absurd_duration", absurd)
         self._dead_letter(record, "clock_skew", f"{future} span(s) ending beyond the wall clock + "
                           f"{self._future_ns / 1e9:g} s, {absurd} with an absurd duration", out)  # fmt: skip
-        return [s for s in spans if s.end_ns <= limit and 0 <= s.end_ns - s.start_ns <= self._longest_ns]
+        kept: list[Span] = []
+        for s in spans:
+            if s.end_ns <= limit and 0 <= s.end_ns - s.start_ns <= self._longest_ns:
+                kept.append(s)
+            else:
+                self.traces.lost((s.trace_id,))  # a parent its trace's spans await may be this one
+        return kept
 
     def _readable(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
         """The spans whose detail reads (read now: a span kept in an open trace then holds nothing of its decoded
@@ -160,6 +167,7 @@ class IngestStage(Stage):
                 read_details((span,))
             except Exception as exc:
                 failed = failed or exc
+                self.traces.lost((span.trace_id,))  # a parent its trace's spans await may be this one
                 continue
             kept.append(span)
         if failed is not None:

@@ -287,3 +287,52 @@ def test_close_all_closes_everything_open() -> None:
     assert {t.trace_id for t in asm.close_all()} == {A, B}
     assert len(asm) == 0
     assert asm.close_until(10_000 * S) == []
+
+
+def test_a_request_longer_than_the_gap_is_one_trace() -> None:
+    """A handler's children end (and are exported) 30 s before its root: the trace waits for the root, not the gap."""
+    asm = TraceAssembler(GAP, 10, 10, max_request_ns=120 * S)
+    asm.add([span(A, 3, 100.1, 100.2, parent=2), span(A, 2, 100.05, 100.3, parent=1)])
+    assert asm.close_until(125 * S) == []  # quiet far longer than the gap, but span 1 (its parent) is running
+    asm.add([span(A, 1, 100, 130)])  # the root ends after a 30 s hang
+    assert asm.close_until(131 * S) == []
+    trace = only(asm.close_until(132 * S))
+    assert sorted(s.span_id for s in trace.spans) == [f"{i:016x}" for i in (1, 2, 3)]
+    assert trace.root.span_id == f"{1:016x}" and not trace.late
+    assert asm.telemetry.dropped["max_request_duration"] == 0
+
+
+def test_a_parent_that_never_comes_closes_at_the_request_bound_counted() -> None:
+    """An awaited parent holds the trace at most ``max_request`` after its start; that close is counted."""
+    asm = TraceAssembler(GAP, 10, 10, max_request_ns=60 * S)
+    asm.add([span(A, 2, 100, 100.5, parent=1)])
+    assert asm.close_until(160 * S - 1) == []
+    assert [s.span_id for s in only(asm.close_until(160 * S)).spans] == [f"{2:016x}"]
+    assert asm.telemetry.dropped["max_request_duration"] == 1
+
+
+def test_a_server_span_with_a_missing_remote_parent_closes_after_the_gap() -> None:
+    """A SERVER span's parent is a caller in another process, which may never report: the gap alone closes it."""
+    asm = TraceAssembler(GAP, 10, 10, max_request_ns=60 * S)
+    entry = Span(A, f"{2:016x}", f"{9:016x}", "GET /", SpanKind.SERVER, 100 * S, 101 * S, StatusCode.UNSET,
+                 Resource("checkout"))  # fmt: skip
+    asm.add([entry, span(A, 3, 100.1, 100.9, parent=2)])
+    assert len(only(asm.close_until(103 * S)).spans) == 2
+
+
+def test_a_trace_that_lost_spans_to_the_bound_awaits_no_parent() -> None:
+    """The awaited parent may be a span dropped at ``max_spans``: a truncated trace closes after the gap."""
+    asm = TraceAssembler(GAP, 10, 2, max_request_ns=120 * S)
+    asm.add([span(A, 3, 100.1, 100.2, parent=2), span(A, 2, 100.05, 100.3, parent=1), span(A, 1, 100, 100.4)])
+    assert len(only(asm.close_until(int(102.4 * S))).spans) == 2
+    assert asm.telemetry.dropped["max_request_duration"] == 0
+
+
+def test_a_trace_that_lost_spans_before_assembly_awaits_no_parent() -> None:
+    """Spans dropped before assembly (unreadable, absurd times) may be the parent awaited: ``lost`` closes the
+    trace after the gap, whether it was open then or opens later."""
+    asm = TraceAssembler(GAP, 10, 10, max_request_ns=120 * S)
+    asm.add([span(A, 3, 100.1, 100.2, parent=2)])
+    asm.lost([A, B])
+    asm.add([span(B, 4, 100.1, 100.2, parent=2)])
+    assert {t.trace_id for t in asm.close_until(int(102.2 * S))} == {A, B}

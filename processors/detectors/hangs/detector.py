@@ -1,0 +1,151 @@
+"""The hang detector (stage ``ingest``): per window, each hop's calls judged against the hop's recent durations.
+
+Closed traces feed the window their root starts in (the shared tumbling windows: a window closes once no open
+trace can reach it, so a request longer than the trace gap is judged whole). A call is *hung* when it ended
+without an error after more than ``max(factor x p99, min_hang_s)`` of its hop's recent durations (judged when the
+hop has ``min_baseline`` of them), and *unanswered* when it failed with a client timeout and no server span of the
+callee answered it. A hop with ``min_calls`` of either in a window is a ``hang`` finding (``finding``). Each closed
+window adds a sample of its hop's other durations to the hop's recent distribution (hung calls stay out of it, so
+a hang that persists does not become the norm).
+
+State is bounded: windows by ``[windows] max_windows``, examples per hop and window by ``finding.MAX_EXAMPLES``,
+hops by ``max_hops`` (the least recently seen hop's distribution is dropped, counted ``max_hops``). The
+distributions are this instance's: with several ingest workers each judges the traffic of the partitions it owns.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Sequence
+
+from processors.api.component import Emit, Processor, Quarantined
+from processors.api.provenance import NO_EVENTS, StateEvents
+from processors.api.telemetry import Telemetry
+from processors.detectors.hangs.config import HangConfig
+from processors.detectors.hangs.finding import MAX_EXAMPLES, Baseline, HopWindow, finding
+from processors.detectors.hangs.hops import Hop, calls_of
+from processors.model.events import Access
+from processors.model.finding import FindingEvent
+from processors.model.trace import ClosedTrace
+from processors.model.units import s_to_ns
+from processors.state.config import WindowConfig
+from processors.state.lru import CountedLRU
+from processors.state.windows import TumblingWindows
+
+COMPONENT = "hangs"
+Parts = dict[str, dict[Hop, HopWindow]]  # input partition -> hop -> its calls in the window
+
+
+class HangDetector(Processor):
+    """Hung calls per hop and window; see the module docstring."""
+
+    name = COMPONENT
+
+    def __init__(self, config: HangConfig, windows: WindowConfig, *, telemetry: Telemetry | None = None,
+                 events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
+        self.config = config
+        self.telemetry = (telemetry or Telemetry(COMPONENT)).declare("max_hops", "learned_callees")
+        self._windows: TumblingWindows[Parts] = TumblingWindows(
+            COMPONENT, s_to_ns(windows.window_s), s_to_ns(windows.trace_gap_s), lambda _start: {},
+            max_windows=windows.max_windows, telemetry=self.telemetry, events=events,
+        )  # fmt: skip
+        self._recent: CountedLRU[Hop, deque[float]] = CountedLRU(config.max_hops, self.telemetry, "max_hops")
+        self._thresholds: dict[Hop, tuple[float, Baseline]] = {}  # recomputed when a window closes
+        self._learned: CountedLRU[tuple[str, str], str] = CountedLRU(config.max_hops, self.telemetry, "learned_callees")
+        self._rng = random.Random(0)
+
+    def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
+        calls = calls_of(trace, self._learned)
+        if not calls:
+            return
+        parts = self._windows.at(trace.root.start_ns)
+        if parts is None:
+            return  # the window closed already: counted late
+        hops = parts.setdefault(trace.part, {})
+        per_window = self.config.per_window
+        for call in calls:
+            w = hops.get(call.hop)
+            if w is None:
+                w = hops[call.hop] = HopWindow(version=call.version)
+            w.calls += 1
+            ms = call.duration_ms
+            example = (ms, call.start_ns, call.trace_id)
+            judged = self._thresholds.get(call.hop)
+            if call.timeout:
+                w.timeout_seen = True
+                if not call.answered:
+                    w.timeout_count += 1
+                    _keep(w.timeouts, example)
+                continue
+            if judged is not None and not call.error and ms > judged[0]:
+                w.hung_count += 1
+                w.threshold_ms = judged[0]
+                _keep(w.hung, example)
+                continue
+            if len(w.durations) < per_window:
+                w.durations.append(ms)
+            else:  # a uniform sample of the window's calls
+                j = self._rng.randrange(w.calls)
+                if j < per_window:
+                    w.durations[j] = ms
+
+    def on_revoke(self, part: str) -> None:
+        self._windows.each(lambda parts: parts.pop(part, None))
+
+    def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
+        for window in self._windows.close_until(watermark_ns, open_since_ns):
+            try:
+                out.events.extend(self._judge(window.window_id, window.start_ns, window.end_ns, window.value))
+            except (ValueError, ArithmeticError) as e:  # one window's bad numbers must not stop the others
+                out.quarantined.append(Quarantined(f"hang window {window.window_id}", e))
+        self.telemetry.gauge("hops", len(self._recent))
+
+    def _judge(self, window_id: str, start_ns: int, end_ns: int, parts: Parts) -> list[FindingEvent]:
+        merged: dict[Hop, HopWindow] = {}
+        for hops in parts.values():
+            for hop, w in hops.items():
+                m = merged.setdefault(hop, HopWindow(version=w.version))
+                m.calls += w.calls
+                m.durations += w.durations
+                m.hung_count += w.hung_count
+                m.timeout_count += w.timeout_count
+                m.timeout_seen = m.timeout_seen or w.timeout_seen
+                m.threshold_ms = max(m.threshold_ms, w.threshold_ms)
+                for ex in w.hung:
+                    _keep(m.hung, ex)
+                for ex in w.timeouts:
+                    _keep(m.timeouts, ex)
+        c = self.config
+        found = []
+        for hop, w in sorted(merged.items()):
+            judged = self._thresholds.get(hop)
+            if judged is not None and max(w.hung_count, w.timeout_count) >= c.min_calls:
+                found.append(finding(hop, w, judged[1], (window_id, end_ns), c.factor, c.min_hang_s * 1e3))
+                self.telemetry.count("findings")
+            recent = self._recent.get(hop)
+            if recent is None:
+                recent = deque(maxlen=c.baseline_size)
+                for gone, _ in self._recent.put(hop, recent):
+                    self._thresholds.pop(gone, None)
+            recent.extend(w.durations)
+            if len(recent) >= c.min_baseline:
+                ranked = sorted(recent)
+                base = Baseline(len(ranked), _q(ranked, 0.5), _q(ranked, 0.95), _q(ranked, 0.99))
+                self._thresholds[hop] = (max(c.factor * base.p99, c.min_hang_s * 1e3), base)
+        return found
+
+
+def _q(ranked: list[float], q: float) -> float:
+    """The nearest-rank quantile of sorted values."""
+    return ranked[min(len(ranked) - 1, max(0, int(q * len(ranked) + 0.999999) - 1))]
+
+
+def _keep(examples: list[tuple[float, int, str]], example: tuple[float, int, str]) -> None:
+    """Keep the ``MAX_EXAMPLES`` longest examples."""
+    if len(examples) < MAX_EXAMPLES:
+        examples.append(example)
+    else:
+        shortest = min(range(len(examples)), key=lambda i: examples[i][0])
+        if example[0] > examples[shortest][0]:
+            examples[shortest] = example
