@@ -40,14 +40,14 @@ def test_a_finding_that_fails_to_build_is_quarantined_the_others_go_out(monkeypa
     for k in range(6):
         other.db("SELECT * FROM carts WHERE id = %s", 1 + 5 * k, 4, (k,))
     d.on_trace(other.trace(), ())
-    build = d._finding
+    build = d.finding
 
     def failing(window, fingerprint, tally):  # type: ignore[no-untyped-def]
         if tally.operation == "/cart":
             raise RuntimeError("boom")
         return build(window, fingerprint, tally)
 
-    monkeypatch.setattr(d, "_finding", failing)
+    monkeypatch.setattr(d, "finding", failing)
     out = Emit()
     d.on_watermark(T0 + 100 * WINDOW_NS, None, out)
     assert [e.subject.operation for e in out.events if isinstance(e, FindingEvent)] == ["/orders/{id}"]

@@ -17,30 +17,25 @@ affected request, the concurrency over time of the worst one, and the remedy ``p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from processors.api.component import Emit, Processor
-from processors.api.provenance import NO_EVENTS, StateEvents
-from processors.api.telemetry import Telemetry
 from processors.detectors.fanout.config import FanoutConfig
 from processors.detectors.fanout.data import PARALLELIZE, TYPE, FanoutData
+from processors.findings.tally_detector import TallyDetector, tally_finding
 from processors.findings.trace_windows import (
     PartWindow,
-    Shapes,
     Tally,
-    TallyWindows,
     WindowFindings,
     dependency_of,
-    emit_closed,
     held_ns,
     max_overlap,
-    occurrence_of,
     operation_of,
     request_above,
     servers_below,
     union_ns,
 )
 from processors.model.events import Access, SpanKind
-from processors.model.finding import ContractRules, FindingEvent, Point, Series, Subject
+from processors.model.finding import FindingEvent, Point, Series, Severity
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
@@ -66,20 +61,15 @@ def concurrency(calls: Sequence[Span]) -> list[tuple[float, float]]:
 COMPONENT = "fanout"  # the component (its config section and telemetry); its findings' type is TYPE
 
 
-class FanoutDetector(Processor):
+class FanoutDetector(TallyDetector):
     """Calls to one dependency run k at a time, per request; see the module docstring."""
 
     name = COMPONENT
+    finding_type = TYPE
 
-    def __init__(self, config: FanoutConfig, window_ns: int, grace_ns: int, *, max_windows: int = 1_000,
-                 telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
+    def __init__(self, config: FanoutConfig, window_ns: int, grace_ns: int, **kwargs: Any) -> None:
+        super().__init__(config, window_ns, grace_ns, **kwargs)
         self.config = config
-        self.telemetry = telemetry or Telemetry(COMPONENT)
-        self.windows = TallyWindows(COMPONENT, TYPE, window_ns, grace_ns,
-                                    max_fingerprints=config.max_fingerprints,
-                                    max_operations=config.max_operations, max_points=config.max_points,
-                                    max_windows=max_windows, telemetry=self.telemetry, events=events)  # fmt: skip
-        self.shapes = Shapes(config.shape_cache, self.telemetry)
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
         part = self.windows.window(trace)
@@ -149,15 +139,7 @@ class FanoutDetector(Processor):
             tally.profile = concurrency(calls)
         self.telemetry.count("fanouts")
 
-    def on_revoke(self, part: str) -> None:
-        self.windows.forget_part(part)
-
-    def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
-        emitted = emit_closed(self.windows, watermark_ns, open_since_ns, out, self._finding)
-        self.telemetry.count("findings", emitted)
-        self.telemetry.gauge("open_windows", len(self.windows))
-
-    def _finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent:
+    def finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent:
         facts, sums, r = tally.facts, tally.sums, tally.requests
         seen = window.requests.get((tally.service, tally.operation), 0)
         data = FanoutData(
@@ -182,14 +164,11 @@ class FanoutDetector(Processor):
             f"remedy {PARALLELIZE}: issue the independent calls concurrently (or one batched call)",
             f"example trace {data.example_trace}",
         ]
-        severity = "high" if data.saving_share_mean >= 0.5 else "medium"
-        return FindingEvent(
-            fingerprint=fingerprint, occurrence=occurrence_of(fingerprint, window),
-            detected_at_unix_ms=window.end_ns / MS_NS, type=TYPE,
+        severity: Severity = "high" if data.saving_share_mean >= 0.5 else "medium"
+        return tally_finding(
+            window, fingerprint, tally, finding_type=TYPE,
             title=f"Serialized fan-out in {tally.operation}: {data.max_calls} calls to {data.dependency} "
                   f"{data.max_concurrency} at a time",
-            subject=Subject(service=tally.service, operation=tally.operation, entity=tally.entity,
-                            version=tally.version),
             severity=severity, remedy=PARALLELIZE, evidence=evidence, data=data.model_dump(),
             series=[
                 Series(name="calls per affected request", x_label="request start (Unix ms)", y_label="calls",
@@ -197,9 +176,4 @@ class FanoutDetector(Processor):
                 Series(name="calls in flight in the worst request", x_label="ms since its first call",
                        y_label="concurrent calls", points=[Point(x=x, y=y) for x, y in tally.profile]),
             ],
-            traces=tally.traces, first_seen_unix_ms=tally.first_ns / MS_NS, last_seen_unix_ms=tally.last_ns / MS_NS,
-            affected=max(1, r),
-            contract=ContractRules(signature=f"finding:{TYPE}:{fingerprint}", service=tally.service,
-                                   routes=[tally.operation],
-                                   baseline_rate=round(r / seen, 6) if seen else None),
         )  # fmt: skip

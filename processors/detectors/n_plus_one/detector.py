@@ -17,48 +17,38 @@ affected request and the remedy the statement supports: ``batch_query`` for a re
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from processors.api.component import Emit, Processor
-from processors.api.provenance import NO_EVENTS, StateEvents
-from processors.api.telemetry import Telemetry
 from processors.detectors.n_plus_one.config import NPlusOneConfig
 from processors.detectors.n_plus_one.data import BATCH_QUERY, BULK_WRITE, TYPE, NPlusOneData
+from processors.findings.tally_detector import TallyDetector, tally_finding
 from processors.findings.trace_windows import (
     PartWindow,
-    Shapes,
     Tally,
-    TallyWindows,
     WindowFindings,
-    emit_closed,
     held_ns,
     max_overlap,
-    occurrence_of,
     operation_of,
     request_above,
     statement_verb,
 )
 from processors.model.events import Access, SpanKind
-from processors.model.finding import ContractRules, FindingEvent, Point, Series, Subject
+from processors.model.finding import FindingEvent, Point, Series, Severity
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
 from processors.pipeline.critical_path import on_path
 
 
-class NPlusOneDetector(Processor):
+class NPlusOneDetector(TallyDetector):
     """Loops of one statement per item, per request; see the module docstring."""
 
     name = TYPE
+    finding_type = TYPE
 
-    def __init__(self, config: NPlusOneConfig, window_ns: int, grace_ns: int, *, max_windows: int = 1_000,
-                 telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
+    def __init__(self, config: NPlusOneConfig, window_ns: int, grace_ns: int, **kwargs: Any) -> None:
+        super().__init__(config, window_ns, grace_ns, **kwargs)
         self.config = config
-        self.telemetry = telemetry or Telemetry(TYPE)
-        self.windows = TallyWindows(TYPE, TYPE, window_ns, grace_ns,
-                                    max_fingerprints=config.max_fingerprints,
-                                    max_operations=config.max_operations, max_points=config.max_points,
-                                    max_windows=max_windows, telemetry=self.telemetry, events=events)  # fmt: skip
-        self.shapes = Shapes(config.shape_cache, self.telemetry)
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
         part = self.windows.window(trace)
@@ -125,15 +115,7 @@ class NPlusOneDetector(Processor):
             }
         self.telemetry.count("loops")
 
-    def on_revoke(self, part: str) -> None:
-        self.windows.forget_part(part)
-
-    def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
-        emitted = emit_closed(self.windows, watermark_ns, open_since_ns, out, self._finding)
-        self.telemetry.count("findings", emitted)
-        self.telemetry.gauge("open_windows", len(self.windows))
-
-    def _finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent:
+    def finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent:
         facts = tally.facts
         shape = facts["shape"]
         seen = window.requests.get((tally.service, tally.operation), 0)
@@ -168,19 +150,11 @@ class NPlusOneDetector(Processor):
                "in one statement (a multi-row INSERT, an UPDATE/DELETE ... WHERE key IN (...))"),
             f"example trace {facts['trace']}",
         ]  # fmt: skip
-        severity = "high" if share_mean >= 0.5 else "medium" if share_mean >= 0.1 else "low"
-        return FindingEvent(
-            fingerprint=fingerprint, occurrence=occurrence_of(fingerprint, window),
-            detected_at_unix_ms=window.end_ns / MS_NS, type=TYPE,
+        severity: Severity = "high" if share_mean >= 0.5 else "medium" if share_mean >= 0.1 else "low"
+        return tally_finding(
+            window, fingerprint, tally, finding_type=TYPE,
             title=f"N+1 queries in {tally.operation}: {data.max_per_request} x {shape[:80]}",
-            subject=Subject(service=tally.service, operation=tally.operation, entity=tally.entity,
-                            version=tally.version),
             severity=severity, remedy=remedy, evidence=evidence, data=data.model_dump(),
             series=[Series(name="statements per affected request", x_label="request start (Unix ms)",
                            y_label="statements", points=[Point(x=x, y=y) for x, y in tally.points])],
-            traces=tally.traces, first_seen_unix_ms=tally.first_ns / MS_NS, last_seen_unix_ms=tally.last_ns / MS_NS,
-            affected=max(1, tally.requests),
-            contract=ContractRules(signature=f"finding:{TYPE}:{fingerprint}", service=tally.service,
-                                   routes=[tally.operation],
-                                   baseline_rate=round(tally.requests / seen, 6) if seen else None),
         )  # fmt: skip

@@ -19,26 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
-from processors.api.component import Emit, Processor
-from processors.api.provenance import NO_EVENTS, StateEvents
-from processors.api.telemetry import Telemetry
 from processors.detectors.retry_storm.config import RetryStormConfig
 from processors.detectors.retry_storm.data import BACKOFF, BUDGET, TYPE, RetryStormData
+from processors.findings.tally_detector import TallyDetector, tally_finding
 from processors.findings.trace_windows import (
     PartWindow,
-    Shapes,
     Tally,
-    TallyWindows,
     WindowFindings,
     dependency_of,
-    emit_closed,
     failed,
-    occurrence_of,
     request_above,
 )
 from processors.model.events import Access, SpanKind
-from processors.model.finding import ContractRules, FindingEvent, Point, Series, Subject
+from processors.model.finding import FindingEvent, Point, Series
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
@@ -55,20 +50,15 @@ def chains(attempts: Sequence[Span]) -> list[list[Span]]:
     return out
 
 
-class RetryStormDetector(Processor):
+class RetryStormDetector(TallyDetector):
     """Calls retried after errors, per request and per window; see the module docstring."""
 
     name = TYPE
+    finding_type = TYPE
 
-    def __init__(self, config: RetryStormConfig, window_ns: int, grace_ns: int, *, max_windows: int = 1_000,
-                 telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
+    def __init__(self, config: RetryStormConfig, window_ns: int, grace_ns: int, **kwargs: Any) -> None:
+        super().__init__(config, window_ns, grace_ns, **kwargs)
         self.config = config
-        self.telemetry = telemetry or Telemetry(TYPE)
-        self.windows = TallyWindows(TYPE, TYPE, window_ns, grace_ns,
-                                    max_fingerprints=config.max_fingerprints,
-                                    max_operations=config.max_operations, max_points=config.max_points,
-                                    max_windows=max_windows, telemetry=self.telemetry, events=events)  # fmt: skip
-        self.shapes = Shapes(config.shape_cache, self.telemetry)
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
         part = self.windows.window(trace)
@@ -128,15 +118,7 @@ class RetryStormDetector(Processor):
             tally.facts = {"operation": operation, "trace": trace.trace_id}
         self.telemetry.count("retried_calls", len(retried))
 
-    def on_revoke(self, part: str) -> None:
-        self.windows.forget_part(part)
-
-    def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
-        emitted = emit_closed(self.windows, watermark_ns, open_since_ns, out, self._finding)
-        self.telemetry.count("findings", emitted)
-        self.telemetry.gauge("open_windows", len(self.windows))
-
-    def _finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent | None:
+    def finding(self, window: WindowFindings, fingerprint: str, tally: Tally) -> FindingEvent | None:
         c, sums = self.config, tally.sums
         calls_attempts, calls_logical, calls_failed = window.counts[fingerprint]
         attempts, logical = int(calls_attempts), int(calls_logical)
@@ -172,20 +154,12 @@ class RetryStormDetector(Processor):
                "window and client so that a failing dependency sees no more load than it did"),
             f"example trace {data.example_trace}",
         ]  # fmt: skip
-        return FindingEvent(
-            fingerprint=fingerprint, occurrence=occurrence_of(fingerprint, window),
-            detected_at_unix_ms=window.end_ns / MS_NS, type=TYPE,
+        return tally_finding(
+            window, fingerprint, tally, finding_type=TYPE,
             title=f"Retry storm on {data.dependency} from {tally.operation}: x{amplification:.1f} attempts, "
                   f"up to {longest} per call",
-            subject=Subject(service=tally.service, operation=tally.operation, entity=tally.entity,
-                            version=tally.version),
             severity="high" if burst and amplification >= 2 else "medium", remedy=remedy, evidence=how,
             data=data.model_dump(),
             series=[Series(name="attempts of the retried call per request", x_label="request start (Unix ms)",
                            y_label="attempts", points=[Point(x=x, y=y) for x, y in tally.points])],
-            traces=tally.traces, first_seen_unix_ms=tally.first_ns / MS_NS, last_seen_unix_ms=tally.last_ns / MS_NS,
-            affected=max(1, tally.requests),
-            contract=ContractRules(signature=f"finding:{TYPE}:{fingerprint}", service=tally.service,
-                                   routes=[tally.operation],
-                                   baseline_rate=round(tally.requests / seen, 6) if seen else None),
         )  # fmt: skip
