@@ -9,7 +9,9 @@ factory is :func:`tally_factory`. Windows, revocation and emission are here once
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import Field
 
 from processors.api.component import Context, Emit, Factory, Processor, Section
 from processors.api.provenance import NO_EVENTS, StateEvents
@@ -28,19 +30,17 @@ from processors.model.units import MS_NS, s_to_ns
 from processors.state.config import WindowConfig
 
 
-class TallyConfig(Protocol):
-    """The bounds and switch every tally detector's section has."""
+class TallySection(Section):
+    """The bounds of a tally detector's per-window state, in its section (the detector adds its thresholds)."""
 
-    @property
-    def enabled(self) -> bool: ...
-    @property
-    def max_fingerprints(self) -> int: ...
-    @property
-    def max_operations(self) -> int: ...
-    @property
-    def max_points(self) -> int: ...
-    @property
-    def shape_cache(self) -> int: ...
+    max_fingerprints: int = Field(
+        1_000, ge=1, description="findings tallied per window and input partition; more are dropped (counted)"
+    )
+    max_operations: int = Field(
+        10_000, ge=1, description="(service, route) request counters per window and input partition (counted)"
+    )
+    max_points: int = Field(200, ge=1, le=500, description="chart points (affected requests) kept per finding")
+    shape_cache: int = Field(4_096, ge=1, description="statement shapes remembered by statement text (counted)")
 
 
 class TallyDetector(Processor):
@@ -50,7 +50,7 @@ class TallyDetector(Processor):
     name: str = "tally"
     finding_type: ClassVar[str] = ""
 
-    def __init__(self, config: TallyConfig, window_ns: int, grace_ns: int, *, max_windows: int = 1_000,
+    def __init__(self, config: TallySection, window_ns: int, grace_ns: int, *, max_windows: int = 1_000,
                  telemetry: Telemetry | None = None, events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
         self.telemetry = telemetry or Telemetry(self.name)
         self.windows = TallyWindows(self.name, self.finding_type, window_ns, grace_ns,
@@ -93,7 +93,7 @@ def tally_finding(window: WindowFindings, fingerprint: str, tally: Tally, *, fin
     )  # fmt: skip
 
 
-C = TypeVar("C", bound=Section)
+C = TypeVar("C", bound=TallySection)
 D = TypeVar("D", bound=TallyDetector)
 
 
@@ -104,15 +104,15 @@ def tally_factory(detector: type[D], config: type[C], finding_type: FindingType)
 
     def create(section: C, ctx: Context) -> D:
         windows = ctx.section("windows", WindowConfig)
-        return detector(cast(Any, section), s_to_ns(windows.window_s), s_to_ns(windows.trace_gap_s),
+        return detector(section, s_to_ns(windows.window_s), s_to_ns(windows.trace_gap_s),
                         max_windows=windows.max_windows, telemetry=ctx.telemetry(detector.name),
                         events=ctx.state_events)  # fmt: skip
 
     def enabled(section: C) -> bool:
-        return bool(getattr(section, "enabled", True))
+        return bool(getattr(section, "enabled", True))  # every tally section has one (its own description)
 
     return Factory(kind="detector", name=detector.name, config=config, create=create, stage="ingest",
                    events=(FindingEvent,), enabled=enabled)  # fmt: skip
 
 
-__all__ = ["TallyConfig", "TallyDetector", "tally_factory", "tally_finding"]
+__all__ = ["TallyDetector", "TallySection", "tally_factory", "tally_finding"]

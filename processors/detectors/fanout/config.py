@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from processors.api.component import Section
+from processors.findings.tally_detector import TallySection
 
 
-class FanoutConfig(Section):
+class FanoutConfig(TallySection):
     """Thresholds of the serialized fan-out detector and the bounds of its per-window state."""
 
     enabled: bool = Field(True, description="find serialized fan-out (N calls to one dependency run k at a time)")
@@ -24,11 +24,3 @@ class FanoutConfig(Section):
     min_saving_share: float = Field(
         0.2, ge=0, le=1, description="... and that saving as a share of the request's duration, at least"
     )
-    max_fingerprints: int = Field(
-        1_000, ge=1, description="findings tallied per window and input partition; more are dropped (counted)"
-    )
-    max_operations: int = Field(
-        10_000, ge=1, description="(service, route) request counters per window and input partition (counted)"
-    )
-    max_points: int = Field(200, ge=1, le=500, description="chart points (affected requests) kept per finding")
-    shape_cache: int = Field(4_096, ge=1, description="statement shapes remembered by statement text (counted)")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from processors.api.component import Section
+from processors.findings.tally_detector import TallySection
 
 
-class NPlusOneConfig(Section):
+class NPlusOneConfig(TallySection):
     """Thresholds of the N+1 detector and the bounds of its per-window state."""
 
     enabled: bool = Field(True, description="find N+1 queries (one statement shape repeated in a loop per request)")
@@ -20,11 +20,3 @@ class NPlusOneConfig(Section):
     min_repeated_ms: float = Field(
         20.0, ge=0, description="the repeated statements must take at least this long together in the request"
     )
-    max_fingerprints: int = Field(
-        1_000, ge=1, description="findings tallied per window and input partition; more are dropped (counted)"
-    )
-    max_operations: int = Field(
-        10_000, ge=1, description="(service, route) request counters per window and input partition (counted)"
-    )
-    max_points: int = Field(200, ge=1, le=500, description="chart points (affected requests) kept per finding")
-    shape_cache: int = Field(4_096, ge=1, description="statement shapes remembered by statement text (counted)")

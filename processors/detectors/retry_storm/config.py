@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from processors.api.component import Section
+from processors.findings.tally_detector import TallySection
 
 
-class RetryStormConfig(Section):
+class RetryStormConfig(TallySection):
     """Thresholds of the retry storm detector and the bounds of its per-window state."""
 
     enabled: bool = Field(True, description="find retry storms (calls repeated after errors, multiplying load)")
@@ -30,14 +30,9 @@ class RetryStormConfig(Section):
     backoff_floor_ms: float = Field(
         10.0, ge=0, description="retries sooner than this after the failure (on average) are immediate: no backoff"
     )
-    max_fingerprints: int = Field(
-        1_000, ge=1, description="findings tallied per window and input partition; more are dropped (counted)"
-    )
     max_operations: int = Field(
         10_000,
         ge=1,
         description="(service, route) request counters, and as many (service, route, dependency, operation) call "
         "counters, per window and input partition; more are dropped (counted)",
     )
-    max_points: int = Field(200, ge=1, le=500, description="chart points (affected requests) kept per finding")
-    shape_cache: int = Field(4_096, ge=1, description="statement shapes remembered by statement text (counted)")
