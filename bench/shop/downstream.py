@@ -48,6 +48,10 @@ class Outage:
         with self._lock:
             self._until = time.monotonic() + seconds
 
+    def end(self) -> None:
+        with self._lock:
+            self._until = 0.0
+
     def answer(self) -> int:
         with self._lock:
             return 503 if time.monotonic() < self._until else 200

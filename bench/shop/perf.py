@@ -10,10 +10,10 @@ shipping_quote (``POST /cart/shipping-quote``) — serialized fan-out. One ``SEL
     then the carrier's rate API (``POST /rates``, ``RATE_S`` each) once per parcel. Buggy: one call after the
     other. Clean: all the calls at once (a thread pool, the request's context carried into each thread).
 
-cart_tax (``POST /cart/tax``) — retry storm. The tax service (``POST /tax/quote``) is restarting when the request
-    comes (it answers 503 for ``OUTAGE_S``). Buggy: the client tries again at once, up to ``ATTEMPTS`` times; every
-    attempt lands inside the outage and the request fails (503). Clean: one retry after a jittered backoff longer
-    than the outage, which succeeds.
+cart_tax (``POST /cart/tax``) — retry storm. The tax service (``POST /tax/quote``) restarts now and then: it
+    answers 503 for ``OUTAGE_S`` (the traffic restarts it as every second request comes). Buggy: the client tries
+    again at once, up to ``ATTEMPTS`` times; every attempt lands inside the outage and the request fails (503).
+    Clean: one retry after a jittered backoff longer than the outage, which succeeds.
 """
 
 from __future__ import annotations

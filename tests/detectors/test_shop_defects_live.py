@@ -20,13 +20,17 @@ from bench.shop import perf
 from bench.shop.evidence import Summary
 from bench.shop.telemetry import CAPTURE_PARAMETERS, start_telemetry
 from bench.shop.traffic import CART_ITEMS, PERFORMANCE, WHOLESALE_ITEMS, run_traffic
+from processors.detectors.retry_storm import RetryStormConfig
 from processors.model.events import SpanKind
 from processors.model.finding import FindingEvent
 from streamer.decode import decode_traces_proto
 
 pytestmark = pytest.mark.engines
 
-ROUNDS = 3  # requests per scenario: fewer than [retry_storm] min_burst_traces, so only a storm within a trace counts
+ROUNDS = 4  # requests per buggy scenario; the tax service restarts as every second one comes
+# Requests per fixed scenario: enough that the fixed tax client's retries (one per restart, after a backoff) reach
+# [retry_storm] min_burst_traces and x1.5 amplification; a third of the attempts fail, so it is no burst.
+CONTROL_ROUNDS = 2 * RetryStormConfig().min_burst_traces
 
 
 async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float = 60) -> list[bytes]:
@@ -50,16 +54,16 @@ async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float =
     return values
 
 
-def _shop(dsn: str, bootstrap: str, *, clean: bool) -> tuple[dict[str, Summary], list[FindingEvent]]:
+def _shop(dsn: str, bootstrap: str, rounds: int, *, clean: bool) -> tuple[dict[str, Summary], list[FindingEvent]]:
     """Every performance scenario (``clean``: their fixes) into a fresh topic, then through a fresh ingest stage."""
     topic = f"shop-defects-{uuid.uuid4().hex[:8]}"
     tel = start_telemetry(bootstrap, topic=topic)
     try:
-        runs = {s: run_traffic(dsn, bootstrap, scenario=s, rounds=ROUNDS, clean=clean, telemetry=tel)
+        runs = {s: run_traffic(dsn, bootstrap, scenario=s, rounds=rounds, clean=clean, telemetry=tel)
                 for s in PERFORMANCE}  # fmt: skip
     finally:
         tel.shutdown()
-    messages = asyncio.run(_messages(bootstrap, topic, ROUNDS * len(PERFORMANCE)))
+    messages = asyncio.run(_messages(bootstrap, topic, rounds * len(PERFORMANCE)))
     report = run(Generated(messages=messages, spans=sum(len(decode_traces_proto(m)) for m in messages)))
     assert all(c.get("windows_closed") for c in report["counted"].values()), report["counted"]
     assert report["dropped"] == {name: {} for name in report["counted"]}, report["dropped"]
@@ -85,10 +89,12 @@ def test_each_planted_defect_is_found_and_its_fix_is_silent(postgres_dsn: str, k
     """With the statements' parameters on the spans, and without (stock psycopg instrumentation: the N+1 is then
     N identical-shape statements one after the other)."""
     monkeypatch.setenv(CAPTURE_PARAMETERS, "1" if parameters else "0")
-    runs, events = _shop(postgres_dsn, kafka_bootstrap, clean=False)
+    runs, events = _shop(postgres_dsn, kafka_bootstrap, ROUNDS, clean=False)
     traces = {s: {o.trace_id for o in r.result(s).outcomes} for s, r in runs.items()}
     assert all(len(t) == ROUNDS for t in traces.values()), traces
-    assert runs["retry_storm"].manifested("retry_storm") == ROUNDS  # every buggy tax quote gave up on the outage
+    stormed = ROUNDS // 2  # every buggy tax quote during a restart gave up on it; the others were served at once
+    assert runs["retry_storm"].manifested("retry_storm") == stormed
+    traces["retry_storm"] = set(runs["retry_storm"].result("retry_storm").error_traces)
     found = _by_type(events)
     assert set(found) == {"n_plus_one", "serialized_fanout", "retry_storm"}, found.keys()
     for kind, scenario in (("n_plus_one", "n_plus_one"), ("serialized_fanout", "fanout"),
@@ -96,7 +102,7 @@ def test_each_planted_defect_is_found_and_its_fix_is_silent(postgres_dsn: str, k
         fs = found[kind]
         assert len({f["fingerprint"] for f in fs}) == 1, fs  # one defect: one fingerprint (across windows)
         assert {t for f in fs for t in f["traces"]} == traces[scenario], kind  # its requests, and only them
-        assert _total(fs, "requests") == ROUNDS and _total(fs, "requests_seen") == ROUNDS, kind
+        assert _total(fs, "requests") == len(traces[scenario]) and _total(fs, "requests_seen") == ROUNDS, kind
 
     (n1, *_) = found["n_plus_one"]
     assert n1["remedy"] == "batch_query" and n1["subject"]["operation"] == "/cart/summary"
@@ -117,10 +123,12 @@ def test_each_planted_defect_is_found_and_its_fix_is_silent(postgres_dsn: str, k
     assert storm["remedy"] == "backoff_with_jitter" and storm["data"]["route"] == "/cart/tax"
     assert (storm["data"]["dependency"], storm["data"]["operation"]) == ("POST /tax/quote", "POST /tax/quote")
     assert storm["data"]["within_trace"] is True and storm["data"]["max_attempts"] == perf.ATTEMPTS
-    assert _total(found["retry_storm"], "attempts") == ROUNDS * perf.ATTEMPTS
+    assert _total(found["retry_storm"], "attempts") == stormed * perf.ATTEMPTS + (ROUNDS - stormed)
     assert _total(found["retry_storm"], "logical_calls") == ROUNDS
-    assert _total(found["retry_storm"], "exhausted") == ROUNDS
+    assert _total(found["retry_storm"], "exhausted") == stormed
 
-    fixed, silent = _shop(postgres_dsn, kafka_bootstrap, clean=True)
+    fixed, silent = _shop(postgres_dsn, kafka_bootstrap, CONTROL_ROUNDS, clean=True)
     assert all(o.status == 200 for s, r in fixed.items() for o in r.result(s).outcomes)
+    retried = [o for o in fixed["retry_storm"].result("retry_storm").outcomes if o.result and o.result["attempts"] > 1]
+    assert len(retried) == CONTROL_ROUNDS // 2  # the fix retried through every restart, once
     assert silent == [], _by_type(silent)
