@@ -34,3 +34,9 @@ class Oversold(ShopError):
 
 class IdempotencyKeyReused(ShopError):
     """The payment provider refused a second, different charge under the same idempotency key."""
+
+
+class DependencyUnavailable(ShopError):
+    """A dependency answered 503 on every attempt the shop made: the request fails with it."""
+
+    status = 503

@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 
-from bench.shop import db, evidence, handlers, jobs, shipping
+from bench.shop import db, evidence, handlers, jobs, perf, shipping
+from bench.shop.downstream import HttpClient, Outage
 from bench.shop.evidence import ScenarioResult, Summary
 from bench.shop.race import racing
 from bench.shop.service import Outcome, Shop
@@ -23,7 +24,9 @@ from bench.shop.telemetry import Telemetry, start_telemetry
 KINDS = ("lost_update", "oversell", "double_charge")
 # A performance defect beside the concurrency ones, run on its own (not in ``all``): ``bench.shop.shipping``.
 BLOCKED_BY = "blocked_by"
-SCENARIOS = (*KINDS, BLOCKED_BY, "control", "all")
+# Performance defects of one request each, also on their own (``bench.shop.perf``): ``clean`` runs their fixes.
+PERFORMANCE = ("n_plus_one", "fanout", "retry_storm")
+SCENARIOS = (*KINDS, BLOCKED_BY, *PERFORMANCE, "control", "all")
 AMOUNT = 4200
 DISCOUNT = 500  # cents
 WAITED_MS = 100  # an UPDATE this slow waited on the row lock (the round manifested)
@@ -110,11 +113,67 @@ def blocked_by(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
     return ScenarioResult(BLOCKED_BY, shop.clean, rounds, {"manifested": len(waited)}, outcomes, ids)
 
 
+CART_ITEMS = 12  # skus per cart (parcels, for the shipping quote and the tax quote)
+# Lines of the wholesale carts whose summary runs one query per line: on a local database a lookup by key takes a
+# fraction of a millisecond, so a loop costs what the N+1 detector reports (``[n_plus_one] min_repeated_ms``)
+# only over a large order; a production database, a network away, makes a small one cost as much.
+WHOLESALE_ITEMS = 400
+
+
+def _carts(dsn: str, rounds: int, items: int = CART_ITEMS) -> list[list[str]]:
+    """``rounds`` carts of ``items`` fresh skus in stock."""
+    tag = uuid.uuid4().hex[:8]
+    skus = db.seed_skus(dsn, [f"sku-{tag}-{i}" for i in range(rounds * items)], stock=3)
+    return [skus[i : i + items] for i in range(0, len(skus), items)]
+
+
+def _perf(name: str, shop: Shop, carts: list[list[str]], outcomes: list[Outcome], manifested: int) -> ScenarioResult:
+    return ScenarioResult(name, shop.clean, len(carts), {"manifested": manifested}, outcomes,
+                          [s for cart in carts for s in cart])  # fmt: skip
+
+
+def n_plus_one(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """A cart summary per fresh wholesale cart: one stock query per item (buggy) or one for the cart (clean)."""
+    carts = _carts(dsn, rounds, WHOLESALE_ITEMS)
+    outcomes = [shop.request("POST", "/cart/summary", "/cart/summary", perf.cart_summary, c) for c in carts]
+    done = sum(1 for o in outcomes if o.status == 200)
+    return _perf("n_plus_one", shop, carts, outcomes, 0 if shop.clean else done)
+
+
+def fanout(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """A shipping quote per fresh cart: one rate call per parcel, one after the other (buggy) or all at once."""
+    carts = _carts(dsn, rounds)
+    carrier = HttpClient(shop.tracer, "rates.carrier.example")
+    outcomes = [shop.request("POST", "/cart/shipping-quote", "/cart/shipping-quote", perf.shipping_quote, c,
+                             carrier) for c in carts]  # fmt: skip
+    done = sum(1 for o in outcomes if o.status == 200)
+    return _perf("fanout", shop, carts, outcomes, 0 if shop.clean else done)
+
+
+def retry_storm(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """A tax quote per fresh cart; the tax service restarts as every second one comes (and is up for the others):
+    immediate retries until they run out (buggy), or one retry after a backoff (clean). Manifested: requests that
+    failed after retrying."""
+    carts = _carts(dsn, rounds)
+    tax, outage = HttpClient(shop.tracer, "tax.example"), Outage()
+    outcomes: list[Outcome] = []
+    for i, cart in enumerate(carts):
+        if i % 2 == 0:
+            outage.begin(perf.OUTAGE_S)
+        else:
+            outage.end()  # up again
+        outcomes.append(shop.request("POST", "/cart/tax", "/cart/tax", perf.cart_tax, cart, tax, outage))
+    return _perf("retry_storm", shop, carts, outcomes, sum(1 for o in outcomes if o.status == 503))
+
+
 ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
     "lost_update": lost_update,
     "oversell": oversell,
     "double_charge": double_charge,
     BLOCKED_BY: blocked_by,
+    "n_plus_one": n_plus_one,
+    "fanout": fanout,
+    "retry_storm": retry_storm,
 }
 
 
@@ -135,7 +194,8 @@ def run_traffic(
 
     ``control`` is ``all`` on the clean variants. Spans go to a fresh exporter unless ``telemetry`` is given
     (then it is flushed, not shut down). ``blocked_by`` runs its fix from the release that ships it
-    (``shipping.fixed``), as well as with ``clean``.
+    (``shipping.fixed``), as well as with ``clean``; the performance scenarios (``PERFORMANCE``) run theirs with
+    ``clean``.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
