@@ -23,28 +23,31 @@ SIGNATURE = f"finding:{TYPE}:fp-pile"
 register_type(FindingType(name=TYPE, title="Test pile-up", description="a finding type of the proof desk's tests"))
 
 
-def _finding(version: str, at_ns: int, n: int, *, signature: str = SIGNATURE) -> FindingEvent:
+def _finding(version: str, at_ns: int, n: int, *, signature: str = SIGNATURE, affected: int = 1) -> FindingEvent:
     return FindingEvent(
         fingerprint="fp-pile", occurrence=f"occ-{version}-{n}", detected_at_unix_ms=at_ns / 1e6, type=TYPE,
         title="requests pile up", subject=Subject(service=SERVICE, operation=f"POST {ROUTE}", version=version),
         first_seen_unix_ms=at_ns / 1e6, contract=ContractRules(signature=signature, routes=[ROUTE], baseline_rate=0.05),
+        affected=affected,
     )  # fmt: skip
 
 
-def _run(v2_requests: int, v2_findings: int) -> tuple[ProofDesk, list[VerdictEvent], list[ProofContract]]:
+def _run(v2_requests: int, v2_findings: int, affected: int = 1,
+         desk: ProofDesk | None = None) -> tuple[ProofDesk, list[VerdictEvent], list[ProofContract]]:  # fmt: skip
     """Build 1.0 serves 200 requests on the route with a finding on every 20th; build 1.1 (from T0 + 100 s) serves
     ``v2_requests`` with ``v2_findings`` findings; watermarks every 5 s until the 60 s watch of 1.1 has ended."""
-    desk = ProofDesk(ProofConfig(settle_s=0, watch_s=60))
+    desk = desk or ProofDesk(ProofConfig(settle_s=0, watch_s=60))
     items: list[tuple[int, ClosedTrace | FindingEvent]] = []
     for version, start, n, found in (("1.0", T0, 200, 10), ("1.1", T0 + 100 * S, v2_requests, v2_findings)):
         for j in range(n):
             trace = request(start + j * 100 * MS, version, route=ROUTE)
             items.append((trace.end_ns, trace))
             if j % 20 == 19 and j // 20 < found:
-                items.append((trace.end_ns, _finding(version, trace.spans[0].start_ns, j)))
+                items.append((trace.end_ns, _finding(version, trace.spans[0].start_ns, j, affected=affected)))
     items.sort(key=lambda item: item[0])
     verdicts: list[VerdictEvent] = []
     contracts: list[ProofContract] = []
+    quarantined: list[str] = []
     watermark, i = T0, 0
     while watermark <= T0 + 200 * S:
         while i < len(items) and items[i][0] <= watermark:
@@ -58,7 +61,9 @@ def _run(v2_requests: int, v2_findings: int) -> tuple[ProofDesk, list[VerdictEve
         desk.on_watermark(watermark, None, out)
         verdicts += [e for e in out.events if isinstance(e, VerdictEvent)]
         contracts += [r for r in out.graph.records if isinstance(r, ProofContract)]
+        quarantined += [q.what for q in out.quarantined]
         watermark += 5 * S
+    desk.telemetry.events["test_quarantined"] = len(quarantined)
     return desk, verdicts, contracts
 
 
@@ -145,3 +150,31 @@ def test_the_signatures_remembered_per_fingerprint_are_bounded_and_the_evictions
         finding = _finding("1.0", T0, n).model_copy(update={"fingerprint": f"fp-{n}"})
         desk.judge.on_finding(finding, f"finding:{TYPE}:fp-{n}", [ROUTE])
     assert desk.judge.telemetry.dropped["max_occurrence_keys"] == 2 * 4  # 4 fingerprints and their 4 signatures
+
+
+def test_a_finding_counts_once_per_request_it_covers() -> None:
+    """A window's finding that covers 3 requests (``affected``) is 3 occurrences against the route's requests."""
+    _, verdicts, _ = _run(400, 0, affected=3)
+    [v] = verdicts
+    assert v.outcome == FIXED and (v.receipt.before_errors, v.receipt.before_requests) == (30, 200)
+
+
+def test_occurrences_beyond_the_counted_requests_are_a_rate_of_at_most_one() -> None:
+    """Findings that cover more requests than the route's counted ones (a job's, a route named otherwise) are a rate
+    of 1, never more: the judge decides (here FIXED) instead of failing on an impossible rate."""
+    _, verdicts, _ = _run(400, 0, affected=50)
+    [v] = verdicts
+    assert v.outcome == FIXED and v.receipt.before_errors == v.receipt.before_requests == 500
+
+
+def test_a_contract_whose_judging_fails_is_quarantined_and_the_desk_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A defect in judging one contract is reported as quarantined at each watermark, never raised out of it."""
+    desk = ProofDesk(ProofConfig(settle_s=0, watch_s=60))
+
+    def broken(*_: object) -> list[VerdictEvent]:
+        raise ValueError("a defect in one contract's rule")
+
+    monkeypatch.setattr(desk.judge, "_judge", broken)
+    desk, verdicts, contracts = _run(200, 0, desk=desk)
+    assert verdicts == [] and len(contracts) == 1
+    assert desk.telemetry.events["test_quarantined"] > 0 and desk.judge.telemetry.dropped["contract_failed"] > 0

@@ -208,7 +208,7 @@ class ProofDesk(Processor):
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         out.graph.records.extend(self._new_contracts)
         self._new_contracts = []
-        out.events.extend(self.judge.close_until(watermark_ns))
+        out.events.extend(self.judge.close_until(watermark_ns, out.quarantined))
         updated = self.clock() / 1e6
         out.graph.tallies.extend(contribution_row(key, c, updated) for key, c in self.judge.contributions())
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
+from processors.api.component import Quarantined
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.connectors.proofs.contracts import (
@@ -288,24 +289,34 @@ class ProofJudge:
 
     # ---- verdicts ------------------------------------------------------------------------------------------
 
-    def close_until(self, watermark_ns: int) -> list[VerdictEvent]:
-        """Settle what is older than ``watermark - settle`` and judge every watched build on it."""
+    def close_until(self, watermark_ns: int, quarantined: list[Quarantined] | None = None) -> list[VerdictEvent]:
+        """Settle what is older than ``watermark - settle`` and judge every watched build on it. A contract whose
+        judging raises is left for the next watermark and reported in ``quarantined``; the others are judged."""
         self.ledger.settle(watermark_ns - self.settle_ns)
         out: list[VerdictEvent] = []
         for fingerprint in sorted(self._contracts):
-            bound = self._contracts[fingerprint]
-            self._bind(bound)
-            if not bound.service:
-                continue
-            builds = sorted(self._builds.get(bound.service, {}).values(), key=lambda b: (b.first_ns, b.version))
-            reference = next((b for b in builds if b.version == bound.version), None)
-            for i, build in enumerate(builds):
-                if build.version == bound.version or (reference is not None and build.first_ns <= reference.first_ns):
-                    continue
-                watch = self._watches.setdefault((fingerprint, bound.service, build.version), Watch())
-                if not watch.closed:
-                    out.extend(self._judge(bound, build, builds[:i], watch))
+            try:
+                out.extend(self._judge_contract(fingerprint))
+            except Exception as error:  # one contract's defect must not hold back every other verdict
+                self.telemetry.drop("contract_failed")
+                if quarantined is not None:
+                    quarantined.append(Quarantined(f"contract of {fingerprint}", error))
         self.telemetry.count("verdicts", len(out))
+        return out
+
+    def _judge_contract(self, fingerprint: str) -> list[VerdictEvent]:
+        bound, out = self._contracts[fingerprint], list[VerdictEvent]()
+        self._bind(bound)
+        if not bound.service:
+            return out
+        builds = sorted(self._builds.get(bound.service, {}).values(), key=lambda b: (b.first_ns, b.version))
+        reference = next((b for b in builds if b.version == bound.version), None)
+        for i, build in enumerate(builds):
+            if build.version == bound.version or (reference is not None and build.first_ns <= reference.first_ns):
+                continue
+            watch = self._watches.setdefault((fingerprint, bound.service, build.version), Watch())
+            if not watch.closed:
+                out.extend(self._judge(bound, build, builds[:i], watch))
         return out
 
     def _judge(self, bound: Bound, build: Build, earlier: list[Build], watch: Watch) -> list[VerdictEvent]:

@@ -72,4 +72,6 @@ def matched(bound: Bound, t: Tally, occurrences: Occurrences) -> Matched:
         for where, n in t.collision_sites.get(s, {}).items():
             places[where] = places.get(where, 0) + n
     count = sum(t.collisions.get(s, 0) for s in sigs)
-    return Matched(count, requests if routes else t.requests, ranked(places))
+    # Each occurrence is a request of the traffic: a slice whose routes counted fewer (a job's requests, a route
+    # named otherwise) still holds at least that many, so the rate never passes 1.
+    return Matched(count, max(count, requests if routes else t.requests), ranked(places))
