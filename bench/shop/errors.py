@@ -34,3 +34,9 @@ class Oversold(ShopError):
 
 class IdempotencyKeyReused(ShopError):
     """The payment provider refused a second, different charge under the same idempotency key."""
+
+
+class UpstreamTimeout(ShopError):
+    """A dependency did not answer within the request's timeout: the request fails fast (504)."""
+
+    status = 504

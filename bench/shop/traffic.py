@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 
-from bench.shop import db, evidence, handlers, jobs, shipping
+from bench.shop import db, evidence, handlers, invoices, jobs, reports, shipping
 from bench.shop.evidence import ScenarioResult, Summary
 from bench.shop.race import racing
 from bench.shop.service import Outcome, Shop
@@ -23,13 +24,21 @@ from bench.shop.telemetry import Telemetry, start_telemetry
 KINDS = ("lost_update", "oversell", "double_charge")
 # A performance defect beside the concurrency ones, run on its own (not in ``all``): ``bench.shop.shipping``.
 BLOCKED_BY = "blocked_by"
-SCENARIOS = (*KINDS, BLOCKED_BY, "control", "all")
+# Performance defects, each on its own too: a query with no timeout (``bench.shop.reports``) and a shop-wide lock
+# held across slow work (``bench.shop.invoices``). Their fixed builds (from ``shipping.FIXED_IN``) are the controls.
+HANG, CONTENTION = "hang", "contention"
+VERSIONED = (BLOCKED_BY, HANG, CONTENTION)  # scenarios whose fix ships in a release (run by version)
+SCENARIOS = (*KINDS, *VERSIONED, "control", "all")
 AMOUNT = 4200
 DISCOUNT = 500  # cents
 WAITED_MS = 100  # an UPDATE this slow waited on the row lock (the round manifested)
 # A safety net for a contender that never reaches its race point (e.g. blocked on a row lock that its rival holds
 # while waiting at the barrier, once the code is repaired), not a pacing device.
 BARRIER_TIMEOUT_S = float(os.environ.get("SHOP_BARRIER_TIMEOUT_S", "10"))
+STEADY = 150  # hang: reports before the stall, one at a time (a hop's recent distribution needs 100 calls)
+STEADY_PACE_S = 0.01  # between two of them: a trickle over a few seconds, not a burst
+BURSTS = (1, 2, 4, 6)  # contention: invoices in flight together, cycled through so every stretch mixes levels
+STAGGER_S = 0.005  # between two starts of a burst: clients arrive one after another, not in one instant
 
 
 def race(*calls: Callable[[], Outcome]) -> list[Outcome]:
@@ -110,11 +119,60 @@ def blocked_by(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
     return ScenarioResult(BLOCKED_BY, shop.clean, rounds, {"manifested": len(waited)}, outcomes, ids)
 
 
+def at_once(calls: list[Callable[[], Outcome]], stagger_s: float = 0.0) -> list[Outcome]:
+    """Run ``calls`` in parallel threads, started ``stagger_s`` apart; their outcomes in start order."""
+    outcomes: list[Outcome | None] = [None] * len(calls)
+
+    def client(i: int) -> None:
+        outcomes[i] = calls[i]()
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"shop-client-{i}") for i in range(len(calls))]
+    for t in threads:
+        t.start()
+        time.sleep(stagger_s)
+    for t in threads:
+        t.join()
+    return [o for o in outcomes if o is not None]
+
+
+def hang(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """``STEADY`` sales reports one after another, then ``rounds`` at once while the database stalls: the buggy
+    ones wait the whole stall and answer 200 (manifested), the fixed ones fail fast (504)."""
+    report = partial(shop.request, "GET", reports.ROUTE, reports.ROUTE, reports.sales_report, "paid")
+    outcomes: list[Outcome] = []
+    for _ in range(STEADY):
+        outcomes.append(report())
+        time.sleep(STEADY_PACE_S)
+    with reports.stalled(reports.STALL_S):
+        stalled = at_once([report] * rounds)
+    waited = sum(1 for o in stalled if o.status == 200)
+    return ScenarioResult(HANG, shop.clean, rounds, {"manifested": waited, "stalled": len(stalled)},
+                          outcomes + stalled, [])  # fmt: skip
+
+
+def contention(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """``rounds`` invoices of fresh orders in staggered bursts of ``BURSTS`` in flight together; an invoice that
+    waited for the invoicing lock at least one rendering's time queued behind another (manifested)."""
+    ids = db.seed_orders(dsn, rounds, amount=AMOUNT)
+    outcomes: list[Outcome] = []
+    i = 0
+    while i < len(ids):
+        for size in BURSTS:
+            burst = ids[i : i + size]
+            i += len(burst)
+            outcomes += at_once([partial(shop.request, "POST", invoices.ROUTE, f"/orders/{o}/invoice",
+                                         invoices.issue_invoice, o) for o in burst], STAGGER_S)  # fmt: skip
+    queued = [o for o in outcomes if o.result and o.result["lock_wait_ms"] >= invoices.RENDER_S * 1000]
+    return ScenarioResult(CONTENTION, shop.clean, rounds, {"manifested": len(queued)}, outcomes, ids)
+
+
 ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
     "lost_update": lost_update,
     "oversell": oversell,
     "double_charge": double_charge,
     BLOCKED_BY: blocked_by,
+    HANG: hang,
+    CONTENTION: contention,
 }
 
 
@@ -135,12 +193,12 @@ def run_traffic(
 
     ``control`` is ``all`` on the clean variants. Spans go to a fresh exporter unless ``telemetry`` is given
     (then it is flushed, not shut down). ``blocked_by`` runs its fix from the release that ships it
-    (``shipping.fixed``), as well as with ``clean``.
+    (``shipping.fixed``), as well as with ``clean``, and so do ``hang`` and ``contention``.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
     kinds = KINDS if scenario in ("all", "control") else (scenario,)
-    clean = clean or scenario == "control" or (scenario == BLOCKED_BY and shipping.fixed(version))
+    clean = clean or scenario == "control" or (scenario in VERSIONED and shipping.fixed(version))
     db.apply_schema(dsn)
     tel = telemetry or start_telemetry(kafka_bootstrap, topic=topic, version=version, environment=environment,
                                        revision=revision)  # fmt: skip
