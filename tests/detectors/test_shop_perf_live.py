@@ -4,10 +4,11 @@ The shop runs on PostgreSQL and exports its spans with its OpenTelemetry SDK to 
 ``hang`` (a report query with no timeout while the database stalls) and ``contention`` (invoices serialised on one
 lock, at varying concurrency), buggy (v1.0.0) into one topic and fixed (v1.1.0, the controls: the same routes, the
 same traffic, a statement timeout and no lock) into another. Each topic goes through a fresh ingest stage built
-from the shipped components and the shipped detector settings, one message per batch as a live daemon keeping up
-with the shop polls them. Only the event-time windows are shorter (``ENV``: one-second windows and a short trace
-gap, as other live tests use), so that a test's seconds of traffic span several windows; no detector threshold
-is changed.
+from the shipped components and the shipped detector settings twice: one message per batch, as a live daemon keeping
+up with the shop polls them, and in batches of the shipped ``max_poll_records``, as a daemon catching up on a
+backlog reads them (the same findings). Only the event-time windows are shorter (``ENV``: one-second windows and a
+short trace gap, as other live tests use), so that a test's seconds of traffic span several windows; no detector
+threshold is changed.
 """
 
 from __future__ import annotations
@@ -65,9 +66,9 @@ async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float =
     return values
 
 
-def _findings(messages: list[bytes]) -> list[FindingEvent]:
-    """Every finding a fresh shipped ingest stage publishes over ``messages``, one per batch; then the clock moves
-    on an hour so that every trace and window closes."""
+def _findings(messages: list[bytes], batch: int) -> list[FindingEvent]:
+    """Every finding a fresh shipped ingest stage publishes over ``messages``, ``batch`` at a time (0: the shipped
+    ``max_poll_records``); then the clock moves on an hour so that every trace and window closes."""
     settings = config.load(None, env={"TRACE_REPRO_KAFKA__SPANS_TOPIC": "shop-perf", **ENV})
     assert settings.section("hangs", HangConfig) == HangConfig()  # the shipped thresholds
     assert settings.section("contention", ContentionConfig) == ContentionConfig()
@@ -75,9 +76,11 @@ def _findings(messages: list[bytes]) -> list[FindingEvent]:
     clock, metrics, tracker = (lambda: now[0]), Metrics(), PinTracker()
     processors = stage_processors(settings, metrics, clock, "ingest", tracker, default().factories)
     stage = IngestStage(settings, metrics, clock, tracker=tracker, processors=processors)
+    records = [Record(settings.kafka.spans_topic, 0, i, None, m, now[0] // 1_000_000) for i, m in enumerate(messages)]
+    batch = batch or settings.kafka.max_poll_records
     events: list[Any] = []
-    for i, m in enumerate(messages):
-        events += stage.process([Record(settings.kafka.spans_topic, 0, i, None, m, now[0] // 1_000_000)]).events
+    for i in range(0, len(records), batch):
+        events += stage.process(records[i : i + batch]).events
     now[0] += 3600 * 1_000_000_000
     events += stage.process([]).events
     assert len(stage.traces) == 0
@@ -91,7 +94,11 @@ def _run(dsn: str, bootstrap: str, version: str) -> tuple[dict[str, Any], list[F
             for scenario, rounds in ((HANG, STALLED), (CONTENTION, INVOICES))}  # fmt: skip
     servers = sum(len(s.result(name).outcomes) for name, s in runs.items())
     messages = asyncio.run(_messages(bootstrap, topic, servers))
-    return runs, _findings(messages)
+    live, backlog = _findings(messages, 1), _findings(messages, 0)
+    assert [(f.type, f.fingerprint, sorted(f.traces)) for f in live] == [
+        (f.type, f.fingerprint, sorted(f.traces)) for f in backlog
+    ]
+    return runs, live
 
 
 def test_the_shop_hang_and_contention_are_found_and_their_fixes_are_silent(postgres_dsn: str,
