@@ -35,8 +35,9 @@ WAITED_MS = 100  # an UPDATE this slow waited on the row lock (the round manifes
 # A safety net for a contender that never reaches its race point (e.g. blocked on a row lock that its rival holds
 # while waiting at the barrier, once the code is repaired), not a pacing device.
 BARRIER_TIMEOUT_S = float(os.environ.get("SHOP_BARRIER_TIMEOUT_S", "10"))
-STEADY = 150  # hang: reports before the stall, one at a time (a hop's recent distribution needs 100 calls)
-STEADY_PACE_S = 0.01  # between two of them: a trickle over a few seconds, not a burst
+# hang: reports before the stall, one at a time, a trickle (paced) for at least STEADY_S and STEADY calls: a hop's
+# recent distribution needs 100 calls, at most a sample of each window's
+STEADY, STEADY_S, STEADY_PACE_S = 150, 3.5, 0.01
 BURSTS = (1, 2, 4, 6)  # contention: invoices in flight together, cycled through so every stretch mixes levels
 STAGGER_S = 0.005  # between two starts of a burst: clients arrive one after another, not in one instant
 
@@ -136,11 +137,12 @@ def at_once(calls: list[Callable[[], Outcome]], stagger_s: float = 0.0) -> list[
 
 
 def hang(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
-    """``STEADY`` sales reports one after another, then ``rounds`` at once while the database stalls: the buggy
-    ones wait the whole stall and answer 200 (manifested), the fixed ones fail fast (504)."""
+    """Sales reports one after another (``STEADY``, ``STEADY_S``), then ``rounds`` at once while the database
+    stalls: the buggy ones wait the whole stall and answer 200 (manifested), the fixed ones fail fast (504)."""
     report = partial(shop.request, "GET", reports.ROUTE, reports.ROUTE, reports.sales_report, "paid")
     outcomes: list[Outcome] = []
-    for _ in range(STEADY):
+    until = time.monotonic() + STEADY_S
+    while len(outcomes) < STEADY or time.monotonic() < until:
         outcomes.append(report())
         time.sleep(STEADY_PACE_S)
     with reports.stalled(reports.STALL_S):

@@ -36,7 +36,9 @@ from streamer.runtime.records import Record
 
 pytestmark = pytest.mark.engines
 
-STALLED = 4  # reports at once while the database stalls (the hang detector reports a hop from 3)
+# Reports at once while the database stalls: the hang detector reports a hop from 3 in a window, and a window's
+# edge may fall between their starts (then one window holds 4 or more, or each holds 3).
+STALLED = 6
 INVOICES = 208  # 16 cycles of the bursts: more than the contention detector's 200 pairs
 ENV = {"TRACE_REPRO_WINDOWS__WINDOW_S": "1", "TRACE_REPRO_WINDOWS__TRACE_GAP_S": "0.5",
        "TRACE_REPRO_WINDOWS__ALLOWED_LATENESS_S": "0.2", "TRACE_REPRO_WINDOWS__IDLE_S": "30"}  # fmt: skip
@@ -116,14 +118,18 @@ def test_the_shop_hang_and_contention_are_found_and_their_fixes_are_silent(postg
     for f in found:
         by_type.setdefault(f.type, []).append(f)
     assert set(by_type) == {"hang", "contention"}, [(f.type, f.title) for f in found]
-    (hang,) = by_type["hang"]
-    data = hang.data
-    assert (data["service"], data["operation"], data["callee"]) == ("shop", reports.ROUTE, "postgresql"), data
-    assert hang.remedy == "add_timeout" and data["hung"] == STALLED and data["timeouts"] == 0, data
-    assert data["baseline_samples"] >= HangConfig().min_baseline and data["threshold_ms"] >= 5_000, data
-    assert min(data["hung_ms"]) >= reports.STALL_S * 1000 and len(data["hung_ms"]) == STALLED, data
+    hangs = by_type["hang"]
+    assert len({f.fingerprint for f in hangs}) == 1
+    for f in hangs:
+        data = f.data
+        assert (data["service"], data["operation"], data["callee"]) == ("shop", reports.ROUTE, "postgresql"), data
+        assert f.remedy == "add_timeout" and data["hung"] >= 3 and data["timeouts"] == 0, data
+        assert data["baseline_samples"] >= HangConfig().min_baseline and data["threshold_ms"] >= 5_000, data
+        assert min(data["hung_ms"]) >= reports.STALL_S * 1000 and len(data["hung_ms"]) == data["hung"], data
+        assert len(f.traces) == data["hung"]
     stalled = {o.trace_id for o in buggy[HANG].result(HANG).outcomes[-STALLED:]}
-    assert set(hang.traces) == stalled
+    hung = [t for f in hangs for t in f.traces]
+    assert len(hung) == len(set(hung)) >= STALLED - 2 and set(hung) <= stalled, (hung, stalled)
     contended = by_type["contention"]
     assert len({f.fingerprint for f in contended}) == 1
     for f in contended:
