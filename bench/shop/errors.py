@@ -40,3 +40,9 @@ class DependencyUnavailable(ShopError):
     """A dependency answered 503 on every attempt the shop made: the request fails with it."""
 
     status = 503
+
+
+class UpstreamTimeout(ShopError):
+    """A dependency did not answer within the request's timeout: the request fails fast (504)."""
+
+    status = 504

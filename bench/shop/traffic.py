@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 
-from bench.shop import db, evidence, handlers, jobs, perf, shipping
+from bench.shop import db, evidence, handlers, invoices, jobs, perf, reports, shipping
 from bench.shop.downstream import HttpClient, Outage
 from bench.shop.evidence import ScenarioResult, Summary
 from bench.shop.race import racing
@@ -26,13 +27,22 @@ KINDS = ("lost_update", "oversell", "double_charge")
 BLOCKED_BY = "blocked_by"
 # Performance defects of one request each, also on their own (``bench.shop.perf``): ``clean`` runs their fixes.
 PERFORMANCE = ("n_plus_one", "fanout", "retry_storm")
-SCENARIOS = (*KINDS, BLOCKED_BY, *PERFORMANCE, "control", "all")
+# Performance defects, each on its own too: a query with no timeout (``bench.shop.reports``) and a shop-wide lock
+# held across slow work (``bench.shop.invoices``). Their fixed builds (from ``shipping.FIXED_IN``) are the controls.
+HANG, CONTENTION = "hang", "contention"
+VERSIONED = (BLOCKED_BY, HANG, CONTENTION)  # scenarios whose fix ships in a release (run by version)
+SCENARIOS = (*KINDS, *VERSIONED, *PERFORMANCE, "control", "all")
 AMOUNT = 4200
 DISCOUNT = 500  # cents
 WAITED_MS = 100  # an UPDATE this slow waited on the row lock (the round manifested)
 # A safety net for a contender that never reaches its race point (e.g. blocked on a row lock that its rival holds
 # while waiting at the barrier, once the code is repaired), not a pacing device.
 BARRIER_TIMEOUT_S = float(os.environ.get("SHOP_BARRIER_TIMEOUT_S", "10"))
+# hang: reports before the stall, one at a time, a trickle (paced) for at least STEADY_S and STEADY calls: a hop's
+# recent distribution needs 100 calls, at most a sample of each window's
+STEADY, STEADY_S, STEADY_PACE_S = 150, 3.5, 0.01
+BURSTS = (1, 2, 4, 6)  # contention: invoices in flight together, cycled through so every stretch mixes levels
+STAGGER_S = 0.005  # between two starts of a burst: clients arrive one after another, not in one instant
 
 
 def race(*calls: Callable[[], Outcome]) -> list[Outcome]:
@@ -166,6 +176,54 @@ def retry_storm(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
     return _perf("retry_storm", shop, carts, outcomes, sum(1 for o in outcomes if o.status == 503))
 
 
+def at_once(calls: list[Callable[[], Outcome]], stagger_s: float = 0.0) -> list[Outcome]:
+    """Run ``calls`` in parallel threads, started ``stagger_s`` apart; their outcomes in start order."""
+    outcomes: list[Outcome | None] = [None] * len(calls)
+
+    def client(i: int) -> None:
+        outcomes[i] = calls[i]()
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"shop-client-{i}") for i in range(len(calls))]
+    for t in threads:
+        t.start()
+        time.sleep(stagger_s)
+    for t in threads:
+        t.join()
+    return [o for o in outcomes if o is not None]
+
+
+def hang(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """Sales reports one after another (``STEADY``, ``STEADY_S``), then ``rounds`` at once while the database
+    stalls: the buggy ones wait the whole stall and answer 200 (manifested), the fixed ones fail fast (504)."""
+    report = partial(shop.request, "GET", reports.ROUTE, reports.ROUTE, reports.sales_report, "paid")
+    outcomes: list[Outcome] = []
+    until = time.monotonic() + STEADY_S
+    while len(outcomes) < STEADY or time.monotonic() < until:
+        outcomes.append(report())
+        time.sleep(STEADY_PACE_S)
+    with reports.stalled(reports.STALL_S):
+        stalled = at_once([report] * rounds)
+    waited = sum(1 for o in stalled if o.status == 200)
+    return ScenarioResult(HANG, shop.clean, rounds, {"manifested": waited, "stalled": len(stalled)},
+                          outcomes + stalled, [])  # fmt: skip
+
+
+def contention(shop: Shop, dsn: str, rounds: int) -> ScenarioResult:
+    """``rounds`` invoices of fresh orders in staggered bursts of ``BURSTS`` in flight together; an invoice that
+    waited for the invoicing lock at least one rendering's time queued behind another (manifested)."""
+    ids = db.seed_orders(dsn, rounds, amount=AMOUNT)
+    outcomes: list[Outcome] = []
+    i = 0
+    while i < len(ids):
+        for size in BURSTS:
+            burst = ids[i : i + size]
+            i += len(burst)
+            outcomes += at_once([partial(shop.request, "POST", invoices.ROUTE, f"/orders/{o}/invoice",
+                                         invoices.issue_invoice, o) for o in burst], STAGGER_S)  # fmt: skip
+    queued = [o for o in outcomes if o.result and o.result["lock_wait_ms"] >= invoices.RENDER_S * 1000]
+    return ScenarioResult(CONTENTION, shop.clean, rounds, {"manifested": len(queued)}, outcomes, ids)
+
+
 ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
     "lost_update": lost_update,
     "oversell": oversell,
@@ -174,6 +232,8 @@ ROUNDS: dict[str, Callable[[Shop, str, int], ScenarioResult]] = {
     "n_plus_one": n_plus_one,
     "fanout": fanout,
     "retry_storm": retry_storm,
+    HANG: hang,
+    CONTENTION: contention,
 }
 
 
@@ -196,11 +256,12 @@ def run_traffic(
     (then it is flushed, not shut down). ``blocked_by`` runs its fix from the release that ships it
     (``shipping.fixed``), as well as with ``clean``; the performance scenarios (``PERFORMANCE``) run theirs with
     ``clean``.
+    (``shipping.fixed``), as well as with ``clean``, and so do ``hang`` and ``contention``.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
     kinds = KINDS if scenario in ("all", "control") else (scenario,)
-    clean = clean or scenario == "control" or (scenario == BLOCKED_BY and shipping.fixed(version))
+    clean = clean or scenario == "control" or (scenario in VERSIONED and shipping.fixed(version))
     db.apply_schema(dsn)
     tel = telemetry or start_telemetry(kafka_bootstrap, topic=topic, version=version, environment=environment,
                                        revision=revision)  # fmt: skip

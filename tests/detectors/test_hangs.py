@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from processors.api.component import Emit
 from processors.detectors.hangs import HangConfig, HangData, HangDetector, hang_fingerprint
 from processors.model.finding import FindingEvent, data_of
 from processors.state.config import WindowConfig
 from tests.detectors.run import findings
-from tests.detectors.traffic import Hop, route_traffic
+from tests.detectors.traffic import Hop, assemble, route_traffic
 
 PER_WINDOW = 320
 HOP = ("shop", "/checkout", "inventory")
@@ -61,3 +62,22 @@ def test_a_hang_before_the_hop_has_a_distribution_is_not_judged() -> None:
     """Hung calls in the first window, before ``min_baseline`` recent calls: nothing to judge them by, no finding."""
     hung = [(PER_WINDOW - 20 + i, Hop(30_000.0)) for i in range(20)]
     assert findings(detector(), route_traffic(2, PER_WINDOW, odd=hung, seed=6)) == []
+
+
+def test_a_backlog_read_in_one_batch_finds_the_same_hang() -> None:
+    """A daemon catching up (or a busy one) reads the hop's first windows and its hung calls in one batch: every
+    trace closes before any window does, so no distribution exists yet when the hung calls' traces close. They are
+    judged when their window closes, against the windows before it: the same hang as read message by message."""
+    hung = [(4 * PER_WINDOW - 20 + i, Hop(30_000.0)) for i in range(20)]
+    spans = route_traffic(5, PER_WINDOW, odd=hung, seed=3)
+    [live] = findings(detector(), spans)
+    backlog, out = detector(), Emit()
+    steps = list(assemble(spans))
+    for _, traces, _ in steps:
+        for trace in traces:
+            backlog.on_trace(trace, ())
+    backlog.on_watermark(steps[-1][0], None, out)
+    [event] = out.events
+    assert isinstance(event, FindingEvent) and event.fingerprint == live.fingerprint
+    assert data_of(event, HangData).hung == data_of(live, HangData).hung == 20
+    assert sorted(event.traces) == sorted(live.traces)

@@ -4,9 +4,14 @@ Closed traces feed the window their root starts in (the shared tumbling windows:
 trace can reach it, so a request longer than the trace gap is judged whole). A call is *hung* when it ended
 without an error after more than ``max(factor x p99, min_hang_s)`` of its hop's recent durations (judged when the
 hop has ``min_baseline`` of them), and *unanswered* when it failed with a client timeout and no server span of the
-callee answered it. A hop with ``min_calls`` of either in a window is a ``hang`` finding (``finding``). Each closed
-window adds a sample of its hop's other durations to the hop's recent distribution (hung calls stay out of it, so
-a hang that persists does not become the norm).
+callee answered it. A hop with ``min_calls`` of either in a window is a ``hang`` finding (``finding``). Each
+closed window adds a sample of its hop's other durations to the hop's recent distribution (hung calls stay out of
+it, so a hang that persists does not become the norm).
+
+A call past ``min_hang_s`` whose trace closes before its hop has a distribution (a backlog read in large batches
+closes every trace before any window: the hop's first windows are still open) waits in its window, at most
+``per_window`` per hop (past that it joins the durations unjudged, counted ``unjudged``), and is judged when its
+window closes, against the windows before it: the batches the input comes in do not change the findings.
 
 State is bounded: windows by ``[windows] max_windows``, examples per hop and window by ``finding.MAX_EXAMPLES``,
 hops by ``max_hops`` (the least recently seen hop's distribution is dropped, counted ``max_hops``). The
@@ -45,7 +50,7 @@ class HangDetector(Processor):
     def __init__(self, config: HangConfig, windows: WindowConfig, *, telemetry: Telemetry | None = None,
                  events: StateEvents = NO_EVENTS) -> None:  # fmt: skip
         self.config = config
-        self.telemetry = (telemetry or Telemetry(COMPONENT)).declare("max_hops", "learned_callees")
+        self.telemetry = (telemetry or Telemetry(COMPONENT)).declare("max_hops", "learned_callees", "unjudged")
         self._windows: TumblingWindows[Parts] = TumblingWindows(
             COMPONENT, s_to_ns(windows.window_s), s_to_ns(windows.trace_gap_s), lambda _start: {},
             max_windows=windows.max_windows, telemetry=self.telemetry, events=events,
@@ -83,6 +88,11 @@ class HangDetector(Processor):
                 w.threshold_ms = judged[0]
                 _keep(w.hung, example)
                 continue
+            if judged is None and not call.error and ms > self.config.min_hang_s * 1e3:
+                if len(w.pending) < per_window:
+                    w.pending.append(example)  # judged when its window closes
+                    continue
+                self.telemetry.drop("unjudged")
             if len(w.durations) < per_window:
                 w.durations.append(ms)
             else:  # a uniform sample of the window's calls
@@ -112,6 +122,7 @@ class HangDetector(Processor):
                 m.timeout_count += w.timeout_count
                 m.timeout_seen = m.timeout_seen or w.timeout_seen
                 m.threshold_ms = max(m.threshold_ms, w.threshold_ms)
+                m.pending += w.pending
                 for ex in w.hung:
                     _keep(m.hung, ex)
                 for ex in w.timeouts:
@@ -120,6 +131,7 @@ class HangDetector(Processor):
         found = []
         for hop, w in sorted(merged.items()):
             judged = self._thresholds.get(hop)
+            _settle(w, judged[0] if judged is not None else None)
             if judged is not None and max(w.hung_count, w.timeout_count) >= c.min_calls:
                 found.append(finding(hop, w, judged[1], (window_id, end_ns), c.factor, c.min_hang_s * 1e3))
                 self.telemetry.count("findings")
@@ -134,6 +146,19 @@ class HangDetector(Processor):
                 base = Baseline(len(ranked), _q(ranked, 0.5), _q(ranked, 0.95), _q(ranked, 0.99))
                 self._thresholds[hop] = (max(c.factor * base.p99, c.min_hang_s * 1e3), base)
         return found
+
+
+def _settle(w: HopWindow, threshold_ms: float | None) -> None:
+    """Judge the window's calls that waited for a distribution against ``threshold_ms`` (the windows before it):
+    hung past it, else a duration of the hop like the others."""
+    for example in w.pending:
+        if threshold_ms is not None and example[0] > threshold_ms:
+            w.hung_count += 1
+            w.threshold_ms = max(w.threshold_ms, threshold_ms)
+            _keep(w.hung, example)
+        else:
+            w.durations.append(example[0])
+    w.pending = []
 
 
 def _q(ranked: list[float], q: float) -> float:

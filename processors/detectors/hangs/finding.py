@@ -69,6 +69,7 @@ class HopWindow:
     timeout_count: int = 0
     timeout_seen: bool = False
     threshold_ms: float = 0.0
+    pending: list[tuple[float, int, str]] = field(default_factory=list)  # past the floor before a distribution
 
 
 @dataclass(frozen=True, slots=True)
