@@ -28,10 +28,12 @@ counted (``late_blocks``), not published twice under one occurrence. Commits not
 State, all bounded and counted: rows (``max_entities``, each ``history_per_entity`` deep), long statements waiting
 to be judged (``max_entities``), statement times per trace (``max_traces``), open (pair, window) aggregates
 (``max_pairs``) and the blocked statements already counted (``max_traces``, so that a replay counts nothing twice).
-A row's input is held until every statement its events bear on is judged (its newest event plus the release
-tolerance, past the settle time), and a row with a lock wait in an open window until that window is emitted (a
-restart replays it); then it is released, and its history stays, unpinned, for late row changes until it is older
-than ``max_hold_ns``: a holder's statement whose commit comes after a restart past it is not recovered.
+A row's input is held per quarter second of event time (``blocked_inputs``: one slot per row and quarter second, up
+to four times ``max_entities``): a slot's input is released once every statement its events bear on is judged (its
+newest event plus the release tolerance, past the settle time), so a row written without rest holds its last
+seconds only, never its whole history; a row with a lock wait in an open window holds until that window is
+emitted (a restart replays it). The history stays, unpinned, for late row changes until it is older than
+``max_hold_ns``: a holder's statement whose commit comes after a restart past it is not recovered.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
 
+SLOT_NS = 250 * MS_NS  # the event time one input slot of a row covers
 WRITES = frozenset({DbOperation.WRITE, DbOperation.INSERT, DbOperation.DELETE})
 LOCKING_READS = frozenset({LockMode.FOR_UPDATE, LockMode.FOR_SHARE})
 
@@ -120,11 +123,17 @@ class BlockedByDetector(Processor):
             bound=max_entities,
             new=self._new_row,
             telemetry=self.telemetry,
-            events=events,
+            events=NO_EVENTS,  # a row's history pins nothing: its (row, second) input slots do
             on_evict=lambda key, _state: self._tidy.cancel(key),
             reason="max_entities",
         )
-        self._tidy: Deadlines[str] = Deadlines()  # when a row's input is released (and later, its history pruned)
+        self._tidy: Deadlines[str] = Deadlines()  # when a row's history is pruned
+        # The input of each (row, second of event time), released once what it bears on is judged (module docstring).
+        self._inputs: KeyedState[tuple[str, int], int] = KeyedState(
+            "blocked_inputs", bound=4 * max_entities, new=lambda _key: 0, telemetry=self.telemetry, events=events,
+            reason="max_pinned_inputs",
+        )  # fmt: skip
+        self._input_due: Deadlines[tuple[str, int]] = Deadlines()
         self._due: list[tuple[int, int, Access]] = []  # long lock-taking statements by end time, to be judged
         self._seq = itertools.count()
         self._times: CountedLRU[str, dict[str, tuple[int, int]]] = CountedLRU(max_traces, self.telemetry, "max_traces")
@@ -193,11 +202,12 @@ class BlockedByDetector(Processor):
             try:
                 self._judge(access)
             except Exception as exc:  # one statement that cannot be judged: its row goes, the others are judged
-                out.quarantined.append(
-                    Quarantined(
-                        f"statement {access.span_id} on {access.entity}", exc, (("blocked_rows", access.entity),)
-                    )
-                )
+                slots = [slot for slot in self._inputs if slot[0] == access.entity]
+                held = tuple(("blocked_inputs", slot) for slot in slots)
+                out.quarantined.append(Quarantined(f"statement {access.span_id} on {access.entity}", exc, held))
+                for slot in slots:
+                    self._input_due.cancel(slot)
+                    self._inputs.discard(slot)
                 self._tidy.cancel(access.entity)
                 self._rows.discard(access.entity)
         self._judged_until_ns = max(self._judged_until_ns, until)
@@ -206,19 +216,30 @@ class BlockedByDetector(Processor):
             state = self._rows.get(key)
             if state is not None:
                 self._tidy_row(key, state, until)
+        for slot in self._input_due.due(until):
+            row = self._rows.get(slot[0])
+            if row is not None and row.holding_until_ns > until:
+                self._input_due.set(slot, row.holding_until_ns)  # a lock wait in an open window: replayed if lost
+            else:
+                self._inputs.discard(slot)
         horizon = until - self.max_hold_ns - self.release_ns - self.skew_ns
         while (oldest := self._times.oldest()) is not None and max(e for _, e in oldest[1].values()) < horizon:
             self._times.pop(oldest[0])  # (oldest first, nearly: a trace's statements come together when it closes)
         self.telemetry.gauge("rows", len(self._rows))
+        self.telemetry.gauge("pinned_inputs", len(self._inputs))
         self.telemetry.gauge("open_pairs", len(self._windows))
 
     # ---- judging ------------------------------------------------------------------------------------------------
 
     def _touch(self, key: str, state: RowLocks, event_ns: int) -> None:
-        """The row holds its input until every statement its newest event bears on is judged."""
+        """The input being processed is held by its (row, second) slot until what that second bears on is judged;
+        the row's history is looked at again once its newest event is."""
         state.newest_ns = max(state.newest_ns, event_ns)
         state.released = False
         self._tidy.set(key, state.newest_ns + MS_NS + self.skew_ns + self.release_ns)
+        slot = (key, event_ns // SLOT_NS)
+        self._inputs.put(slot, slot[1])
+        self._input_due.extend(slot, event_ns + MS_NS + self.skew_ns + self.release_ns)  # its newest event judged
 
     def _window_of(self, at_ns: int) -> int:
         return at_ns - at_ns % self.window_ns
