@@ -6,13 +6,11 @@ routes with ``clean``) give no finding at all."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from bench.otlp_gen import Generated
 from bench.pertrace_benign import run
@@ -21,9 +19,9 @@ from bench.shop.evidence import Summary
 from bench.shop.telemetry import CAPTURE_PARAMETERS, start_telemetry
 from bench.shop.traffic import CART_ITEMS, PERFORMANCE, WHOLESALE_ITEMS, run_traffic
 from processors.detectors.retry_storm import RetryStormConfig
-from processors.model.events import SpanKind
 from processors.model.finding import FindingEvent
 from streamer.decode import decode_traces_proto
+from tests.detectors.shop_spans import messages
 
 pytestmark = pytest.mark.engines
 
@@ -35,21 +33,7 @@ CONTROL_ROUNDS = 2 * RetryStormConfig().min_burst_traces
 
 async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float = 60) -> list[bytes]:
     """The topic's messages from the start, until they hold ``servers`` server spans."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=f"shop-defects-{uuid.uuid4().hex[:8]}", enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
-    values: list[bytes] = []
-    seen = 0
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and seen < servers:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for r in records:
-                    values.append(r.value)
-                    seen += sum(s.kind is SpanKind.SERVER for s in decode_traces_proto(r.value))
-    finally:
-        await consumer.stop()
+    values, seen = await messages(bootstrap, topic, servers, timeout_s=timeout_s)
     assert seen == servers, (seen, servers)
     return values
 

@@ -19,7 +19,6 @@ import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from bench.shop import invoices, reports
 from bench.shop.traffic import CONTENTION, HANG, run_traffic
@@ -33,6 +32,7 @@ from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker
 from streamer.runtime.records import Record
+from tests.detectors.shop_spans import messages
 
 pytestmark = pytest.mark.engines
 
@@ -46,24 +46,7 @@ ENV = {"TRACE_REPRO_WINDOWS__WINDOW_S": "1", "TRACE_REPRO_WINDOWS__TRACE_GAP_S":
 
 async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float = 60) -> list[bytes]:
     """The topic's messages from the start, until they hold ``servers`` server spans (or the deadline)."""
-    from processors.model.events import SpanKind
-    from streamer.decode import decode_traces_proto
-
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=f"shop-perf-{uuid.uuid4().hex[:8]}", enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
-    values: list[bytes] = []
-    seen = 0
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and seen < servers:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for r in records:
-                    values.append(r.value)
-                    seen += sum(s.kind is SpanKind.SERVER for s in decode_traces_proto(r.value))
-    finally:
-        await consumer.stop()
+    values, seen = await messages(bootstrap, topic, servers, timeout_s=timeout_s)
     assert seen >= servers, (seen, servers)
     return values
 

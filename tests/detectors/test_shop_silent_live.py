@@ -4,17 +4,15 @@ SDK to Kafka) gives no N+1, fan-out or retry finding: its defects are collisions
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from bench.otlp_gen import Generated
 from bench.pertrace_benign import run
 from bench.shop.traffic import run_traffic
-from processors.model.events import SpanKind
 from streamer.decode import decode_traces_proto
+from tests.detectors.shop_spans import is_request, messages
 
 pytestmark = pytest.mark.engines
 
@@ -24,21 +22,7 @@ SERVERS = 2 * ROUNDS * 5  # per run: lost_update 1 request + 1 job, oversell and
 
 async def _messages(bootstrap: str, topic: str, servers: int, timeout_s: float = 60) -> list[bytes]:
     """The topic's messages from the start, until they hold ``servers`` server or root spans."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                group_id=f"shop-silent-{uuid.uuid4().hex[:8]}", enable_auto_commit=False)  # fmt: skip
-    await consumer.start()
-    values: list[bytes] = []
-    seen = 0
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and seen < servers:
-            batch = await consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for r in records:
-                    values.append(r.value)
-                    seen += sum(s.kind is SpanKind.SERVER or not s.parent_id for s in decode_traces_proto(r.value))
-    finally:
-        await consumer.stop()
+    values, seen = await messages(bootstrap, topic, servers, counts=is_request, timeout_s=timeout_s)
     assert seen >= servers, (seen, servers)
     return values
 
