@@ -376,11 +376,24 @@ def main() -> int:
         blocked_fixed = {v["fingerprint"] for v in verdicts if v["outcome"] == "FIXED"} >= {
             e["fingerprint"] for e in blocked
         }
-        ok = (answered and len({e["fingerprint"] for e in incidents}) == 3 and len(demo.issues()) == 4
-              and len({e["fingerprint"] for e in blocked}) == 1 and blocked_fixed
-              and all(r["proven"] for r in repros) and all(i["state"] == "closed" for i in demo.issues())
-              and all(proven(v) for v in verdicts if v["outcome"] == "FIXED")
-              and (demo.gitlab is None or (len(mr_runs) == 3 and all(r.merged for r in mr_runs))))  # fmt: skip
+        issues = demo.issues()
+        checks = {
+            "the agent's MCP questions answered": answered,
+            "3 collision fingerprints": len({e["fingerprint"] for e in incidents}) == 3,
+            "4 GitLab issues": len(issues) == 4,
+            "1 blocked-by fingerprint": len({e["fingerprint"] for e in blocked}) == 1,
+            "the blocked-by finding FIXED": blocked_fixed,
+            "every repro proven": all(r["proven"] for r in repros),
+            "every issue closed": all(i["state"] == "closed" for i in issues),
+            "every FIXED significant": all(proven(v) for v in verdicts if v["outcome"] == "FIXED"),
+            "3 merge requests merged": demo.gitlab is None or (len(mr_runs) == 3 and all(r.merged for r in mr_runs)),
+        }
+        for what, held in checks.items():
+            if not held:
+                print(f"   NOT MET: {what}")
+        if len(issues) != 4:
+            print("   issues: " + "; ".join(f"#{i['iid']} [{i['state']}] {i['title']}" for i in issues))
+        ok = all(checks.values())
         say(f"done in {time.monotonic() - started:.0f}s: {'the whole loop completed' if ok else 'INCOMPLETE'}")
         return 0 if ok else 1
     finally:
