@@ -82,6 +82,7 @@ from processors.model.outputs import IncidentEvent, VerdictEvent
 from processors.model.trace import ClosedTrace
 from processors.model.units import zero_error_floor
 from processors.pipeline.requests import error_part, requests_of, site
+from processors.state.lru import CountedLRU
 
 NS = 1_000_000_000
 K = TypeVar("K", bound=Hashable)
@@ -115,6 +116,7 @@ class ProofJudge:
         self.marks = Marks()  # deploy marks: the builds of telemetry that names none
         self.telemetry = (telemetry or Telemetry("proof")).declare("max_keys", "max_builds", "max_sites")
         self.occurrences = Occurrences(max_sites, max_fingerprints, self.telemetry)  # of collisions and findings
+        self._counted: CountedLRU[str, None] = CountedLRU(max_fingerprints, self.telemetry, "max_occurrence_ids")
         self.ledger = Ledger(slice_ns, max_open_slices, self.telemetry, events, self._build,
                              lambda service, version: self._builds.get(service, {}).get(version))  # fmt: skip
 
@@ -170,6 +172,8 @@ class ProofJudge:
 
     def on_incident(self, incident: IncidentEvent, part: str = "") -> None:
         """Count a collision on the build both its parties ran, or as mixed on each of theirs."""
+        if self._again(incident.event_id):
+            return
         self.telemetry.count("incidents", 1)
         sig = collision_signature(incident)
         c, v = incident.culprit, incident.victim
@@ -178,28 +182,43 @@ class ProofJudge:
         where = f"{c.function or c.service} ({c.route}) vs {v.function or v.service} ({v.route}) on {incident.table}"
         if len(parties) == 1:
             self._occurred(self._build(c.service, c.version, at, ""), at, part, sig, incident.fingerprint,
-                           (c.route, v.route), where)  # fmt: skip
+                           (c.route, v.route), where, occurrence=incident.event_id)  # fmt: skip
             return
         self.occurrences.remember(sig, incident.fingerprint, (c.route, v.route))
         self.telemetry.count("mixed_incidents", 1)
         for service, version in sorted(parties):
-            self._bump(self.ledger.slice(self._build(service, version, at, ""), at, part).mixed, sig)
+            build = self._build(service, version, at, "")
+            self._bump(self.ledger.slice(build, at, part, incident.event_id).mixed, sig)
 
     def on_finding(self, finding: Finding, signature: str, routes: Iterable[str] = (), part: str = "") -> None:
         """Count a finding's occurrence under ``signature`` on the build it was seen on, as collisions are, once per
         request it covers (``affected_requests``); the ``routes`` (its contract rules') are the requests it is a rate
         of."""
+        event_id = getattr(finding, "event_id", "")
+        if self._again(event_id):
+            return
         self.telemetry.count("findings", 1)
         about = finding.about()
         at = int(finding.seen_unix_ms() * 1e6)
         where = f"{about.operation or about.service}" + (f" on {about.entity}" if about.entity else "")
         self._occurred(self._build(about.service, about.version, at, ""), at, part, signature, finding.fingerprint,
-                       routes, where, finding.affected_requests())  # fmt: skip
+                       routes, where, finding.affected_requests(), occurrence=event_id)  # fmt: skip
+
+    def _again(self, event_id: str) -> bool:
+        """Whether this occurrence (by its event id) was counted already: the same event read twice (published
+        again by a restarted detector, or replayed to this judge) counts once."""
+        if not event_id:
+            return False
+        if event_id in self._counted:
+            self.telemetry.count("occurrence_repeated")
+            return True
+        self._counted.put(event_id, None)
+        return False
 
     def _occurred(self, build: Build, at: int, part: str, sig: str, fingerprint: str, routes: Iterable[str],
-                  where: str, by: int = 1) -> None:  # fmt: skip
+                  where: str, by: int = 1, *, occurrence: str = "") -> None:  # fmt: skip
         self.occurrences.remember(sig, fingerprint, routes)
-        t = self.ledger.slice(build, at, part)
+        t = self.ledger.slice(build, at, part, occurrence)
         if self._bump(t.collisions, sig, by):
             self._site(t.collision_sites.setdefault(sig, {}), where)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from processors.api.provenance import StateEvents
 from processors.api.telemetry import Telemetry
-from processors.connectors.proofs.tallies import Build, Contribution, PartKey, SliceKey, Tally
+from processors.connectors.proofs.tallies import COUNTED_IDS, Build, Contribution, PartKey, SliceKey, Tally
 from processors.state.keyed import KeyedState
 
 
@@ -48,8 +48,10 @@ class Ledger:
     def open_slices(self, service: str, version: str) -> list[Tally]:
         return [t for (svc, ver, _, _), t in self._slices.items() if (svc, ver) == (service, version)]
 
-    def slice(self, build: Build, at_ns: int, part: str) -> Tally:
-        """The open slice of (build, partition) at ``at_ns``, holding the input being processed."""
+    def slice(self, build: Build, at_ns: int, part: str, occurrence: str = "") -> Tally:
+        """The open slice of (build, partition) at ``at_ns``, holding the input being processed; a scratch tally
+        for input already counted (``occurrence``: the event id of a collision or finding, remembered when it is
+        counted late, straight into the contribution)."""
         start = at_ns - at_ns % self.slice_ns
         own = self._contribution(build, part)
         if start + self.slice_ns <= self._taken.get((build.service, build.version, part), 0):
@@ -57,14 +59,26 @@ class Ledger:
             # rebalance, a replay from zero): counting it again would double it.
             self.telemetry.count("already_counted")
             return Tally()
+        if occurrence and occurrence in own.tally.counted:  # replayed after a restart: counted before it
+            self.telemetry.count("occurrence_replayed")
+            return Tally()
         if start + self.slice_ns <= max(own.settled_until_ns, self.horizon):
             # Late for a settled slice (a collision found after its slice settled): counted straight into the
             # contribution, written with the next one.
             self.telemetry.count("late_for_slice")
             self._written.pop((build.service, build.version, part), None)
             self._stale.add((build.service, build.version))
+            # A contribution counted only late (an incidents partition's: every collision arrives after its slice
+            # settled) still spans its build's event time, or the graph's retention, in event time, takes it for
+            # one from the epoch and deletes it: a restarted judge would then lose what was counted before.
+            own.first_ns = min(own.first_ns or build.first_ns, build.first_ns)
+            own.last_ns, own.revision = max(own.last_ns, build.last_ns, at_ns), build.revision
+            remember(own.tally, [occurrence] if occurrence else [])
             return own.tally
-        return self._slices.retain((build.service, build.version, start, part))
+        t = self._slices.retain((build.service, build.version, start, part))
+        if occurrence:
+            t.counted.append(occurrence)  # joins the contribution's when the slice settles
+        return t
 
     def _contribution(self, build: Build, part: str) -> Contribution:
         """This instance's contribution of (build, partition); a partition counted elsewhere before is taken over
@@ -90,6 +104,7 @@ class Ledger:
                 continue  # its build was dropped by the bound
             own = self._contribution(build, part)
             own.tally.merge(tally)
+            remember(own.tally, tally.counted)
             own.settled_until_ns = max(own.settled_until_ns, start + self.slice_ns)
             own.first_ns, own.last_ns, own.revision = build.first_ns, build.last_ns, build.revision
             self._stale.add((service, version))
@@ -138,3 +153,10 @@ class Ledger:
             self._others[key] = self._own.pop(key)
             self._written.pop(key, None)
             self._taken.pop(key, None)
+
+
+def remember(tally: Tally, occurrences: list[str]) -> None:
+    """Add the event ids of occurrences counted into ``tally`` to those it remembers (the newest ``COUNTED_IDS``)."""
+    if occurrences:
+        tally.counted.extend(occurrences)
+        del tally.counted[:-COUNTED_IDS]

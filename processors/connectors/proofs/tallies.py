@@ -16,6 +16,7 @@ from processors.connectors.proofs.contracts import Signature
 from processors.model.contract import ProofContract
 
 K = TypeVar("K", bound=Hashable)
+COUNTED_IDS = 1024  # per (build, partition): a replay after a crash re-reads what was not committed, far fewer
 
 
 @dataclass(slots=True)
@@ -34,6 +35,10 @@ class Tally:
     latency: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)  # route -> grid bucket -> requests
     sampled: dict[str, int] = field(default_factory=dict)  # sampling label ("0.1", "unknown") -> requests
     sampled_errors: dict[str, int] = field(default_factory=dict)  # sampling label -> failed requests
+    # The event ids of the occurrences (collisions, findings) counted straight into a contribution, late for their
+    # slice: the newest COUNTED_IDS, stored with it, so that one replayed after a restart is not counted twice.
+    # Never merged: a build's settled sum has no use for them.
+    counted: list[str] = field(default_factory=list)
 
     def merge(self, other: Tally) -> None:
         self.requests += other.requests
@@ -62,6 +67,7 @@ class Tally:
             "events": self.events, "collisions": self.collisions, "collision_sites": self.collision_sites,
             "mixed": self.mixed, "sampled": self.sampled, "sampled_errors": self.sampled_errors,
             "latency": [[*k, sorted(buckets.items())] for k, buckets in sorted(self.latency.items())],
+            "counted": self.counted,
         }, sort_keys=True)  # fmt: skip
 
     @classmethod
@@ -82,6 +88,7 @@ class Tally:
             },  # (absent from contributions stored before)
             sampled={str(k): int(n) for k, n in doc.get("sampled", {}).items()},  # (absent before sampling was read)
             sampled_errors={str(k): int(n) for k, n in doc.get("sampled_errors", {}).items()},
+            counted=[str(i) for i in doc.get("counted", [])],  # (absent before occurrences were deduplicated)
         )
 
 
