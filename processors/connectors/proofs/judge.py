@@ -194,7 +194,7 @@ class ProofJudge:
         """Count a finding's occurrence under ``signature`` on the build it was seen on, as collisions are, once per
         request it covers (``affected_requests``); the ``routes`` (its contract rules') are the requests it is a rate
         of."""
-        event_id = getattr(finding, "event_id", "")
+        event_id = finding.event_id
         if self._again(event_id):
             return
         self.telemetry.count("findings", 1)
