@@ -7,9 +7,9 @@ compiled once into the cache like the test Collector (:class:`bench.collector.bu
 After the daemon's end-to-end phase the bench runs it twice on the topic the daemon read, each time with a fresh
 consumer group reading from the earliest offset:
 
-- ``assemble`` (A): kafka -> groupbytrace -> spanmetrics -> nop: trace assembly (every span held by trace id until
+- ``assemble`` (A): kafka -> groupbytrace -> span_metrics -> nop: trace assembly (every span held by trace id until
   ``wait_duration`` after the trace's first span, 1 s like the daemon's ``trace_gap_s``) and RED metrics;
-- ``aggregate`` (B): kafka -> spanmetrics -> nop: RED metrics only.
+- ``aggregate`` (B): kafka -> span_metrics -> nop: RED metrics only.
 
 Each run is measured from /proc as the Collector's user + system CPU seconds from the moment its own metrics
 endpoint answers (pipelines built, the consumer group about to join) until it has handled every span, judged from
@@ -39,8 +39,8 @@ from streamer.engines.process import EngineError, alive, free_port, spawn, stop
 MODULE_DIR = Path(__file__).resolve().parent / "collector" / "peer" / "otelcol"
 PEER = GoProgram("otelcol-peer", MODULE_DIR, RELEASE, "the peer Collector")
 PIPELINES = {
-    "assemble": "kafka -> groupbytrace -> spanmetrics -> nop",
-    "aggregate": "kafka -> spanmetrics -> nop",
+    "assemble": "kafka -> groupbytrace -> span_metrics -> nop",
+    "aggregate": "kafka -> span_metrics -> nop",
 }
 WAIT_DURATION_S = 1.0  # groupbytrace: like the daemon's trace_gap_s in the bench
 FLUSH_INTERVAL_S = 1.0  # spanmetrics: like the daemon's window_s in the bench
@@ -65,7 +65,7 @@ def peer_config(pipeline: str, *, bootstrap: str, topic: str, group: str, metric
             }
         },
         "processors": {"groupbytrace": {"wait_duration": f"{WAIT_DURATION_S:g}s"}} if processors else {},
-        "connectors": {"spanmetrics": {"metrics_flush_interval": f"{FLUSH_INTERVAL_S:g}s"}},
+        "connectors": {"span_metrics": {"metrics_flush_interval": f"{FLUSH_INTERVAL_S:g}s"}},
         "exporters": {"nop": {}},
         "service": {
             "telemetry": {
@@ -76,8 +76,8 @@ def peer_config(pipeline: str, *, bootstrap: str, topic: str, group: str, metric
                 },
             },
             "pipelines": {
-                "traces": {"receivers": ["kafka"], "processors": processors, "exporters": ["spanmetrics"]},
-                "metrics": {"receivers": ["spanmetrics"], "exporters": ["nop"]},
+                "traces": {"receivers": ["kafka"], "processors": processors, "exporters": ["span_metrics"]},
+                "metrics": {"receivers": ["span_metrics"], "exporters": ["nop"]},
             },
         },
     }
@@ -242,8 +242,8 @@ def targets(phases: dict[str, Any]) -> list[dict[str, Any]]:
     c = compare(phases.get("end_to_end"), phases.get("peer"))
     out = []
     for key, name, note in (
-        ("daemon_over_assemble", "daemon CPU/span / peer A", "A: kafka -> groupbytrace -> spanmetrics"),
-        ("daemon_over_aggregate", "daemon CPU/span / peer B", "moonshot; B: kafka -> spanmetrics"),
+        ("daemon_over_assemble", "daemon CPU/span / peer A", "A: kafka -> groupbytrace -> span_metrics"),
+        ("daemon_over_aggregate", "daemon CPU/span / peer B", "moonshot; B: kafka -> span_metrics"),
     ):
         value, limit = c[key], TARGETS[key]
         met = None if value is None else value <= limit

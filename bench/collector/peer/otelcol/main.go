@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	fileprovider "go.opentelemetry.io/collector/confmap/provider/fileprovider"
+	envprovider "go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/otelcol"
 )
 
@@ -26,11 +27,13 @@ func main() {
 			ResolverSettings: confmap.ResolverSettings{
 				ProviderFactories: []confmap.ProviderFactory{
 					fileprovider.NewFactory(),
+					envprovider.NewFactory(),
 				},
 			},
 		},
 		ProviderModules: map[string]string{
 			fileprovider.NewFactory().Create(confmap.ProviderSettings{}).Scheme(): "go.opentelemetry.io/collector/confmap/provider/fileprovider v1.71.0",
+			envprovider.NewFactory().Create(confmap.ProviderSettings{}).Scheme(): "go.opentelemetry.io/collector/confmap/provider/envprovider v1.71.0",
 		},
 		ConverterModules: []string{
 		},
