@@ -125,3 +125,19 @@ def test_the_report_prints_both_peers_beside_the_daemon() -> None:
     assert "50.00 µs/span   / A 2.00x, / B 10.00x" in text
     assert "60.00 µs/span   / A 2.40x, / B 12.00x" in text
     assert peer.report_lines({"end_to_end": phases["end_to_end"]}) == []
+
+
+def test_the_peer_is_its_own_module_built_from_what_the_builder_config_lists() -> None:
+    """The committed sources are the Builder's output for its config: every component at the pinned version in
+    ``go.mod`` (with ``go.sum`` committed), and a cache entry of its own beside the test Collector's."""
+    from bench.collector import build
+
+    built = yaml.safe_load((peer.MODULE_DIR.parent / "builder-config.yaml").read_text())
+    go_mod = (peer.MODULE_DIR / "go.mod").read_text()
+    for kind in ("receivers", "processors", "connectors", "exporters", "providers"):
+        for entry in built[kind]:
+            module, version = entry["gomod"].split()
+            assert f"\t{module} {version}\n" in go_mod, entry
+    assert (peer.MODULE_DIR / "go.sum").is_file() and built["dist"]["version"] == build.RELEASE
+    assert peer.PEER.cached_path().parent.name.startswith(f"otelcol-peer-{build.RELEASE}-")
+    assert peer.PEER.digest() != build.digest()
