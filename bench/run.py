@@ -901,7 +901,8 @@ def report(results: dict[str, Any]) -> str:
         row("Kafka produce, collector shape", "kafka_produce_collector", k["spans_per_s"], k["seconds"],
             f"{k['messages']:,} messages (one trace each, keyed by trace id), {k['mb_per_s']:.1f} MB/s")  # fmt: skip
         row("end to end, collector shape", "end_to_end_collector", e["spans_per_s"], e["seconds"],
-            f"{e['traces']:,} traces in the graph; consumed in {e['consumed_s']:.2f}s; cores: "
+            f"{e['traces']:,} traces in the graph; consumed in {e['consumed_s']:.2f}s; daemon peak RSS "
+            f"{e['daemon_peak_rss_mb']:.0f} MB; cores: "
             + ", ".join(f"{n} {v:.2f}" for n, v in e["cpu_cores"].items()))  # fmt: skip
     lines.append("-" * 110)
     lines.append(f"slowest ceiling: {r['slowest']} ({_fmt(r['slowest_spans_per_s'])} spans/s)"

@@ -172,10 +172,16 @@ def test_the_collector_shaped_run_is_checked_and_reported_as_its_own_rows() -> N
     results = _results()
     p = results["phases"]
     p["kafka_produce_collector"] = _phase(100_000.0, messages=280_000, mb_per_s=20.0)
-    p["end_to_end_collector"] = p["end_to_end"] | {"spans_per_s": 20_000.0, "seconds": 15.0, "traces": 999}
+    p["end_to_end_collector"] = p["end_to_end"] | {
+        "spans_per_s": 20_000.0,
+        "seconds": 15.0,
+        "traces": 999,
+        "daemon_peak_rss_mb": 410.0,
+    }
     results["ratio"] = ratios(p)
     check = next(c for c in checks(results) if c["check"].startswith("end_to_end_collector"))
     assert not check["ok"] and check["detail"] == "999 vs 1,000"
     text = report(results)
     assert "end to end, collector shape" in text and "280,000 messages (one trace each" in text
+    assert "daemon peak RSS 410 MB" in text
     assert results["ratio"]["over_floor"]["end_to_end_collector"] == pytest.approx(0.05)
