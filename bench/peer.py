@@ -217,11 +217,13 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def report_lines(phases: dict[str, Any]) -> list[str]:
-    """The report's rows: per message shape measured, the daemon's and the peers' CPU µs per span and the ratios."""
+def report_lines(phases: dict[str, Any], primary: str = "bench") -> list[str]:
+    """The report's rows: per message shape measured, the daemon's and the peers' CPU µs per span and the ratios.
+    ``primary`` is the shape of the bench's own messages (``--message-shape``), those of ``end_to_end``."""
     lines: list[str] = []
     for shape, e2e_key, peer_key in SHAPE_KEYS:
         peers = phases.get(peer_key)
+        shape = primary if e2e_key == "end_to_end" else shape
         if not peers:
             continue
         c = compare(phases.get(e2e_key), peers)

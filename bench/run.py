@@ -280,9 +280,10 @@ def _records(gen: Generated, topic: str) -> list[Record]:
     ts = gen.start_ns // 1_000_000
     offsets: dict[int, int] = {}
     out = []
-    for m, partition in zip(gen.messages, gen.partitions, strict=True):
+    keys: list[bytes | None] = [*gen.keys] or [None] * len(gen.messages)  # collector shape: trace id keys
+    for m, key, partition in zip(gen.messages, keys, gen.partitions, strict=True):
         offset = offsets[partition] = offsets.get(partition, -1) + 1
-        out.append(Record(topic, partition, offset, None, m, ts))
+        out.append(Record(topic, partition, offset, key, m, ts))
     return out
 
 
@@ -834,11 +835,17 @@ def report(results: dict[str, Any]) -> str:
     c = results["config"]
     r = results["ratio"]
     of = r["over_floor"]
+    shape = c.get("message_shape") == "collector"
+    per = (
+        f"of one trace (batches of {c['spans_per_message']} spans split)"
+        if shape
+        else f"of {c['spans_per_message']} spans"
+    )
     lines = [
         "",
         f"trace-repro bench: {c['spans']:,} spans, {c['traces']:,} traces ({c['db_spans'] / c['spans']:.1%} DB spans, "
-        f"{c['error_traces'] / c['traces']:.1%} error traces), {c['messages']:,} messages of {c['spans_per_message']} "
-        f"spans ({c['bytes'] / MB:.1f} MB) on {c['partitions']} partition(s), {c['cpus']} CPUs",
+        f"{c['error_traces'] / c['traces']:.1%} error traces), {c['messages']:,} messages {per} "
+        f"({c['bytes'] / MB:.1f} MB) on {c['partitions']} partition(s), {c['cpus']} CPUs",
         "",
         f"{'phase':<30}{'spans/s':>12}{'/ floor':>9}{'seconds':>9}   notes",
         "-" * 110,
@@ -917,7 +924,7 @@ def report(results: dict[str, Any]) -> str:
             line += (f"; PSS summed at its peak sample {e['daemon_peak_sampled_pss_mb']:.0f} MB "
                      "(the pages its processes share counted once)")  # fmt: skip
     lines.append(line)
-    lines += peer.report_lines(p)
+    lines += peer.report_lines(p, "collector" if shape else "bench")
     return "\n".join(lines)
 
 

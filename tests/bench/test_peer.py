@@ -125,6 +125,7 @@ def test_the_report_prints_both_peers_beside_the_daemon() -> None:
     assert "50.00 µs/span   / A 2.00x, / B 10.00x" in text
     assert "60.00 µs/span   / A 2.40x, / B 12.00x" in text
     assert peer.report_lines({"end_to_end": phases["end_to_end"]}) == []
+    assert "(collector messages, same topic)" in peer.report_lines(phases, "collector")[0]  # --message-shape collector
 
 
 def test_the_peer_is_its_own_module_built_from_what_the_builder_config_lists() -> None:

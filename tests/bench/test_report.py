@@ -184,4 +184,7 @@ def test_the_collector_shaped_run_is_checked_and_reported_as_its_own_rows() -> N
     text = report(results)
     assert "end to end, collector shape" in text and "280,000 messages (one trace each" in text
     assert "daemon peak RSS 410 MB" in text
+    assert "1,000 messages of 300 spans (10.0 MB)" in text
+    results["config"]["message_shape"] = "collector"  # every phase on the collector shape
+    assert "1,000 messages of one trace (batches of 300 spans split) (10.0 MB)" in report(results)
     assert results["ratio"]["over_floor"]["end_to_end_collector"] == pytest.approx(0.05)
