@@ -13,6 +13,12 @@ each grouped by resource (two instances per service) and instrumentation scope. 
 trace belongs to one partition (a hash of its id, as the collector's ``partition_traces_by_id`` keys it), and each
 partition's spans are cut into messages of their own, so a consumer group can split the topic by partition
 without splitting a trace; the spans of one partition that reach the collector together stay in one message.
+With ``shape="collector"`` the messages are shaped as a stock OpenTelemetry Collector writes them
+(``config/otel-collector.yaml``: batch processor, then the kafka exporter with ``partition_traces_by_id``): the
+spans are cut into batches of ``spans_per_message`` in the order they end, across partitions, and each batch is
+split into one message per resource, instrumentation scope and trace id, keyed by the trace id in hex, on that
+trace's partition. Every message then holds exactly one trace, and a trace whose spans reach the collector in
+two batches, or come from two services or scopes, is several messages with the same key.
 Everything is drawn from one ``random.Random(seed)``, so the bytes are identical for the same
 ``(seed, start_ns)``; every trace and span id is fresh, so the messages of one run can be replayed once without
 id collisions.
@@ -37,6 +43,7 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
 INSTANCES_PER_SERVICE = 2
 DB_PROBABILITY = 0.44  # per handler of a non-frontend service: ~10% of all spans are DB client spans
 ERROR_PROBABILITY = 0.01  # per trace
+SHAPES = ("bench", "collector")  # how spans are cut into messages (see the module docstring)
 
 Params = Callable[[random.Random], tuple[object, ...]]
 
@@ -245,6 +252,7 @@ class Generated:
     messages: list[bytes] = field(default_factory=list)
     span_counts: list[int] = field(default_factory=list)  # spans per message
     partitions: list[int] = field(default_factory=list)  # the Kafka partition of each message
+    keys: list[bytes] = field(default_factory=list)  # the record key of each message (collector shape only)
     spans: int = 0
     traces: int = 0
     db_spans: int = 0
@@ -561,20 +569,27 @@ def generate_run(
     start_ns: int | None = None,
     traces_per_s: float = 5_000.0,
     partitions: int = 1,
+    shape: str = "bench",
 ) -> Generated:
     """At least ``n_spans`` spans (whole traces) in messages of ``spans_per_message``, with their counts.
 
     ``start_ns`` defaults to now; pass it to get byte-identical output for the same seed. ``partitions``: see the
-    module docstring (1: one stream of messages, all on partition 0).
+    module docstring (1: one stream of messages, all on partition 0). ``shape``: ``bench`` (messages of exactly
+    ``spans_per_message`` spans per partition) or ``collector`` (one trace per message; see the module docstring).
+    The same seed gives the same spans in either shape.
     """
     if spans_per_message < 1:
         raise ValueError("spans_per_message must be positive")
     if partitions < 1:
         raise ValueError("partitions must be positive")
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)}")
     rng = random.Random(seed)
     builder = _Builder(rng)
     out = Generated()
     begin = time.time_ns() if start_ns is None else start_ns
+    if shape == "collector":
+        return _collector_shaped(builder, out, n_spans, spans_per_message, begin, traces_per_s, partitions)
     batches: list[list[_Spec]] = [[] for _ in range(partitions)]
 
     def flush(partition: int) -> None:
@@ -592,6 +607,32 @@ def generate_run(
     for partition, batch in enumerate(batches):
         if batch:
             flush(partition)
+    return out
+
+
+def _collector_shaped(
+    builder: _Builder, out: Generated, n_spans: int, batch_size: int, begin: int, traces_per_s: float, partitions: int
+) -> Generated:
+    """The collector shape: batches of ``batch_size`` spans, each split by resource, scope and trace id."""
+    batch: list[_Spec] = []
+
+    def flush() -> None:
+        groups: dict[tuple[int, int, bytes], list[_Spec]] = {}
+        for s in batch:
+            groups.setdefault((s.resource, s.scope, s.trace_id), []).append(s)
+        for (_, _, trace_id), specs in groups.items():
+            out.messages.append(_encode(builder, specs))
+            out.span_counts.append(len(specs))
+            out.partitions.append(partition_of(trace_id, partitions) if partitions > 1 else 0)
+            out.keys.append(trace_id.hex().encode())
+        batch.clear()
+
+    for spec in _spans_by_end(builder, n_spans, begin, traces_per_s, out):
+        batch.append(spec)
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
     return out
 
 

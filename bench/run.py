@@ -28,6 +28,12 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
    the daemon's own counters, the CPU each process used (the daemon: all its processes; engines only when the bench
    started them) and the daemon's peak RSS (``VmHWM`` of each of its processes, summed: an upper bound, as the
    workers share the pages of the supervisor they were forked from) with its PSS summed at the sample it peaked;
+5b. the peer (``bench.peer``, unless ``--no-peer``): a stock OpenTelemetry Collector on the same topic, kafka ->
+   groupbytrace -> span_metrics -> nop (A) and kafka -> span_metrics -> nop (B), each from a fresh group at the
+   earliest offset; their CPU µs per span beside the daemon's (alone, and with FalkorDB) and the ratios;
+5c. collector-shaped messages (``--message-shape both``, the default): the same spans cut as the Collector's kafka
+   exporter writes them, one trace per message keyed by its id (``bench.otlp_gen``), produced to a topic of their
+   own and run end to end (and the peer on them), reported as rows of their own;
 6. detection latency (``bench.latency``): the sample shop's three defects, tuned and with the shipped defaults.
 
 Ratios: every phase over the floor; end to end over the slowest ceiling (1-4). Targets (issue 14) are judged on
@@ -79,7 +85,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from google.protobuf.internal import api_implementation
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from bench.otlp_gen import Generated, generate_run
+from bench import peer
+from bench.otlp_gen import SHAPES, Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from processors.model.finding import FindingEvent
 from processors.model.graph import GraphBatch
@@ -89,6 +96,7 @@ from streamer.components import default
 from streamer.config import Settings
 from streamer.decode import decode_traces_proto
 from streamer.engines import Layout, LocalEngines
+from streamer.engines.process import EngineError
 from streamer.runtime import collector
 from streamer.runtime.context import stage_processors
 from streamer.runtime.ingest import IngestStage
@@ -272,9 +280,10 @@ def _records(gen: Generated, topic: str) -> list[Record]:
     ts = gen.start_ns // 1_000_000
     offsets: dict[int, int] = {}
     out = []
-    for m, partition in zip(gen.messages, gen.partitions, strict=True):
+    keys: list[bytes | None] = [*gen.keys] or [None] * len(gen.messages)  # collector shape: trace id keys
+    for m, key, partition in zip(gen.messages, keys, gen.partitions, strict=True):
         offset = offsets[partition] = offsets.get(partition, -1) + 1
-        out.append(Record(topic, partition, offset, None, m, ts))
+        out.append(Record(topic, partition, offset, key, m, ts))
     return out
 
 
@@ -446,8 +455,10 @@ async def bench_produce(eng: Engines, topic: str, gen: Generated) -> dict[str, A
     try:
         before = {"kafka": proc_cpu_s(eng.pids.get("kafka"))}
         begin = time.perf_counter()
+        keys: list[bytes | None] = [*gen.keys] or [None] * len(gen.messages)  # collector shape: trace id keys
         futures = [
-            await producer.send(topic, m, partition=p) for m, p in zip(gen.messages, gen.partitions, strict=True)
+            await producer.send(topic, m, key=k, partition=p)
+            for m, k, p in zip(gen.messages, keys, gen.partitions, strict=True)
         ]
         sent = await asyncio.gather(*futures)
         seconds = time.perf_counter() - begin
@@ -683,6 +694,7 @@ async def bench_end_to_end(
             tree.sample()
             after = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
             cpu = _cpu_deltas(cpu_at_start, after, done - t["cpu_from"])
+            cpu_s = {n: (after.get(n) or 0.0) - b for n, b in cpu_at_start.items() if b is not None and after.get(n)}
             inside = _daemon_metrics(port)
         finally:
             if proc.returncode is None:
@@ -718,6 +730,7 @@ async def bench_end_to_end(
         "daemon_peak_pss_mb_per_process": sorted(tree.peak_pss_mb.values(), reverse=True),
         "daemon_metrics": inside,
         "cpu_cores": cpu,
+        "cpu_s": cpu_s,  # CPU seconds per process over the same interval, unrounded
         "log": str(log),
     }
 
@@ -778,13 +791,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 at_most=True, note="" if spans >= 300_000 else f"{spans:,}-span run; the target is for 300k"),
         _target("graph rows per span", graph_rows_per_span(p["stage"]), TARGETS["graph_rows_per_span"],
                 at_most=True, note=_rows_note(p["stage"])),
+        *peer.targets(p),
     ]  # fmt: skip
 
 
 def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Correctness: the same traces in every graph, the planted incidents on the shop. Any failure fails the run."""
     p, out = results["phases"], []
-    for name in ("falkordb_write", "end_to_end"):
+    for name in ("falkordb_write", "end_to_end", "end_to_end_collector"):
         if name in p:
             got, want = p[name]["traces"], p[name]["expected_traces"]
             out.append({"check": f"{name}: Trace nodes in the graph = the stage-only phase's traces",
@@ -821,11 +835,17 @@ def report(results: dict[str, Any]) -> str:
     c = results["config"]
     r = results["ratio"]
     of = r["over_floor"]
+    shape = c.get("message_shape") == "collector"
+    per = (
+        f"of one trace (batches of {c['spans_per_message']} spans split)"
+        if shape
+        else f"of {c['spans_per_message']} spans"
+    )
     lines = [
         "",
         f"trace-repro bench: {c['spans']:,} spans, {c['traces']:,} traces ({c['db_spans'] / c['spans']:.1%} DB spans, "
-        f"{c['error_traces'] / c['traces']:.1%} error traces), {c['messages']:,} messages of {c['spans_per_message']} "
-        f"spans ({c['bytes'] / MB:.1f} MB) on {c['partitions']} partition(s), {c['cpus']} CPUs",
+        f"{c['error_traces'] / c['traces']:.1%} error traces), {c['messages']:,} messages {per} "
+        f"({c['bytes'] / MB:.1f} MB) on {c['partitions']} partition(s), {c['cpus']} CPUs",
         "",
         f"{'phase':<30}{'spans/s':>12}{'/ floor':>9}{'seconds':>9}   notes",
         "-" * 110,
@@ -883,6 +903,14 @@ def report(results: dict[str, Any]) -> str:
                 f"(graph writes {write:.1f}s, process+produce+commit {busy - write:.1f}s); "
                 f"entities stage {m.get('entities_batch_s', 0.0):.1f}s; {m.get('published', 0):,.0f} messages produced"
             )
+    if "end_to_end_collector" in p:
+        k, e = p["kafka_produce_collector"], p["end_to_end_collector"]
+        row("Kafka produce, collector shape", "kafka_produce_collector", k["spans_per_s"], k["seconds"],
+            f"{k['messages']:,} messages (one trace each, keyed by trace id), {k['mb_per_s']:.1f} MB/s")  # fmt: skip
+        row("end to end, collector shape", "end_to_end_collector", e["spans_per_s"], e["seconds"],
+            f"{e['traces']:,} traces in the graph; consumed in {e['consumed_s']:.2f}s; daemon peak RSS "
+            f"{e['daemon_peak_rss_mb']:.0f} MB; cores: "
+            + ", ".join(f"{n} {v:.2f}" for n, v in e["cpu_cores"].items()))  # fmt: skip
     lines.append("-" * 110)
     lines.append(f"slowest ceiling: {r['slowest']} ({_fmt(r['slowest_spans_per_s'])} spans/s)"
                  + (f"; end to end / slowest ceiling = {r['end_to_end_over_slowest']:.3f}"
@@ -896,6 +924,7 @@ def report(results: dict[str, Any]) -> str:
             line += (f"; PSS summed at its peak sample {e['daemon_peak_sampled_pss_mb']:.0f} MB "
                      "(the pages its processes share counted once)")  # fmt: skip
     lines.append(line)
+    lines += peer.report_lines(p, "collector" if shape else "bench")
     return "\n".join(lines)
 
 
@@ -960,11 +989,45 @@ async def _with_engines(
                     stats.sort_stats("tottime").print_stats(args.top)
                 p["end_to_end"] = e2e
                 results["rss"]["daemon_peak_mb"] = e2e["daemon_peak_rss_mb"]
+            await _peer_and_collector_shape(args, eng, gen, results, tag, spans_topic)
         finally:
             if not eng.private and not args.keep:
                 _delete_graph(eng.falkordb, write_graph)
                 _delete_graph(eng.falkordb, settings.graph_name)
                 await delete_topics(eng.kafka, tag)
+
+
+async def _peer_and_collector_shape(
+    args: argparse.Namespace, eng: Engines, gen: Generated, results: dict[str, Any], tag: str, spans_topic: str
+) -> None:
+    """The peer Collector (``bench.peer``) on the daemon's topic; then, with ``--message-shape both``, the same spans
+    shaped as the Collector writes them (one trace per message): produced to a topic of their own, end to end
+    through the daemon, and the peer on them."""
+    p, c = results["phases"], results["config"]
+    if not args.no_peer and "end_to_end" in p:
+        phase(f"the peer: a stock OpenTelemetry Collector on the same topic ({'; '.join(peer.PIPELINES.values())})")
+        p["peer"] = await asyncio.to_thread(peer.run_peers, eng.kafka, spans_topic, gen.spans, OUT / "peer")
+    if args.message_shape != "both" or args.no_daemon:
+        return
+    phase("collector-shaped messages (one trace per message): produce, end to end, the peer")
+    shaped = generate_run(gen.spans, c["spans_per_message"], c["seed"], start_ns=gen.start_ns,
+                          partitions=c["partitions"], shape="collector")  # fmt: skip
+    assert (shaped.spans, shaped.traces) == (gen.spans, gen.traces), "the collector shape holds other spans"
+    topic, shaped_tag = f"bench-spans-c-{tag}", f"{tag}c"
+    env = settings_env(eng.kafka, eng.falkordb, shaped_tag, topic, _free_port(), args.set)
+    settings = config.load(None, env=env)
+    try:
+        p["kafka_produce_collector"] = await bench_produce(eng, topic, shaped)
+        p["end_to_end_collector"] = await bench_end_to_end(
+            eng, env, settings, shaped, p["stage"]["detailed_traces"], OUT / "bench-daemon-collector.log"
+        )
+        if not args.no_peer:
+            p["peer_collector"] = await asyncio.to_thread(
+                peer.run_peers, eng.kafka, topic, shaped.spans, OUT / "peer-collector"
+            )
+    finally:
+        if not eng.private and not args.keep:
+            _delete_graph(eng.falkordb, settings.graph_name)
 
 
 def latency_phase(rounds: int, isolated_rounds: int) -> dict[str, Any]:
@@ -1006,6 +1069,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engines", action="store_true", help="only the in-process ceilings")
     ap.add_argument("--no-daemon", action="store_true", help="skip the end-to-end phase")
     ap.add_argument("--no-latency", action="store_true", help="skip the detection-latency phase (sample shop)")
+    ap.add_argument("--no-peer", action="store_true", help="skip the peer OpenTelemetry Collector (bench.peer)")
+    ap.add_argument(
+        "--message-shape",
+        choices=(*SHAPES, "both"),
+        default="both",
+        help="bench: ~30 traces per message; collector: one trace per message, as the Collector's kafka exporter "
+        "writes them; both (default): every phase on bench-shaped messages, then the collector-shaped ones "
+        "produced and run end to end (and the peer on them)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the bench topics and graphs on reused engines")
     ap.add_argument("--profile", action="store_true", help="only profile the stage-only path (cProfile)")
     ap.add_argument("--profile-daemon", action="store_true", help="run the end-to-end daemon under cProfile")
@@ -1026,7 +1098,8 @@ def main(argv: list[str] | None = None) -> int:
     phase(f"generating {spans:,} spans ({args.spans_per_message}/message, seed {args.seed})")
     begin = time.perf_counter()
     partitions = args.partitions or os.cpu_count() or 1
-    gen = generate_run(spans, args.spans_per_message, args.seed, partitions=partitions)
+    shape = "collector" if args.message_shape == "collector" else "bench"
+    gen = generate_run(spans, args.spans_per_message, args.seed, partitions=partitions, shape=shape)
     gen_s = time.perf_counter() - begin
     local_settings = config.load(
         None, env=settings_env("127.0.0.1:9", "redis://127.0.0.1:9", tag, f"bench-spans-{tag}", 0, args.set)
@@ -1034,6 +1107,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         profile_stage(gen, local_settings, args.top)
         return 0
+    if not (args.no_peer or args.no_engines or args.no_daemon):
+        phase("the peer Collector's binary (built once into the cache; not timed)")
+        try:
+            print(f"   {peer.PEER.binary()}", flush=True)
+        except EngineError as exc:  # no Go, no module proxy: the rest of the bench still runs
+            print(f"   the peer is not measured: {exc}", flush=True)
+            args.no_peer = True
 
     results: dict[str, Any] = {
         "config": {
@@ -1043,6 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
             "error_traces": gen.error_traces,
             "messages": len(gen.messages),
             "spans_per_message": args.spans_per_message,
+            "message_shape": args.message_shape,
             "partitions": partitions,
             "bytes": gen.bytes,
             "event_time_s": (gen.end_ns - gen.start_ns) / 1e9,

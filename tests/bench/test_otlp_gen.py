@@ -94,3 +94,26 @@ def test_partitions_keep_every_trace_on_one_partition() -> None:
         mine = [m for m, p in zip(two.messages, two.partitions, strict=True) if p == q]
         ends = [[s.end_ns for s in decode_traces_proto(m)] for m in mine]
         assert all(max(a) <= min(b) for a, b in itertools.pairwise(ends))
+
+
+def test_the_collector_shape_has_one_trace_per_message_and_every_span() -> None:
+    """As the Collector's kafka exporter writes them: each message one trace (keyed by its id, on its partition),
+    the same spans as the bench shape, none lost or repeated; batches still go in the order spans end."""
+    bench = generate_run(6_000, 200, seed=5, start_ns=START_NS, partitions=2)
+    shaped = generate_run(6_000, 200, seed=5, start_ns=START_NS, partitions=2, shape="collector")
+    assert (shaped.spans, shaped.traces, shaped.db_spans) == (bench.spans, bench.traces, bench.db_spans)
+    assert len(shaped.messages) == len(shaped.keys) == len(shaped.partitions) == len(shaped.span_counts)
+    assert len(shaped.messages) > bench.traces  # a trace's spans reach the collector in several batches
+    assert bench.keys == []
+    seen: list[tuple[str, bytes]] = []
+    for m, key, p, n in zip(shaped.messages, shaped.keys, shaped.partitions, shaped.span_counts, strict=True):
+        spans = decode_traces_proto(m)
+        assert len(spans) == n and {s.trace_id for s in spans} == {key.decode()}
+        assert p == int(key[-16:], 16) % 2  # the trace's partition, as in the bench shape
+        data = TracesData.FromString(m)
+        assert len(data.resource_spans) == 1 and len(data.resource_spans[0].scope_spans) == 1
+        seen += [(s.trace_id, bytes.fromhex(s.span_id)) for s in spans]
+    every = sorted((s.trace_id, bytes.fromhex(s.span_id)) for m in bench.messages for s in decode_traces_proto(m))
+    assert sorted(seen) == every and len(set(seen)) == len(seen)
+    with pytest.raises(ValueError, match="shape"):
+        generate_run(100, 10, shape="jaeger")
