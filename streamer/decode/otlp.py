@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
+from sys import intern
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
@@ -24,6 +25,7 @@ from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
     EXCEPTION_EVENT,
     EXCEPTION_KEYS,
+    INTERNED_SLOTS,
     KINDS,
     LOG_KEYS,
     MAX_DEPTH,
@@ -178,7 +180,9 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
             if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
                 v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-            vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
+            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
+                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
+            vals[slot] = v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = exc_stack = ""
@@ -262,7 +266,7 @@ def decode_traces_proto(
     small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = _SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
-    hexed: dict[bytes, str] = {}  # trace id → hex, once per message
+    hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
     append = out.append
     for i, rs in enumerate(msg.resource_spans):
@@ -286,12 +290,17 @@ def decode_traces_proto(
                 if trace_hex is None:
                     trace_hex = hexed[trace_id] = trace_id.hex()
                 name = sp.name
-                if len(name) > quarter:
-                    name = ext.clip(name)
+                name = ext.clip(name) if len(name) > quarter else intern(name)  # a few names, each span's copy kept
+                span_hex = hexed.get(span_id)  # a parent's id is its children's parent id: one string for both
+                if span_hex is None:
+                    span_hex = hexed[span_id] = span_id.hex()
+                parent_hex = hexed.get(parent_id) if parent_id else ""
+                if parent_hex is None:
+                    parent_hex = hexed[parent_id] = parent_id.hex()
                 core = (
                     trace_hex,
-                    span_id.hex(),
-                    parent_id.hex(),
+                    span_hex,
+                    parent_hex,
                     name,
                     kinds.get(sp.kind, unspecified),
                     sp.start_time_unix_nano,
