@@ -354,7 +354,7 @@ class CollisionDetector(Processor):
                 self._by_trace.get(oldest[0])  # to the back
             else:
                 break  # every old trace left is held
-        rotated, looked = looked, 0
+        full, looked = looked > len(self._by_trace), 0
         while (old := self._commits.oldest()) is not None and all(
             c.change.commit_ts_ms * MS_NS < before_ns for _, c in old[1]
         ):
@@ -364,8 +364,8 @@ class CollisionDetector(Processor):
                 self._commits.get(old[0])
             else:
                 break
-        if rotated or looked:  # old traces held: nothing can go before the first hold lapses or a trace gets old
-            self._quiet = self._quiet_until(until_ns)
+        if full or looked > len(self._commits):  # every old trace held: none can go before a hold lapses or another
+            self._quiet = self._quiet_until(until_ns)  # trace gets old; the next calls need not walk them again
 
     def _quiet_until(self, until_ns: int) -> tuple[int, int]:
         """The pruning horizons up to which no trace can be forgotten: the oldest end of a trace not held (its last
