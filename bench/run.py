@@ -28,6 +28,8 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
    the daemon's own counters, the CPU each process used (the daemon: all its processes; engines only when the bench
    started them) and the daemon's peak RSS (``VmHWM`` of each of its processes, summed: an upper bound, as the
    workers share the pages of the supervisor they were forked from) with its PSS summed at the sample it peaked;
+5b. the shipped windows (``bench.shipped``): the daemon with the shipped ``[windows]`` and ``[proof]``, its CPU idle
+   before any traffic and after these messages (windows open), and its peak RSS on them (``--no-shipped``: skipped);
 6. detection latency (``bench.latency``): the sample shop's three defects, tuned and with the shipped defaults.
 
 Ratios: every phase over the floor; end to end over the slowest ceiling (1-4). Targets (issue 14) are judged on
@@ -79,6 +81,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from google.protobuf.internal import api_implementation
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from bench import shipped
 from bench.otlp_gen import Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from processors.model.finding import FindingEvent
@@ -778,7 +781,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 at_most=True, note="" if spans >= 300_000 else f"{spans:,}-span run; the target is for 300k"),
         _target("graph rows per span", graph_rows_per_span(p["stage"]), TARGETS["graph_rows_per_span"],
                 at_most=True, note=_rows_note(p["stage"])),
-    ]  # fmt: skip
+    ] + (shipped.targets(p["shipped"]) if "shipped" in p else [])  # fmt: skip
 
 
 def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -960,10 +963,16 @@ async def _with_engines(
                     stats.sort_stats("tottime").print_stats(args.top)
                 p["end_to_end"] = e2e
                 results["rss"]["daemon_peak_mb"] = e2e["daemon_peak_rss_mb"]
+            if not args.no_daemon and not args.no_shipped:
+                phase("the shipped windows: the daemon idle, and its peak RSS on the same messages (bench.shipped)")
+                p["shipped"] = await shipped.measure(eng.kafka, eng.falkordb, gen, idle_s=10 if args.quick else 30,
+                                                     tag=tag)  # fmt: skip
+                print("   " + shipped.report(p["shipped"]), flush=True)
         finally:
             if not eng.private and not args.keep:
                 _delete_graph(eng.falkordb, write_graph)
                 _delete_graph(eng.falkordb, settings.graph_name)
+                _delete_graph(eng.falkordb, shipped.graph_name(eng.kafka, eng.falkordb, tag))
                 await delete_topics(eng.kafka, tag)
 
 
@@ -1005,6 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-engines", action="store_true", help="only the in-process ceilings")
     ap.add_argument("--no-daemon", action="store_true", help="skip the end-to-end phase")
+    ap.add_argument("--no-shipped", action="store_true", help="skip the shipped-windows phase (idle CPU, RSS)")
     ap.add_argument("--no-latency", action="store_true", help="skip the detection-latency phase (sample shop)")
     ap.add_argument("--keep", action="store_true", help="keep the bench topics and graphs on reused engines")
     ap.add_argument("--profile", action="store_true", help="only profile the stage-only path (cProfile)")
