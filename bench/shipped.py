@@ -168,6 +168,7 @@ async def measure(
             await _produce(kafka, spans_topic, gen)
             deadline = begin + 240 + gen.spans / 1_000
             series, last_cpu, waiting_from = [], _tree_cpu(proc.pid), None
+            sampling: asyncio.Future[tuple[float, list[float]]] | None = None
             while True:
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the daemon did not commit the end of the spans topic; see {log}")
@@ -182,6 +183,8 @@ async def measure(
                 if (waiting_from is None and "consumed_s" in out and now >= out["consumed_s"] + CLOSED_S
                         and seen.get("stage2_lag") == 0):  # fmt: skip
                     waiting_from = (now, cpu, len(series))
+                    if spy is not None:  # what it does while it waits (sampled for idle_s, in the background)
+                        sampling = asyncio.ensure_future(_idle(proc.pid, idle_s, spy.with_suffix(".waiting.txt")))
                 if seen.get("committed", 0) >= len(gen.messages):
                     out["committed_s"] = now
                     break
@@ -193,6 +196,8 @@ async def measure(
                 out["waiting_from_s"] = waiting_from[0]
                 out["waiting_cores"] = (last_cpu - waiting_from[1]) / (out["committed_s"] - waiting_from[0])
                 out["waiting_median_cores"] = statistics.median(series[waiting_from[2] :])
+            if sampling is not None:
+                await sampling
             out["idle_after_commit_cores"], after = await _idle(proc.pid, idle_s, spy and spy.with_suffix(".open.txt"))
             out["idle_after_commit_median_cores"], out["cpu_series_after_commit"] = statistics.median(after), after
         finally:

@@ -428,8 +428,8 @@ def test_a_row_whose_judging_raises_is_quarantined_and_every_other_incident_of_t
 
 def test_traces_held_for_late_changes_are_not_walked_again_while_nothing_can_go() -> None:
     """Traces on rows waiting for their late changes are kept until Debezium's lag bound; a watermark moving on
-    meanwhile (an idle daemon's event time follows the clock) does not walk them again each time, yet they go
-    once their holds lapse, and a new trace ends the quiet (it is forgotten in its turn)."""
+    meanwhile (an idle daemon's event time follows the clock), and more statements of those traces, do not walk
+    them again each time, yet they go once their holds lapse, and a new trace is forgotten in its turn."""
     d = detector(late_ns=30_000 * MS)
     d.on_commit("orders:0", Commit(change(1, {"status": "x"}, {"status": "y"}, -9_000)))  # orders is captured
     for i in range(1, 41):
@@ -447,7 +447,9 @@ def test_traces_held_for_late_changes_are_not_walked_again_while_nothing_can_go(
     d._by_trace.__class__ = Walked
     for step in range(1, 50):
         assert d.close_until(T0 + (3_000 + 100 * step) * MS) == []
-    assert walked == [] and d.telemetry.state["traces"] == 40
+        d.on_access(acc(f"{step % 40 + 1:02x}", DbOperation.READ, 1, entity=f"orders:{step % 40 + 1}"))
+    assert len(walked) == d.counters["accesses"] - 40 > 0  # the reads' own lookups only: no walk
+    assert d.telemetry.state["traces"] == 40
     d.on_access(acc("ff", DbOperation.READ, 8_000, entity="orders:999"))  # not held: goes when it is old
     assert d.close_until(T0 + 12_000 * MS) == [] and d.telemetry.state["traces"] == 40
     assert d.close_until(T0 + 40_000 * MS) == [] and d.telemetry.state["traces"] == 0

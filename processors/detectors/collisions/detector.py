@@ -105,7 +105,8 @@ class CollisionDetector(Processor):
         # Traces on a row waiting for a late change -> until when (``_forget_traces`` keeps them that long).
         self._held_traces: CountedLRU[str, int] = CountedLRU(max_traces, self.telemetry, "max_traces")
         # (before, until): while the pruning horizons stay at or below these, no trace can be forgotten (every
-        # old one is held): ``_forget_traces`` does not walk them again. Any change to the traces unsets it.
+        # old one is held): ``_forget_traces`` does not walk them again. A new trace or hold lowers them; a
+        # statement taken out of a trace (``_supersede``) unsets them.
         self._quiet: tuple[int, int] | None = None
         # Tables Debezium has sent a change of: only their rows can wait for one (``_awaiting_change``).
         self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")
@@ -156,8 +157,9 @@ class CollisionDetector(Processor):
         self.telemetry.count("accesses")
         self._touch(access.entity, state, access.end_ns)
         trace = self._by_trace.get(access.trace_id)
-        self._quiet = None
         if trace is None:
+            if self._quiet is not None:  # a new trace: old from its end on (more of a trace only makes it younger)
+                self._quiet = (min(self._quiet[0], access.end_ns), self._quiet[1])
             self._by_trace.put(access.trace_id, [access])
         else:
             trace.append(access)
@@ -197,9 +199,10 @@ class CollisionDetector(Processor):
         self.telemetry.count("commits")
         self._touch(entity, state, at)
         if commit.trace_id:
-            self._quiet = None
             mine = self._commits.get(commit.trace_id)
             if mine is None:
+                if self._quiet is not None:
+                    self._quiet = (min(self._quiet[0], at), self._quiet[1])
                 self._commits.put(commit.trace_id, [(entity, commit)])
             elif (entity, commit) not in mine:
                 mine.append((entity, commit))
@@ -302,7 +305,8 @@ class CollisionDetector(Processor):
         if held is not None:  # kept from a window before the write whose change may still come
             horizon = min(horizon, held[0] - 2 * self.window_ns)
             self.telemetry.count("held_for_changes")
-            self._quiet = None
+            if self._quiet is not None:  # a hold that lapses first
+                self._quiet = (self._quiet[0], min(self._quiet[1], held[1] + self.late_ns))
             for a in state.accesses:  # and the traces on it, for the classes that span rows
                 self._held_traces.put(a.trace_id, max(self._held_traces.peek(a.trace_id) or -1,
                                                       held[1] + self.late_ns))  # fmt: skip
