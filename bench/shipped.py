@@ -41,7 +41,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench.otlp_gen import Generated, generate_run
-from bench.procfs import proc_cpu_s, process_tree
+from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,7 +167,7 @@ async def measure(
             begin = time.monotonic()
             await _produce(kafka, spans_topic, gen)
             deadline = begin + 240 + gen.spans / 1_000
-            series, last_cpu, waiting_from = [], _tree_cpu(proc.pid), None
+            series, rss, last_cpu, waiting_from = [], [], _tree_cpu(proc.pid), None
             sampling: asyncio.Future[tuple[float, list[float]]] | None = None
             while True:
                 if proc.returncode is not None or time.monotonic() > deadline:
@@ -176,6 +176,7 @@ async def measure(
                 await asyncio.sleep(1.0)
                 now, cpu = time.monotonic() - begin, _tree_cpu(proc.pid)
                 series.append(round(cpu - last_cpu, 3))
+                rss.append(round(sum(proc_mb(p, "VmRSS") or 0.0 for p in process_tree(proc.pid))))
                 last_cpu = cpu
                 seen = _progress(port, spans_topic)
                 if seen.get("consumed", 0) >= len(gen.messages):
@@ -189,7 +190,7 @@ async def measure(
                     out["committed_s"] = now
                     break
             tree.sample()
-            out["cpu_series"] = series
+            out["cpu_series"], out["rss_series_mb"] = series, rss
             out["peak_rss_mb"] = sum(tree.peak_mb.values())
             out["peak_rss_mb_per_process"] = sorted(tree.peak_mb.values(), reverse=True)
             if waiting_from is not None and out["committed_s"] > waiting_from[0]:
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(delete_topics(eng.kafka, tag))
                 _delete_graph(eng.falkordb, graph_name(eng.kafka, eng.falkordb, tag))
     print(report(shipped))
+    print("   RSS (MB) each second after the messages were produced:", *shipped["rss_series_mb"])
     for name in ("cpu_series_no_traffic", "cpu_series", "cpu_series_after_commit"):
         print(f"   {name} (CPU s in each second):", " ".join(f"{x:.2f}" for x in shipped[name]))
     for t in targets(shipped):
