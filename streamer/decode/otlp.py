@@ -199,6 +199,16 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
     trace_state = sp.trace_state
     if vals is None and not exc_type and not exc_stack and not links and not trace_state:
         return NO_DETAIL
+    sampling = sampling_of(trace_state, vals)
+    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
+        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
+        shared = _SHARED_DETAILS.get(key)
+        if shared is None:
+            if len(_SHARED_DETAILS) >= SHARED_DETAILS:
+                _SHARED_DETAILS.clear()
+            shared = _SHARED_DETAILS[key] = SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
+                                                       sampling=sampling)  # fmt: skip
+        return shared
     return SpanDetail(
         fields[0],
         fields[1],
@@ -211,8 +221,12 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
         links,
         fields[5],
         exc_stack,
-        sampling_of(trace_state, vals),
+        sampling,
     )
+
+
+SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
+_SHARED_DETAILS: dict[tuple[Any, ...], SpanDetail] = {}
 
 
 class _ProtoDetail:

@@ -238,3 +238,14 @@ def test_open_traces_hold_one_copy_of_each_id_name_and_code_location() -> None:
     statements = [s.db.statement for s in spans if s.db is not None]
     first_sql: dict[str, str] = {}
     assert statements and all(first_sql.setdefault(v, v) is v for v in statements)
+
+
+def test_spans_with_the_same_route_or_code_location_share_one_detail() -> None:
+    """Most spans' detail is a route or a code location, the same few everywhere: one tuple each is shared (it is
+    immutable); a span with anything of its own (a statement, an exception) has its own."""
+    spans = decode_traces_proto(generate(600, 300, seed=3)[0])
+    routes: dict[tuple[str, int], Any] = {}
+    shared = [s for s in spans if s.route and s.db is None and not s.exception_type]
+    assert shared and all(routes.setdefault((s.route, s.http_status), s._detail) is s._detail for s in shared)
+    own = [s for s in spans if s.db is not None]
+    assert own and len({id(s._detail) for s in own}) == len(own)
