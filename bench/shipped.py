@@ -222,16 +222,16 @@ def targets(shipped: dict[str, Any]) -> list[dict[str, Any]]:
 
     def mean(key: str) -> str:
         value = shipped.get(key)
-        return "" if value is None else f"mean {value:.3f}, with the work that fell due (rows judged, windows closed)"
+        return "" if value is None else f"cores, in the median second; mean {value:.3f} with the work that fell due"
 
     return [
-        target("idle daemon, no traffic (cores)", shipped.get("idle_no_traffic_cores"), IDLE_TARGET),
-        target("idle daemon waiting for its 60 s windows, median second (cores)",
+        target("shipped: idle, no traffic", shipped.get("idle_no_traffic_cores"), IDLE_TARGET, "cores, mean"),
+        target("shipped: idle waiting for 60 s",
                shipped.get("waiting_median_cores"), IDLE_TARGET,
                mean("waiting_cores") if "waiting_cores" in shipped else "no wait: the commit came first"),
-        target("idle daemon after the commit, median second (cores)", shipped.get("idle_after_commit_median_cores"),
+        target("shipped: idle after the commit", shipped.get("idle_after_commit_median_cores"),
                IDLE_TARGET, mean("idle_after_commit_cores")),
-        target("daemon peak RSS, shipped windows (MB)", shipped.get("peak_rss_mb"), RSS_TARGET_MB, note),
+        target("shipped: daemon peak RSS (MB)", shipped.get("peak_rss_mb"), RSS_TARGET_MB, note),
     ]  # fmt: skip
 
 

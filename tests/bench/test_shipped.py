@@ -42,11 +42,11 @@ def test_targets_idle_below_two_hundredths_of_a_core_and_300_mb() -> None:
     met = {t["name"]: t["met"] for t in targets(_shipped())}
     assert set(met.values()) == {True} and len(met) == 4
     worse = {t["name"]: t for t in targets(_shipped(waiting_median_cores=0.15, peak_rss_mb=435.0))}
-    assert worse["idle daemon waiting for its 60 s windows, median second (cores)"]["met"] is False
-    assert worse["daemon peak RSS, shipped windows (MB)"]["met"] is False
-    assert worse["idle daemon, no traffic (cores)"]["met"] is True
+    assert worse["shipped: idle waiting for 60 s"]["met"] is False
+    assert worse["shipped: daemon peak RSS (MB)"]["met"] is False
+    assert worse["shipped: idle, no traffic"]["met"] is True
     unmeasured = {t["name"]: t for t in targets({k: v for k, v in _shipped().items() if not k.startswith("wait")})}
-    assert unmeasured["idle daemon waiting for its 60 s windows, median second (cores)"]["met"] is None
+    assert unmeasured["shipped: idle waiting for 60 s"]["met"] is None
     assert "median second 0.150, mean 0.300" in report(_shipped(waiting_median_cores=0.15))
 
 
@@ -55,4 +55,4 @@ def test_the_bench_reports_the_shipped_targets_beside_its_own() -> None:
                "phases": {"stage": {"spans": 1, "graph_rows": {}}, "shipped": _shipped(peak_rss_mb=435.0)},
                "config": {"spans": 300_000}, "rss": {}}  # fmt: skip
     names = {t["name"]: t["met"] for t in bench_targets(results)}
-    assert names["daemon peak RSS, shipped windows (MB)"] is False
+    assert names["shipped: daemon peak RSS (MB)"] is False
