@@ -34,6 +34,8 @@ trace on one partition), all in spans per second and as a ratio to THE FLOOR (ph
 5c. collector-shaped messages (``--message-shape both``, the default): the same spans cut as the Collector's kafka
    exporter writes them, one trace per message keyed by its id (``bench.otlp_gen``), produced to a topic of their
    own and run end to end (and the peer on them), reported as rows of their own;
+5d. the shipped windows (``bench.shipped``): the daemon with the shipped ``[windows]`` and ``[proof]``, its CPU idle
+   before any traffic and after these messages (windows open), and its peak RSS on them (``--no-shipped``: skipped);
 6. detection latency (``bench.latency``): the sample shop's three defects, tuned and with the shipped defaults.
 
 Ratios: every phase over the floor; end to end over the slowest ceiling (1-4). Targets (issue 14) are judged on
@@ -85,7 +87,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from google.protobuf.internal import api_implementation
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from bench import peer
+from bench import peer, shipped
 from bench.otlp_gen import SHAPES, Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from processors.model.finding import FindingEvent
@@ -792,7 +794,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _target("graph rows per span", graph_rows_per_span(p["stage"]), TARGETS["graph_rows_per_span"],
                 at_most=True, note=_rows_note(p["stage"])),
         *peer.targets(p),
-    ]  # fmt: skip
+    ] + (shipped.targets(p["shipped"]) if "shipped" in p else [])  # fmt: skip
 
 
 def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -990,10 +992,16 @@ async def _with_engines(
                 p["end_to_end"] = e2e
                 results["rss"]["daemon_peak_mb"] = e2e["daemon_peak_rss_mb"]
             await _peer_and_collector_shape(args, eng, gen, results, tag, spans_topic)
+            if not args.no_daemon and not args.no_shipped:
+                phase("the shipped windows: the daemon idle, and its peak RSS on the same messages (bench.shipped)")
+                p["shipped"] = await shipped.measure(eng.kafka, eng.falkordb, gen, idle_s=10 if args.quick else 30,
+                                                     tag=tag)  # fmt: skip
+                print("   " + shipped.report(p["shipped"]), flush=True)
         finally:
             if not eng.private and not args.keep:
                 _delete_graph(eng.falkordb, write_graph)
                 _delete_graph(eng.falkordb, settings.graph_name)
+                _delete_graph(eng.falkordb, shipped.graph_name(eng.kafka, eng.falkordb, tag))
                 await delete_topics(eng.kafka, tag)
 
 
@@ -1068,6 +1076,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-engines", action="store_true", help="only the in-process ceilings")
     ap.add_argument("--no-daemon", action="store_true", help="skip the end-to-end phase")
+    ap.add_argument("--no-shipped", action="store_true", help="skip the shipped-windows phase (idle CPU, RSS)")
     ap.add_argument("--no-latency", action="store_true", help="skip the detection-latency phase (sample shop)")
     ap.add_argument("--no-peer", action="store_true", help="skip the peer OpenTelemetry Collector (bench.peer)")
     ap.add_argument(

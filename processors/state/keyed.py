@@ -167,11 +167,15 @@ class Deadlines(Generic[K]):
         return self._at.get(key)
 
     def set(self, key: K, at: int) -> None:
-        """The deadline of ``key`` is now ``at`` (earlier or later than before)."""
-        if self._at.get(key) == at:
+        """The deadline of ``key`` is now ``at`` (earlier or later than before). A later one is only noted: the
+        key's entry in the heap, earlier, is moved on when it comes up (an open trace's deadline moves with each of
+        its spans: one entry per span stayed in the heap until the trace closed)."""
+        current = self._at.get(key)
+        if current == at:
             return
         self._at[key] = at
-        heapq.heappush(self._heap, (at, next(self._seq), key))
+        if current is None or at < current:
+            heapq.heappush(self._heap, (at, next(self._seq), key))
 
     def extend(self, key: K, at: int) -> None:
         """Move the deadline of ``key`` to ``at`` if that is later (or set it if there is none)."""
@@ -188,14 +192,19 @@ class Deadlines(Generic[K]):
         heap, at = self._heap, self._at
         while heap and heap[0][0] <= now:
             when, _, key = heapq.heappop(heap)
-            if at.get(key) == when:
+            due = at.get(key)
+            if due == when:
                 del at[key]
                 out.append(key)
+            elif due is not None and due > when:  # moved later since: its entry moves on
+                heapq.heappush(heap, (due, next(self._seq), key))
         return out
 
     def earliest(self) -> tuple[int, K] | None:
         """The earliest live deadline and its key, or None."""
         heap, at = self._heap, self._at
-        while heap and at.get(heap[0][2]) != heap[0][0]:
-            heapq.heappop(heap)
+        while heap and (due := at.get(heap[0][2])) != heap[0][0]:
+            when, _, key = heapq.heappop(heap)
+            if due is not None and due > when:
+                heapq.heappush(heap, (due, next(self._seq), key))
         return (heap[0][0], heap[0][2]) if heap else None

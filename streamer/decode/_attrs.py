@@ -58,6 +58,10 @@ N = 17
 SPAN_SLOTS = 2 * N
 # Slots whose value is text even when sent as bytes (psycopg2's ``execute_values`` statement is ``bytes``).
 TEXT_SLOTS = frozenset({DB_TEXT, DB_TEXT + N})
+# Slots of a few distinct values (routes, code locations, statements with placeholders): their text is interned, since
+# open traces hold every span's copy (parameters, ids and keys are not: each is new).
+INTERNED_SLOTS = frozenset(s + n for s in (ROUTE, CODE_FUNC, CODE_FILE, DB_SYSTEM, DB_TEXT, DB_NS, DB_COLL, DB_OP)
+                           for n in (0, N))  # fmt: skip
 _CURRENT_KEYS = {
     "http.route": ROUTE,
     "http.response.status_code": HTTP_STATUS,

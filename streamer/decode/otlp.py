@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
+from sys import intern
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
@@ -24,6 +25,7 @@ from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
     EXCEPTION_EVENT,
     EXCEPTION_KEYS,
+    INTERNED_SLOTS,
     KINDS,
     LOG_KEYS,
     MAX_DEPTH,
@@ -178,7 +180,9 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
             if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
                 v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-            vals[slot] = clip(v) if type(v) is str and len(v) > quarter else v
+            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
+                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
+            vals[slot] = v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = exc_stack = ""
@@ -195,6 +199,16 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
     trace_state = sp.trace_state
     if vals is None and not exc_type and not exc_stack and not links and not trace_state:
         return NO_DETAIL
+    sampling = sampling_of(trace_state, vals)
+    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
+        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
+        shared = _SHARED_DETAILS.get(key)
+        if shared is None:
+            if len(_SHARED_DETAILS) >= SHARED_DETAILS:
+                _SHARED_DETAILS.clear()
+            shared = _SHARED_DETAILS[key] = SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
+                                                       sampling=sampling)  # fmt: skip
+        return shared
     return SpanDetail(
         fields[0],
         fields[1],
@@ -207,8 +221,12 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
         links,
         fields[5],
         exc_stack,
-        sampling_of(trace_state, vals),
+        sampling,
     )
+
+
+SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
+_SHARED_DETAILS: dict[tuple[Any, ...], SpanDetail] = {}
 
 
 class _ProtoDetail:
@@ -262,7 +280,7 @@ def decode_traces_proto(
     small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = _SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
-    hexed: dict[bytes, str] = {}  # trace id → hex, once per message
+    hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
     append = out.append
     for i, rs in enumerate(msg.resource_spans):
@@ -286,12 +304,17 @@ def decode_traces_proto(
                 if trace_hex is None:
                     trace_hex = hexed[trace_id] = trace_id.hex()
                 name = sp.name
-                if len(name) > quarter:
-                    name = ext.clip(name)
+                name = ext.clip(name) if len(name) > quarter else intern(name)  # a few names, each span's copy kept
+                span_hex = hexed.get(span_id)  # a parent's id is its children's parent id: one string for both
+                if span_hex is None:
+                    span_hex = hexed[span_id] = span_id.hex()
+                parent_hex = hexed.get(parent_id) if parent_id else ""
+                if parent_hex is None:
+                    parent_hex = hexed[parent_id] = parent_id.hex()
                 core = (
                     trace_hex,
-                    span_id.hex(),
-                    parent_id.hex(),
+                    span_hex,
+                    parent_hex,
                     name,
                     kinds.get(sp.kind, unspecified),
                     sp.start_time_unix_nano,

@@ -222,3 +222,30 @@ def test_lazy_span_is_a_frozen_span() -> None:
     with pytest.raises(AttributeError):
         lazy.trace_id = "x"  # type: ignore[misc]
     assert isinstance(lazy.resource, Resource)
+
+
+def test_open_traces_hold_one_copy_of_each_id_name_and_code_location() -> None:
+    """Spans kept in open traces share their text: a parent's span id and its children's parent id are one string
+    (within a message), and span names, routes, code locations and statements are one string per value."""
+    spans = decode_traces_proto(generate(600, 300, seed=3)[0])
+    by_id = {s.span_id: s for s in spans}
+    children = [s for s in spans if s.parent_id in by_id]
+    assert children and all(s.parent_id is by_id[s.parent_id].span_id for s in children)
+    for field in ("name", "route", "code_function", "code_file"):
+        values = [getattr(s, field) for s in spans if getattr(s, field)]
+        first: dict[str, str] = {}
+        assert values and all(first.setdefault(v, v) is v for v in values), field
+    statements = [s.db.statement for s in spans if s.db is not None]
+    first_sql: dict[str, str] = {}
+    assert statements and all(first_sql.setdefault(v, v) is v for v in statements)
+
+
+def test_spans_with_the_same_route_or_code_location_share_one_detail() -> None:
+    """Most spans' detail is a route or a code location, the same few everywhere: one tuple each is shared (it is
+    immutable); a span with anything of its own (a statement, an exception) has its own."""
+    spans = decode_traces_proto(generate(600, 300, seed=3)[0])
+    routes: dict[tuple[str, int], Any] = {}
+    shared = [s for s in spans if s.route and s.db is None and not s.exception_type]
+    assert shared and all(routes.setdefault((s.route, s.http_status), s._detail) is s._detail for s in shared)
+    own = [s for s in spans if s.db is not None]
+    assert own and len({id(s._detail) for s in own}) == len(own)

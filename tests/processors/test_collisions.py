@@ -11,6 +11,7 @@ from processors.api.component import Emit
 from processors.detectors.collisions import CollisionDetector
 from processors.lib.invariants import Invariant
 from processors.model.events import Access, CdcOp, Commit, DbOperation, LockMode, RowChange
+from processors.state.lru import CountedLRU
 
 MS = 1_000_000
 T0 = 1_800_000_000_000 * MS  # an event time in 2027
@@ -423,3 +424,32 @@ def test_a_row_whose_judging_raises_is_quarantined_and_every_other_incident_of_t
     assert "orders:2" not in d._entities and len(d._inputs) == 0
     d.on_access(acc("c" * 2, DbOperation.READ, 20_000, entity="orders:2"))
     assert len(d._entities.get("orders:2").accesses) == 1  # type: ignore[union-attr]
+
+
+def test_traces_held_for_late_changes_are_not_walked_again_while_nothing_can_go() -> None:
+    """Traces on rows waiting for their late changes are kept until Debezium's lag bound; a watermark moving on
+    meanwhile (an idle daemon's event time follows the clock), and more statements of those traces, do not walk
+    them again each time, yet they go once their holds lapse, and a new trace is forgotten in its turn."""
+    d = detector(late_ns=30_000 * MS)
+    d.on_commit("orders:0", Commit(change(1, {"status": "x"}, {"status": "y"}, -9_000)))  # orders is captured
+    for i in range(1, 41):
+        d.on_access(acc(f"{i:02x}", DbOperation.WRITE, i, entity=f"orders:{i}", set_values=(("status", "paid"),)))
+    assert d.close_until(T0 + 3_000 * MS) == [] and d.telemetry.state["held_traces"] == 40
+    walked: list[str] = []
+
+    class Walked(CountedLRU[str, list[Access]]):
+        __slots__ = ()
+
+        def get(self, key: str, default: list[Access] | None = None) -> list[Access] | None:
+            walked.append(key)
+            return super().get(key, default)
+
+    d._by_trace.__class__ = Walked
+    for step in range(1, 50):
+        assert d.close_until(T0 + (3_000 + 100 * step) * MS) == []
+        d.on_access(acc(f"{step % 40 + 1:02x}", DbOperation.READ, 1, entity=f"orders:{step % 40 + 1}"))
+    assert len(walked) == d.counters["accesses"] - 40 > 0  # the reads' own lookups only: no walk
+    assert d.telemetry.state["traces"] == 40
+    d.on_access(acc("ff", DbOperation.READ, 8_000, entity="orders:999"))  # not held: goes when it is old
+    assert d.close_until(T0 + 12_000 * MS) == [] and d.telemetry.state["traces"] == 40
+    assert d.close_until(T0 + 40_000 * MS) == [] and d.telemetry.state["traces"] == 0

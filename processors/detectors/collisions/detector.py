@@ -54,6 +54,8 @@ from processors.model.units import MS_NS
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
 
+_NEVER = 1 << 62  # a pruning horizon no event time reaches
+
 
 class CollisionDetector(Processor):
     """Per-entity bounded histories judged on the watermark; see the module docstring."""
@@ -102,6 +104,10 @@ class CollisionDetector(Processor):
         self._pruned_ns = 0  # history older than this has been pruned
         # Traces on a row waiting for a late change -> until when (``_forget_traces`` keeps them that long).
         self._held_traces: CountedLRU[str, int] = CountedLRU(max_traces, self.telemetry, "max_traces")
+        # (before, until): while the pruning horizons stay at or below these, no trace can be forgotten (every
+        # old one is held): ``_forget_traces`` does not walk them again. A new trace or hold lowers them; a
+        # statement taken out of a trace (``_supersede``) unsets them.
+        self._quiet: tuple[int, int] | None = None
         # Tables Debezium has sent a change of: only their rows can wait for one (``_awaiting_change``).
         self._captured: CountedLRU[str, None] = CountedLRU(max_entities, self.telemetry, "max_entities")
 
@@ -152,6 +158,8 @@ class CollisionDetector(Processor):
         self._touch(access.entity, state, access.end_ns)
         trace = self._by_trace.get(access.trace_id)
         if trace is None:
+            if self._quiet is not None:  # a new trace: old from its end on (more of a trace only makes it younger)
+                self._quiet = (min(self._quiet[0], access.end_ns), self._quiet[1])
             self._by_trace.put(access.trace_id, [access])
         else:
             trace.append(access)
@@ -160,6 +168,7 @@ class CollisionDetector(Processor):
         """An access whose key stage 2 inferred (``processors.correlation.keying``) replaces the unkeyed one of its
         span: the trace's statements and the table's predicate statements hold the keyed one only."""
         mine = self._by_trace.peek(access.trace_id)
+        self._quiet = None
         if mine is not None:
             mine[:] = [a for a in mine if a.span_id != access.span_id]
         scope = self._entities.get(scope_key(access.table))
@@ -192,6 +201,8 @@ class CollisionDetector(Processor):
         if commit.trace_id:
             mine = self._commits.get(commit.trace_id)
             if mine is None:
+                if self._quiet is not None:
+                    self._quiet = (min(self._quiet[0], at), self._quiet[1])
                 self._commits.put(commit.trace_id, [(entity, commit)])
             elif (entity, commit) not in mine:
                 mine.append((entity, commit))
@@ -294,6 +305,8 @@ class CollisionDetector(Processor):
         if held is not None:  # kept from a window before the write whose change may still come
             horizon = min(horizon, held[0] - 2 * self.window_ns)
             self.telemetry.count("held_for_changes")
+            if self._quiet is not None:  # a hold that lapses first
+                self._quiet = (self._quiet[0], min(self._quiet[1], held[1] + self.late_ns))
             for a in state.accesses:  # and the traces on it, for the classes that span rows
                 self._held_traces.put(a.trace_id, max(self._held_traces.peek(a.trace_id) or -1,
                                                       held[1] + self.late_ns))  # fmt: skip
@@ -329,7 +342,12 @@ class CollisionDetector(Processor):
         """Traces whose statements all ended before ``before_ns`` (no row they touched can be judged against
         them any more), oldest first: their accesses and credited commits go; but a trace on a row held for a late
         change (``_held_traces``, until ``until_ns`` passes its hold) stays, moved to the back: the classes that
-        span rows (write skew, phantoms) look its statements and commits up when the change comes."""
+        span rows (write skew, phantoms) look its statements and commits up when the change comes. Once a call
+        found old traces held, the next ones do nothing until a hold lapses or another trace gets old (``_quiet``):
+        an idle daemon's every watermark would walk every held trace again."""
+        quiet = self._quiet
+        if quiet is not None and before_ns <= quiet[0] and until_ns <= quiet[1]:
+            return
         while (hold := self._held_traces.oldest()) is not None and hold[1] < until_ns:
             self._held_traces.pop(hold[0])  # (held in the order of their holds' ends, nearly: a lapse is found late)
         looked = 0
@@ -340,7 +358,7 @@ class CollisionDetector(Processor):
                 self._by_trace.get(oldest[0])  # to the back
             else:
                 break  # every old trace left is held
-        looked = 0
+        full, looked = looked > len(self._by_trace), 0
         while (old := self._commits.oldest()) is not None and all(
             c.change.commit_ts_ms * MS_NS < before_ns for _, c in old[1]
         ):
@@ -350,6 +368,16 @@ class CollisionDetector(Processor):
                 self._commits.get(old[0])
             else:
                 break
+        if full or looked > len(self._commits):  # every old trace held: none can go before a hold lapses or another
+            self._quiet = self._quiet_until(until_ns)  # trace gets old; the next calls need not walk them again
+
+    def _quiet_until(self, until_ns: int) -> tuple[int, int]:
+        """The pruning horizons up to which no trace can be forgotten: the oldest end of a trace not held (its last
+        statement's, or its last credited commit's), and the first hold to lapse."""
+        holds = {t: h for t, h in self._held_traces.items() if h >= until_ns}
+        ends = [max(a.end_ns for a in accs) for t, accs in self._by_trace.items() if accs and t not in holds]
+        ends += [max(commit_ns(c) for _, c in cs) for t, cs in self._commits.items() if cs and t not in holds]
+        return min(ends, default=_NEVER), min(holds.values(), default=_NEVER)
 
     def _release_judged(self, state: EntityHistory, until_ns: int) -> int | None:
         """Release the input of what is judged; the oldest event time still waiting, if any."""
