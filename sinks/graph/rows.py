@@ -54,6 +54,12 @@ def rows_for(batch: GraphBatch, name: str) -> list[Any]:
     return rows
 
 
+def repeats_span(rows: list[Any]) -> bool:
+    """Whether trace rows name one span twice (then one statement must merge them: ``schema.traces.MERGING``)."""
+    ids = [p[0] for row in rows for p in row[_SPANS] or ()]
+    return len(set(ids)) < len(ids)
+
+
 def split(name: str, row: Any) -> list[Any]:
     """``row`` as two rows that write what it writes, or ``[]`` when it cannot be split."""
     if name in ("traces", "late_traces") and isinstance(row, list) and len(row[_SPANS] or []) > 1:

@@ -1,6 +1,7 @@
 """The FalkorDB graph writer: schema bootstrap, batched idempotent upserts, retries, retention.
 
-Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key, so replaying input changes nothing.
+Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a lookup by it and a CREATE of
+those not there: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
 Indexes and unique constraints are created before the first write and polled until OPERATIONAL (FalkorDB builds
 them in the background, and MERGE on an unindexed label scans the whole label per row).
 
@@ -47,7 +48,8 @@ from sinks.graph import schema
 from sinks.graph.endpoint import Endpoint
 from sinks.graph.errors import CAUGHT, Handling, classify
 from sinks.graph.params import positional, render
-from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, rows_for, split, trimmed
+from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, repeats_span, rows_for, split, trimmed
+from sinks.graph.schema import traces
 
 log = structlog.get_logger("trace_repro.graph")
 
@@ -257,7 +259,9 @@ class GraphWriter:
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
-                written += await self.write_rows(name, statement, rows[start : start + self.batch_rows], dead)
+                chunk = rows[start : start + self.batch_rows]
+                twice = name in traces.MERGING and repeats_span(chunk)  # a span created twice would break its key
+                written += await self.write_rows(name, traces.MERGING[name] if twice else statement, chunk, dead)
         return written
 
     async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> None:

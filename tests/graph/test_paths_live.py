@@ -8,6 +8,8 @@ work on tallies and on the closed traces in memory, and GitLab bodies on the eve
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from processors.graph.rows import omitted_spans, trace_rows
@@ -163,3 +165,25 @@ async def test_a_replay_after_a_crash_between_the_upserts_and_the_adoption_leave
         want += [["auth", "capture_payment"], ["render", "capture_payment"], ["template", "render"]]
     assert edges == sorted(want)
     assert await sink.query(waiting) == []
+
+
+async def test_a_span_named_twice_in_one_statement_is_written_once_and_nothing_is_refused(sink: GraphSink) -> None:
+    """Spans new to the graph are created, not merged (``schema.traces``): a statement whose rows name one span
+    twice (a trace in two rows of one batch, a span delivered twice) is written in the form that merges them, so
+    the graph holds each span once and refuses no row (a second CREATE would break the span's unique key)."""
+    t, a = request("f" * 32, 70)
+    batch = GraphBatch()
+    trace_rows(t, [a], "paths", batch)
+    trace_rows(t, [a], "paths", batch)
+    u, b = request("9" * 32, 80)
+    twice = GraphBatch()
+    trace_rows(u, [b], "paths", twice)
+    row = twice.traces[0]
+    row["spans"] = [*row["spans"], row["spans"][0]]  # its first kept span, delivered twice
+    dead: list[Any] = []
+    await sink.write_batch(batch, dead)
+    await sink.write_batch(twice, dead)
+    assert dead == []
+    assert await _count(sink, "MATCH (s:Span) RETURN count(s)") == 3 + 3
+    assert await _count(sink, "MATCH (:Span)-[:OF]->(:Trace) RETURN count(*)") == 3 + 3
+    assert await _count(sink, "MATCH (:Span)-[:CHILD_OF]->(:Span) RETURN count(*)") == 2 + 2

@@ -1,6 +1,7 @@
 """All Cypher of trace-repro: indexes, constraints, every upsert and every query, in one place.
 
-Every write is ``UNWIND $rows AS r MERGE ...`` on an indexed, unique key, so replaying input changes nothing.
+Every write is ``UNWIND $rows AS r MERGE ...`` on an indexed, unique key, so replaying input changes nothing (the
+trace upserts, in :mod:`sinks.graph.schema.traces`, look a span up by its key and create it only when it is not there).
 Rows come from ``processors.graph.rows`` (traces, spans, accesses, windows, changes), the regression detector's
 statistics (``stats``) and, for published events, :mod:`sinks.graph.records`. Nothing outside this package writes
 Cypher (tests and the bench read the graph with their own queries); the retention rules are in
@@ -9,13 +10,10 @@ Cypher (tests and the bench read the graph with their own queries); the retentio
 
 from __future__ import annotations
 
-from processors.graph.rows import PATH_SPAN_COLUMNS, SPAN_COLUMNS
+from processors.graph.rows import SPAN_COLUMNS
+from sinks.graph.schema import traces
 from sinks.graph.schema.retention import EXPIRE as EXPIRE
-
-# Column order of a Trace row as the writer sends it (positional, see ``writer._rows_for``).
-TRACE_COLUMNS = ("id", "root", "service", "start", "end", "status", "version", "rooted", "omitted", "spans")
-_T = {c: f"r[{i}]" for i, c in enumerate(TRACE_COLUMNS)}
-_P = {c: f"p[{i}]" for i, c in enumerate(PATH_SPAN_COLUMNS)}
+from sinks.graph.schema.traces import TRACE_COLUMNS as TRACE_COLUMNS
 
 INDEXES: tuple[tuple[str, str], ...] = (
     ("Service", "name"),
@@ -85,44 +83,6 @@ _ENTITY = (
     "WITH e, r MATCH (s:Span {id: r.span}) "
 )
 
-# A span names its parent, which may not be in the graph yet (a trace that closed before its root arrived is written
-# in fragments, in any order): the edge is merged if the parent is there, else the span keeps ``awaiting_parent``
-# until :data:`ADOPT` after a later write of its trace finds the parent. Only a span without its parent is updated
-# (a SET of every span, to NULL when the parent is there, was an eighth of the trace upsert's time on the server): a
-# span replayed after its parent came has the edge merged here, and its old ``awaiting_parent`` cleared by ADOPT,
-# which ``GraphWriter.write`` runs after every batch's upserts for the traces they wrote.
-_AWAIT = (
-    "FOREACH (_ IN CASE WHEN {node} IS NULL THEN [1] ELSE [] END | SET {child}.awaiting_parent = {parent}) "
-    "WITH {child}, {node} WHERE {node} IS NOT NULL MERGE ({child})-[:CHILD_OF]->({node})"
-)
-
-
-# A late fragment of a trace (spans after it closed) widens it and can only turn it to error; its root, service,
-# version and summary of omitted spans come from the fragment that holds the root span (or the first written).
-# Under the ``paths`` policy the row carries the trace's kept spans (positional, PATH_SPAN_COLUMNS, in any order:
-# MERGE creates them all before the CHILD_OF match) with OF and CHILD_OF; under the other policies it is empty.
-def _traces(clause: str) -> str:
-    """The trace upsert; ``clause`` is MERGE (``traces``) or MATCH (``late_traces``: a late fragment the policy
-    would not detail completes a trace already in the graph and never starts one)."""
-    return (
-        f"UNWIND $rows AS r {clause} (t:Trace {{id: {_T['id']}}}) "
-        f"WITH t, r, ({_T['rooted']} OR t.root IS NULL) AS take, "
-        f"CASE WHEN t.start IS NULL OR {_T['start']} < t.start THEN {_T['start']} ELSE t.start END AS start, "
-        f"CASE WHEN t.start IS NULL OR {_T['end']} > t.start + t.duration_ms THEN {_T['end']} "
-        "ELSE t.start + t.duration_ms END AS end "
-        f"SET t.root = CASE WHEN take THEN {_T['root']} ELSE t.root END, "
-        f"t.service = CASE WHEN take THEN {_T['service']} ELSE t.service END, "
-        f"t.version = CASE WHEN take THEN {_T['version']} ELSE t.version END, "
-        f"t.omitted = CASE WHEN take OR t.omitted IS NULL THEN {_T['omitted']} ELSE t.omitted END, "
-        "t.start = start, t.duration_ms = end - start, "
-        f"t.status = CASE WHEN t.status = 'error' THEN 'error' ELSE {_T['status']} END "
-        f"WITH t, r UNWIND {_T['spans']} AS p MERGE (s:Span {{id: p[0]}}) SET s.trace = {_T['id']}, "
-        + ", ".join(f"s.{c} = {v}" for c, v in _P.items() if c not in ("id", "parent"))
-        + f" MERGE (s)-[:OF]->(t) WITH s, p WHERE {_P['parent']} IS NOT NULL "
-        f"OPTIONAL MATCH (q:Span {{id: {_P['parent']}}}) {_AWAIT.format(parent=_P['parent'], node='q', child='s')}"
-    )
-
-
 UPSERTS: dict[str, str] = {
     "services": f"UNWIND $rows AS r MERGE (s:Service {{name: r.name}}) SET {_SEEN_MAX.format(n='s', at='r.seen')}",
     "operations": (
@@ -130,8 +90,7 @@ UPSERTS: dict[str, str] = {
         f"{_SEEN_MAX.format(n='o', at='r.seen')} WITH o, r MATCH (s:Service {{name: r.service}}) "
         "MERGE (s)-[:EXPOSES]->(o)"
     ),
-    "traces": _traces("MERGE"),
-    "late_traces": _traces("MATCH"),
+    **traces.UPSERTS,  # traces, late_traces: sinks.graph.schema.traces
     "spans": (
         "UNWIND $rows AS r MERGE (s:Span {id: r[0]}) SET "
         + ", ".join(f"s.{c} = r[{i}]" for i, c in enumerate(SPAN_COLUMNS) if c != "id")
@@ -139,7 +98,7 @@ UPSERTS: dict[str, str] = {
     ),
     "child_of": (
         "UNWIND $rows AS r MATCH (c:Span {id: r[0]}) OPTIONAL MATCH (p:Span {id: r[1]}) "
-        + _AWAIT.format(parent="r[1]", node="p", child="c")
+        + traces.AWAIT.format(parent="r[1]", node="p", child="c")
     ),
     "reads": (
         f"{_ENTITY}MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, "

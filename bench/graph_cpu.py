@@ -1,0 +1,166 @@
+"""FalkorDB's CPU per span on the bench's graph writes, per upsert kind, with statement variants A/B in one run.
+
+``python -m bench.graph_cpu --spans 300000 --rounds 2``: generates the bench's traffic (``bench.otlp_gen``), runs it
+through a real ingest stage (``bench.run.run_stage``) keeping its GraphBatches, starts a private FalkorDB, then
+replays the batches with ``GraphWriter.write`` into a fresh graph per variant and round (variants alternate). For
+each it reads the server's CPU from ``/proc`` (all of it, and around each statement per upsert kind) and FalkorDB's
+own execution time, and checks that every variant leaves the same graph (every node and edge with its properties).
+
+A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
+before issue 37; ``after``: the schema's), and its rows per statement (``after@4000``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import falkordb
+
+from bench.otlp_gen import generate_run
+from bench.procfs import proc_cpu_s
+from bench.run import OUT, run_stage, settings_env
+from processors.model.graph import GraphBatch
+from sinks.graph import GraphWriter
+from sinks.graph.schema import traces
+from streamer import config
+from streamer.engines import Layout, LocalEngines
+from streamer.runtime import collector
+
+# The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
+VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}}
+
+
+class _Timed(GraphWriter):
+    """A writer that notes, per upsert kind, statements, rows, wall time, the server's CPU and execution time."""
+
+    def __init__(self, *args: Any, pid: int, statements: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pid = pid
+        self.statements = statements
+        self.kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    async def write_rows(self, name: str, statement: str, rows: Any, dead: Any = None, results: Any = None) -> int:
+        return await super().write_rows(name, self.statements.get(name, statement), rows, dead, results)
+
+    async def _statement(self, name: str, statement: str, rows: list[Any], results: Any, *, shrinkable: bool) -> None:
+        graph = self._graph
+        cpu0, wall0 = proc_cpu_s(self.pid) or 0.0, time.perf_counter()
+        run_ms: list[float] = []
+        if graph is not None:
+            query = graph.query
+
+            async def timed(*a: Any, **k: Any) -> Any:
+                result = await query(*a, **k)
+                run_ms.append(float(result.run_time_ms))
+                return result
+
+            graph.query = timed
+        try:
+            await super()._statement(name, statement, rows, results, shrinkable=shrinkable)
+        finally:
+            if graph is not None:
+                del graph.query
+        k = self.kinds[name]
+        k["statements"] += 1
+        k["rows"] += len(rows)
+        k["wall_s"] += time.perf_counter() - wall0
+        k["server_cpu_s"] += (proc_cpu_s(self.pid) or 0.0) - cpu0
+        k["run_ms"] += sum(run_ms)
+
+
+def _client(url: str) -> Any:
+    host, port = url.removeprefix("redis://").rsplit(":", 1)
+    return falkordb.FalkorDB(host=host, port=int(port))
+
+
+_KEY = "coalesce({n}.id, {n}.key, {n}.name, {n}.fingerprint, {n}.path, {n}.signature)"
+
+
+def fingerprint(url: str, graph: str) -> dict[str, Any]:
+    """A digest of every node (labels, properties) and edge (its ends' keys, type, properties), and the counts."""
+    g = _client(url).select_graph(graph)
+    nodes = g.query("MATCH (n) RETURN labels(n), properties(n)").result_set
+    edges = g.query(
+        f"MATCH (n)-[x]->(m) RETURN {_KEY.format(n='n')}, type(x), properties(x), {_KEY.format(n='m')}"
+    ).result_set
+    digest = hashlib.sha256()
+    for part in (nodes, edges):
+        for line in sorted(json.dumps(row, sort_keys=True, default=str) for row in part):
+            digest.update(line.encode())
+    return {"nodes": len(nodes), "edges": len(edges), "sha256": digest.hexdigest()[:16]}
+
+
+async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
+    writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
+    await writer.bootstrap()
+    cpu0, wall0 = proc_cpu_s(pid) or 0.0, time.perf_counter()
+    for batch in batches:
+        await writer.write(batch)
+    seconds = time.perf_counter() - wall0
+    cpu = (proc_cpu_s(pid) or 0.0) - cpu0
+    await writer.close()
+    return {"variant": variant, "batch_rows": rows, "seconds": seconds, "server_cpu_s": cpu,
+            "kinds": {k: dict(v) for k, v in writer.kinds.items()}}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.graph_cpu", description=__doc__)
+    ap.add_argument("--spans", type=int, default=300_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--variants", default="before,after", help="comma-separated: before, after, after@ROWS")
+    ap.add_argument("--no-check", action="store_true", help="skip the comparison of the graphs' content")
+    ap.add_argument("--json", type=Path, default=OUT / "graph_cpu.json")
+    args = ap.parse_args(argv)
+    collector.tune()
+    tag = uuid.uuid4().hex[:8]
+    gen = generate_run(args.spans, 300, args.seed, partitions=2)
+    settings = config.load(None, env=settings_env("127.0.0.1:9", "redis://127.0.0.1:9", tag, f"bench-spans-{tag}"))
+    batches, _ = run_stage(gen, settings, keep=True)
+    print(f"{gen.spans:,} spans, {sum(len(b) for b in batches):,} graph rows in {len(batches)} batches", flush=True)
+    default = Layout.default()
+    run_dir = Path(tempfile.mkdtemp(prefix="trace-repro-graphcpu-"))
+    local = LocalEngines(Layout(config_dir=default.config_dir, cache_dir=default.cache_dir, run_dir=run_dir))
+    runs: list[dict[str, Any]] = []
+    try:
+        state = local.up(["falkordb"])["falkordb"]
+        url = local.address("falkordb")
+        for rnd in range(args.rounds):
+            for spec in args.variants.split(","):
+                variant, _, rows = spec.partition("@")
+                graph = f"graphcpu_{variant}_{rnd}"
+                run = asyncio.run(replay(url, state.pid, graph, batches, variant,
+                                         int(rows or settings.falkordb.batch_rows)))  # fmt: skip
+                if not args.no_check:
+                    run["graph"] = fingerprint(url, graph)
+                _client(url).select_graph(graph).delete()
+                run["server_cpu_us_per_span"] = 1e6 * run["server_cpu_s"] / gen.spans
+                runs.append(run)
+                print(f"round {rnd} {spec}: server {run['server_cpu_us_per_span']:.1f} CPU µs/span, "
+                      f"{run['seconds']:.1f} s, graph {run.get('graph')}", flush=True)  # fmt: skip
+                for kind, k in sorted(run["kinds"].items(), key=lambda kv: -kv[1]["server_cpu_s"]):
+                    print(f"   {kind:12} {int(k['statements']):5} stmts {int(k['rows']):7} rows  "
+                          f"cpu {1e6 * k['server_cpu_s'] / gen.spans:6.2f} µs/span  "
+                          f"exec {1e3 * k['run_ms'] / gen.spans:6.2f} µs/span", flush=True)  # fmt: skip
+    finally:
+        local.down()
+    args.json.parent.mkdir(exist_ok=True)
+    args.json.write_text(json.dumps({"spans": gen.spans, "runs": runs}, indent=2) + "\n")
+    digests = {r["graph"]["sha256"] for r in runs if "graph" in r}
+    if len(digests) > 1:
+        print(f"graphs DIFFER between variants: {digests}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The trace upserts (``traces``, ``late_traces``): a Trace with its kept spans, their OF and CHILD_OF edges.
+
+A late fragment of a trace (spans after it closed) widens it and can only turn it to error; its root, service,
+version and summary of omitted spans come from the fragment that holds the root span (or the first written). Under
+the ``paths`` policy the row carries the trace's kept spans (positional, PATH_SPAN_COLUMNS, in any order) with OF and
+CHILD_OF; under the other policies it is empty.
+
+**Spans new to the graph are created, not merged** (:func:`traces`): a span is looked up by its id first; one not in
+the graph is created with its properties and its OF edge, and its CHILD_OF edge is created too; only a span already
+there (a replay, or the placeholder a row change made) is updated and its edges merged. A MERGE of each new span, a
+SET of each property and the MERGE of each new edge (an ``Expand Into`` per edge, a third of the statement's time
+on the server) cost FalkorDB 1.6 times what this does (bench/RESULTS.md, issue 37). Two rows of one statement must not
+create the same span (the unique constraint would refuse the whole statement): a statement whose rows name a span
+twice is written with :func:`merging`, the form that merges every span (``GraphWriter`` chooses, see
+``sinks.graph.rows.repeats_span``).
+
+A span names its parent, which may not be in the graph yet (a trace that closed before its root arrived is written
+in fragments, in any order): the edge is made if the parent is there, else the span keeps ``awaiting_parent`` until
+``ADOPT``, after a later write of its trace, finds the parent. Only a span without its parent is updated (a SET of
+every span, to NULL when the parent is there, was an eighth of the trace upsert's time on the server): a span
+replayed after its parent came has the edge merged here, and its old ``awaiting_parent`` cleared by ADOPT, which
+``GraphWriter.write`` runs after every batch's upserts for the traces they wrote. The parents are looked up after
+every span of the statement is in the graph (``collect`` waits for all of them).
+"""
+
+from __future__ import annotations
+
+from processors.graph.rows import PATH_SPAN_COLUMNS
+
+# Column order of a Trace row as the writer sends it (positional, see ``sinks.graph.rows.rows_for``).
+TRACE_COLUMNS = ("id", "root", "service", "start", "end", "status", "version", "rooted", "omitted", "spans")
+_T = {c: f"r[{i}]" for i, c in enumerate(TRACE_COLUMNS)}
+_P = {c: f"p[{i}]" for i, c in enumerate(PATH_SPAN_COLUMNS)}
+_PROPS = [c for c in PATH_SPAN_COLUMNS if c not in ("id", "parent")]  # a span's properties besides its id (and trace)
+_WHEN = "FOREACH (_ IN CASE WHEN {cond} THEN [1] ELSE [] END | {then}) "
+
+AWAIT = (  # the CHILD_OF edge of {child} to {node}, the parent {parent} (id) if found: merged (also ``child_of``)
+    "FOREACH (_ IN CASE WHEN {node} IS NULL THEN [1] ELSE [] END | SET {child}.awaiting_parent = {parent}) "
+    "WITH {child}, {node} WHERE {node} IS NOT NULL MERGE ({child})-[:CHILD_OF]->({node})"
+)
+
+
+def _trace(clause: str) -> str:
+    """The Trace of the row; ``clause`` is MERGE (``traces``) or MATCH (``late_traces``: a late fragment the policy
+    would not detail completes a trace already in the graph and never starts one)."""
+    return (
+        f"UNWIND $rows AS r {clause} (t:Trace {{id: {_T['id']}}}) "
+        f"WITH t, r, ({_T['rooted']} OR t.root IS NULL) AS take, "
+        f"CASE WHEN t.start IS NULL OR {_T['start']} < t.start THEN {_T['start']} ELSE t.start END AS start, "
+        f"CASE WHEN t.start IS NULL OR {_T['end']} > t.start + t.duration_ms THEN {_T['end']} "
+        "ELSE t.start + t.duration_ms END AS end "
+        f"SET t.root = CASE WHEN take THEN {_T['root']} ELSE t.root END, "
+        f"t.service = CASE WHEN take THEN {_T['service']} ELSE t.service END, "
+        f"t.version = CASE WHEN take THEN {_T['version']} ELSE t.version END, "
+        f"t.omitted = CASE WHEN take OR t.omitted IS NULL THEN {_T['omitted']} ELSE t.omitted END, "
+        "t.start = start, t.duration_ms = end - start, "
+        f"t.status = CASE WHEN t.status = 'error' THEN 'error' ELSE {_T['status']} END "
+    )
+
+
+def traces(clause: str) -> str:
+    """The trace upsert that creates the spans new to the graph (module docstring)."""
+    created = ", ".join([f"id: {_P['id']}", f"trace: {_T['id']}"] + [f"{c}: {_P[c]}" for c in _PROPS])
+    updated = ", ".join([f"x.trace = {_T['id']}"] + [f"x.{c} = {_P[c]}" for c in _PROPS])
+    return (
+        _trace(clause)
+        + f"WITH t, r UNWIND {_T['spans']} AS p OPTIONAL MATCH (x:Span {{id: {_P['id']}}}) "
+        + _WHEN.format(cond="x IS NULL", then=f"CREATE (:Span {{{created}}})-[:OF]->(t)")
+        + _WHEN.format(cond="x IS NOT NULL", then=f"SET {updated} MERGE (x)-[:OF]->(t)")
+        + f"WITH collect(CASE WHEN {_P['parent']} IS NOT NULL THEN [{_P['id']}, {_P['parent']}, x IS NULL] END) AS l "
+        "UNWIND l AS k WITH k[1] AS parent, k[2] AS fresh, k "
+        "MATCH (s:Span {id: k[0]}) OPTIONAL MATCH (q:Span {id: parent}) "
+        + _WHEN.format(cond="q IS NULL", then="SET s.awaiting_parent = parent")
+        + _WHEN.format(cond="q IS NOT NULL AND fresh", then="CREATE (s)-[:CHILD_OF]->(q)")
+        # (a FOREACH, not WITH ... WHERE: FalkorDB 4.x dropped the CREATE of the FOREACH before a filter)
+        + _WHEN.format(cond="q IS NOT NULL AND NOT fresh", then="MERGE (s)-[:CHILD_OF]->(q)").rstrip()
+    )
+
+
+def merging(clause: str) -> str:
+    """The trace upsert that merges every span: for a statement whose rows name a span more than once."""
+    return (
+        _trace(clause)
+        + f"WITH t, r UNWIND {_T['spans']} AS p MERGE (s:Span {{id: {_P['id']}}}) SET s.trace = {_T['id']}, "
+        + ", ".join(f"s.{c} = {_P[c]}" for c in _PROPS)
+        + f" MERGE (s)-[:OF]->(t) WITH s, p WHERE {_P['parent']} IS NOT NULL "
+        f"OPTIONAL MATCH (q:Span {{id: {_P['parent']}}}) {AWAIT.format(parent=_P['parent'], node='q', child='s')}"
+    )
+
+
+UPSERTS = {"traces": traces("MERGE"), "late_traces": traces("MATCH")}
+MERGING = {"traces": merging("MERGE"), "late_traces": merging("MATCH")}
