@@ -189,17 +189,23 @@ class SinkRunner:
         assigned = list(consumer.assignment())
         if not assigned:
             return
+        # Bounded as a whole: with the broker away, ``committed`` waits for the group's coordinator for ever, and the
+        # runner with it (a stop request would never be seen).
         try:
-            ends = await asyncio.wait_for(consumer.end_offsets(assigned), PROBE_TIMEOUT_S)
-            backlog = 0
-            for tp, end in ends.items():
-                done = self._committed.get(tp)
-                if done is None:
-                    done = await consumer.committed(tp) or 0
-                backlog += max(0, end - done)
+            backlog = await asyncio.wait_for(self._backlog(consumer, assigned), PROBE_TIMEOUT_S)
         except (KafkaError, TimeoutError, IllegalStateError, AssertionError):
             return  # measured again on the next step
         self.metrics.sink_backlog.labels(self.name).set(backlog)
+
+    async def _backlog(self, consumer: AIOKafkaConsumer, assigned: list[TopicPartition]) -> int:
+        ends = await consumer.end_offsets(assigned)
+        backlog = 0
+        for tp, end in ends.items():
+            done = self._committed.get(tp)
+            if done is None:
+                done = await consumer.committed(tp) or 0
+            backlog += max(0, end - done)
+        return backlog
 
     async def _feed(self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[Any]], *, accept: bool
                     ) -> bool:  # fmt: skip
