@@ -5,8 +5,10 @@ The bench, the soak and the workers' live tests measure the daemon from outside 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 
@@ -46,3 +48,14 @@ def process_tree(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return out
+
+
+async def terminate(proc: asyncio.subprocess.Process, timeout_s: float) -> None:
+    """Stop a daemon the bench started: SIGTERM, then SIGKILL when it has not exited within ``timeout_s``."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()

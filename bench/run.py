@@ -65,7 +65,6 @@ import platform
 import pstats
 import re
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -89,7 +88,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench import peer, shipped
 from bench.otlp_gen import SHAPES, Generated, generate_run
-from bench.procfs import proc_cpu_s, proc_mb, process_tree
+from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
 from processors.model.finding import FindingEvent
 from processors.model.graph import GraphBatch
 from sinks.graph import GraphWriter
@@ -699,13 +698,7 @@ async def bench_end_to_end(
             cpu_s = {n: (after.get(n) or 0.0) - b for n, b in cpu_at_start.items() if b is not None and after.get(n)}
             inside = _daemon_metrics(port)
         finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await terminate(proc, 30)
             await admin.close()
     traces = _count(eng.falkordb, graph, "Trace")
     start = t["assigned"]

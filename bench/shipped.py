@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench.otlp_gen import Generated, generate_run
-from bench.procfs import proc_cpu_s, proc_mb, process_tree
+from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
 from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,13 +201,7 @@ async def measure(
             out["idle_after_commit_cores"], after = await _idle(proc.pid, idle_s, spy and spy.with_suffix(".open.txt"))
             out["idle_after_commit_median_cores"], out["cpu_series_after_commit"] = statistics.median(after), after
         finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+            await terminate(proc, 60)
     return out
 
 
