@@ -93,9 +93,9 @@ class TraceAssembler:
         return self._open.bytes
 
     def add(self, spans: Iterable[Span], wire_bytes: int | None = None) -> list[ClosedTrace]:
-        """Add one message's spans (the input being processed feeds their traces); ``wire_bytes``, the message's
-        size, sizes them for ``max_bytes`` (each span a fixed cost and its share of the message: one ``len`` per
-        message), else each span is sized by ``span_bytes``.
+        """Add one message's spans, or a run of one partition's messages' (the input being processed feeds their
+        traces); ``wire_bytes``, their size on the wire, sizes them for ``max_bytes`` (each span a fixed cost and
+        its share of the bytes: one ``len`` per message), else each span is sized by ``span_bytes``.
 
         Returns the traces closed early by the ``max_open`` or ``max_bytes`` bound to make room.
         """

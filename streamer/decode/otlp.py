@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 from sys import intern
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
@@ -19,7 +19,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from processors.model.events import LogRecord, SpanKind, StatusCode
+from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
 from processors.model.span import DETAIL_FIELDS, NO_DETAIL, Span, SpanDetail, lazy_span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
@@ -202,12 +202,10 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
     sampling = sampling_of(trace_state, vals)
     if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
         key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
-        shared = _SHARED_DETAILS.get(key)
+        shared = _SHARED_DETAILS.data.get(key)
         if shared is None:
-            if len(_SHARED_DETAILS) >= SHARED_DETAILS:
-                _SHARED_DETAILS.clear()
-            shared = _SHARED_DETAILS[key] = SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
-                                                       sampling=sampling)  # fmt: skip
+            shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
+                                                         sampling=sampling))  # fmt: skip
         return shared
     return SpanDetail(
         fields[0],
@@ -225,8 +223,53 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
     )
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Shared(Generic[K, V]):
+    """Decoded values that many spans share (a service's resource, a route's detail): one object each, so that
+    open traces hold one copy and a message skips their decoding. At most ``bound`` entries, then it starts again
+    (a reset is counted: ``dropped{component=decode, reason=shared_cache_reset}``, see :func:`shared_resets`)."""
+
+    __slots__ = ("bound", "data", "resets")
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.data: dict[K, V] = {}
+        self.resets = 0
+
+    def put(self, key: K, value: V) -> V:
+        if len(self.data) >= self.bound:
+            self.data.clear()
+            self.resets += 1
+        self.data[key] = value
+        return value
+
+
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
-_SHARED_DETAILS: dict[tuple[Any, ...], SpanDetail] = {}
+SHARED_RESOURCES = 1024  # distinct resources (by their encoded bytes and the attribute bound)
+_SHARED_DETAILS: _Shared[tuple[Any, ...], SpanDetail] = _Shared(SHARED_DETAILS)
+_RESOURCES: _Shared[tuple[int, bytes], Resource] = _Shared(SHARED_RESOURCES)
+
+
+def shared_resets() -> int:
+    """How many times the shared-value caches of this process started again (a monotonic count)."""
+    return _SHARED_DETAILS.resets + _RESOURCES.resets
+
+
+def _resource(ext: Extractor, pb: Any) -> Resource:
+    """The ``Resource`` of the upb resource ``pb``: each distinct one decoded once (and shared) unless decoding it
+    cut a value, so a cut is counted for every message that carries it, as without the cache."""
+    key = (ext.limit, pb.SerializeToString())
+    resource = _RESOURCES.data.get(key)
+    if resource is None:
+        stats = ext.stats
+        cut = 0 if stats is None else stats.truncated_attributes
+        resource = ext.resource(_pick(pb.attributes, RESOURCE_KEYS))
+        if stats is None or stats.truncated_attributes == cut:
+            _RESOURCES.put(key, resource)
+    return resource
 
 
 class _ProtoDetail:
@@ -284,7 +327,7 @@ def decode_traces_proto(
     out: list[Span] = []
     append = out.append
     for i, rs in enumerate(msg.resource_spans):
-        resource = ext.resource(_pick(rs.resource.attributes, RESOURCE_KEYS))
+        resource = _resource(ext, rs.resource)
         for j, ss in enumerate(rs.scope_spans):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
@@ -345,7 +388,7 @@ def decode_logs_proto(
     text = ext.text
     out: list[LogRecord] = []
     for rl in msg.resource_logs:
-        resource = ext.resource(_pick(rl.resource.attributes, RESOURCE_KEYS))
+        resource = _resource(ext, rl.resource)
         for sl in rl.scope_logs:
             for lr in sl.log_records:
                 trace_id, span_id = lr.trace_id, lr.span_id

@@ -32,6 +32,7 @@ from streamer.decode.otlp import (
     decode_logs_proto,
     decode_traces_json,
     decode_traces_proto,
+    shared_resets,
 )
 from streamer.decode.schema_registry import SchemaRegistry
 from streamer.decode.strings import SharedStrings
@@ -71,13 +72,18 @@ def _options(config: DecodeConfig) -> DecodeOptions:
 def _traces(decode: Callable[..., Any]) -> DecoderFactory:
     def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
         options = _options(config)
-        telemetry.declare("truncated_attributes", "unreadable_spans")
+        telemetry.declare("truncated_attributes", "unreadable_spans", "shared_cache_reset")
+        resets = [shared_resets()]  # the shared-value caches' resets seen so far (theirs are process-wide)
 
         def spans(record: Record) -> Sequence[Any]:
             if not record.value:
                 raise DecodeError("empty_value", "span message has no value")
             stats = DecodeStats()
             out = decode(record.value, options, stats)
+            now = shared_resets()  # counted at the next message when a detail read after this one reset it
+            if now != resets[0]:
+                telemetry.drop("shared_cache_reset", now - resets[0])
+                resets[0] = now
             if stats.truncated_attributes:
                 if config.oversize == "dlq":
                     raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "

@@ -52,8 +52,8 @@ from streamer.config import CoreSettings
 from streamer.decode import internal
 from streamer.decode.registry import Input, Record
 from streamer.runtime.metrics import Metrics
-from streamer.runtime.pins import PinTracker
-from streamer.runtime.records import Message, StageOutput
+from streamer.runtime.pins import PinTracker, Source
+from streamer.runtime.records import Message, SpanRun, StageOutput
 from streamer.runtime.stage import Stage
 
 WATERMARK_EVERY_NS = 1_000_000_000  # while nothing is sent, the low watermark goes out at most once a second
@@ -117,19 +117,50 @@ class IngestStage(Stage):
         self._future_ns = s_to_ns(w.max_future_skew_s)
         self._longest_ns = s_to_ns(w.max_span_duration_s)
         self._clock_drops = telemetry("clock").declare("future_time", "absurd_duration")
+        self._decoded_spans = metrics.decoded.labels("span")  # once a message: its child, not a label lookup each
+        self._late_spans = metrics.late.labels("span")
+        self._run: SpanRun | None = None  # the batch's span messages of one partition not yet assembled
 
     # ---- handlers ----------------------------------------------------------------------------------------------
 
     def _spans(self, record: Record, spans: Sequence[Span], out: StageOutput) -> None:
-        self.metrics.decoded.labels("span").inc(len(spans))
+        """A message's spans join the run of its partition's messages, assembled together (``_assemble``)."""
+        self._decoded_spans.inc(len(spans))
         spans = self._sane(record, spans, out)
         spans = self._readable(record, spans, out)
         if not spans:
             return
-        tp = (record.topic, record.partition)
-        if self.watermarks.observe(tp, max(s.end_ns for s in spans)):
-            self.metrics.late.labels("span").inc(len(spans))
-        self._forced += self.traces.add(spans, len(record.value or b""))
+        run = self._run
+        if run is None or run.tp != (record.topic, record.partition):
+            self._assemble(out, record.source)
+            run = self._run = SpanRun(record)
+        run.add(record, spans)
+
+    def records_done(self, out: StageOutput) -> None:
+        self._assemble(out, None)
+
+    def _assemble(self, out: StageOutput, then: Source | None) -> None:
+        """The pending run of one partition's span messages into the open traces, in one step: the messages of a
+        batch are consecutive offsets, and a trace holds the oldest offset of a partition that fed it (see
+        :class:`~streamer.runtime.pins.PinTracker`), so the run feeds its traces as its first message. Spans of a
+        message ending behind the watermark (as it was before the run) are counted late. ``then``: the input being
+        processed afterwards."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        self.tracker.feeding(run.records[0].source)
+        try:
+            behind = self.watermarks.current()
+            late = sum(n for end, n in run.ends if end < behind)
+            if late:
+                self._late_spans.inc(late)
+            self.watermarks.observe(run.tp, max(end for end, _ in run.ends))
+            self._forced += self.traces.add(run.spans, run.bytes)
+        except Exception as exc:
+            for record in run.records:
+                self.record_failed(record, self.name, exc, out)
+        finally:
+            self.tracker.feeding(then)
 
     def _sane(self, record: Record, spans: Sequence[Span], out: StageOutput) -> Sequence[Span]:
         """The spans whose times are believable; the others are dropped, counted and their message dead-lettered."""

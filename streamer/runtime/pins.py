@@ -76,6 +76,10 @@ class OffsetPins:
 class PinTracker(StateEvents):
     """Offset pins from processor state; see the module docstring.
 
+    A key holds, of each input partition that fed it, the *oldest* offset: the committable offset is the oldest
+    pinned one, so a later record of the same partition feeding the key changes nothing (and costs one comparison:
+    a trace fed by many messages, a window fed by many traces, holds one offset a partition, not one a message).
+
     Releases are collected, not applied: :meth:`take_released` hands them to the runtime, which releases them
     once the batch that released them is durable (graph written, messages acknowledged).
     """
@@ -84,8 +88,8 @@ class PinTracker(StateEvents):
 
     def __init__(self) -> None:
         self.pins = OffsetPins()
-        # What each key holds: one source (most keys: an access is held by the record it came in) or a set of them.
-        self._held: dict[tuple[str, Hashable], Source | set[Source]] = {}
+        # What each key holds: one source (most keys: fed by one partition) or the oldest offset of each partition.
+        self._held: dict[tuple[str, Hashable], Source | dict[Hashable, int]] = {}
         self._released_sets: dict[tuple[str, Hashable], set[Source]] = {}  # this batch's, for inherit()
         self._released: list[Source] = []
         self._current: tuple[Source, ...] = ()
@@ -106,24 +110,41 @@ class PinTracker(StateEvents):
         current = self._current
         if not current:
             return
-        held = self._held.get((store, key))
-        if held is None and len(current) == 1:  # most keys are held by one record: no set for them
-            self._held[(store, key)] = current[0]
-            self.pins.pin(current)
-            return
-        if not isinstance(held, set):
-            if held is not None and current == (held,):
+        name = (store, key)
+        held = self._held.get(name)
+        if held is None:
+            if len(current) == 1:  # most keys are fed by one partition: no dict for them
+                self._held[name] = current[0]
+                self.pins.pin(current)
                 return
-            held = self._held[(store, key)] = set() if held is None else {held}
-        for source in current:
-            if source not in held:
-                held.add(source)
-                self.pins.pin((source,))
+            held = self._held[name] = {}
+        elif not isinstance(held, dict):
+            tp, offset = held
+            if len(current) == 1 and current[0][0] == tp:
+                if current[0][1] < offset:  # an older record of that partition (a replay): held from there on
+                    self._held[name] = current[0]
+                    self._move(tp, offset, current[0][1])
+                return
+            held = self._held[name] = {tp: offset}
+        for tp, offset in current:
+            old = held.get(tp)
+            if old is None:
+                held[tp] = offset
+                self.pins.pin(((tp, offset),))
+            elif offset < old:
+                held[tp] = offset
+                self._move(tp, old, offset)
+
+    def _move(self, tp: Hashable, old: int, new: int) -> None:
+        """A key held from ``old`` now holds from the older ``new``: releasing ``old`` at once is safe, since
+        nothing of ``tp`` past ``new`` can be committed while ``new`` is pinned."""
+        self.pins.pin(((tp, new),))
+        self.pins.release(((tp, old),))
 
     def released(self, store: str, key: Hashable) -> None:
         held = self._held.pop((store, key), None)
         if held:
-            sources = held if isinstance(held, set) else (held,)
+            sources = list(held.items()) if isinstance(held, dict) else [held]
             self._released.extend(sources)
             self._released_sets.setdefault((store, key), set()).update(sources)
 
@@ -144,17 +165,17 @@ class PinTracker(StateEvents):
     def forget(self, tp: Hashable) -> None:
         """A revoked partition: its input is replayed by its next owner, so none of it stays pinned here."""
         for key, held in self._held.items():
-            if isinstance(held, set):
-                held -= {s for s in held if s[0] == tp}
+            if isinstance(held, dict):
+                held.pop(tp, None)
             elif held[0] == tp:
-                self._held[key] = set()
+                self._held[key] = {}
         self._released = [s for s in self._released if s[0] != tp]
         self.pins.forget(tp)
 
     def held(self, store: str, key: Hashable) -> frozenset[Source]:
         """The input ``key`` of ``store`` holds (or held until released in this batch)."""
         held = self._held.get((store, key))
-        sources = set() if held is None else held if isinstance(held, set) else {held}
+        sources = set() if held is None else set(held.items()) if isinstance(held, dict) else {held}
         return frozenset(sources | self._released_sets.get((store, key), set()))
 
     def total(self) -> int:

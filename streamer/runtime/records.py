@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from processors.model.base import Published
 from processors.model.graph import GraphBatch
+from processors.model.span import Span
 from sinks.kafka.producer import Message
 from streamer.decode.registry import Record
 from streamer.runtime.pins import Source
 
-__all__ = ["Message", "Record", "StageOutput", "dead_letter"]
+__all__ = ["Message", "Record", "SpanRun", "StageOutput", "dead_letter"]
 
 
 @dataclass(slots=True)
@@ -58,3 +60,23 @@ def dead_letter(record: Record, dlq_topic: str, reason: str, message: str, compo
         ("source.offset", str(record.offset).encode()),
     )
     return Message(dlq_topic, record.key, record.value, headers)
+
+
+class SpanRun:
+    """Consecutive span messages of one partition in a batch, assembled together by the ingest stage: their
+    spans, bytes, and (latest end, spans) of each message."""
+
+    __slots__ = ("bytes", "ends", "records", "spans", "tp")
+
+    def __init__(self, first: Record) -> None:
+        self.tp = (first.topic, first.partition)
+        self.records: list[Record] = []
+        self.spans: list[Span] = []
+        self.bytes = 0
+        self.ends: list[tuple[int, int]] = []
+
+    def add(self, record: Record, spans: Sequence[Span]) -> None:
+        self.records.append(record)
+        self.spans.extend(spans)
+        self.bytes += len(record.value or b"")
+        self.ends.append((max(s.end_ns for s in spans), len(spans)))

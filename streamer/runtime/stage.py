@@ -93,8 +93,9 @@ class Stage:
         """One batch: every record handled (or dead-lettered), then the end of the batch; never raises."""
         out = StageOutput()
         self._quarantined = 0
+        consumed: dict[str, int] = {}  # per topic, counted once per batch
         for record in records:
-            self.metrics.consumed.labels(record.topic).inc()
+            consumed[record.topic] = consumed.get(record.topic, 0) + 1
             source = self.inputs.lookup(record.topic)
             if source is None:
                 continue
@@ -105,7 +106,10 @@ class Stage:
                 self._dead_letter(record, exc.reason, str(exc), out)
             except Exception as exc:
                 self.record_failed(record, self.name, exc, out)
+        self.records_done(out)
         self.tracker.feeding(None)
+        for topic, n in consumed.items():
+            self.metrics.consumed.labels(topic).inc(n)
         watermark = self.event_time()
         try:
             self.on_batch_end(watermark, out)
@@ -153,6 +157,10 @@ class Stage:
         log.error("state.quarantined", stage=self.name, component=component, what=what[:200],
                   error=type(error).__name__, detail=str(error)[:200], inputs=inputs,
                   more_inputs=len(sources) - len(inputs), exc_info=error if first else None)  # fmt: skip
+
+    def records_done(self, out: StageOutput) -> None:
+        """After a batch's records, before its event time is read: what a handler held back across records (never
+        past the batch) is handled now."""
 
     def event_time(self) -> int:
         """This stage's watermark (its own inputs' event time; the entities stage follows its upstream)."""

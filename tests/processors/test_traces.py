@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.sizes import span_bytes
@@ -37,12 +37,24 @@ def src(offset: int) -> tuple[tuple[str, int], int]:
     return (TP, offset)
 
 
+class _Recording(PinTracker):
+    """A PinTracker that also records each (input, key) the assembler retained: the references it takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: set[tuple[object, str, object]] = set()
+
+    def retained(self, store: str, key: Hashable) -> None:
+        self.taken.update((source, store, key) for source in self._current)
+        super().retained(store, key)
+
+
 class Assembler(TraceAssembler):
     """A TraceAssembler whose keyed state reports to a PinTracker, fed one message (offset) at a time."""
 
     def __init__(self, gap: int, *, max_open: int, max_spans: int, remember_closed: int = 100_000,
                  max_bytes: int | None = None) -> None:  # fmt: skip
-        self.pins = PinTracker()
+        self.pins = _Recording()
         super().__init__(gap, max_open, max_spans, remember_closed, max_bytes=max_bytes, events=self.pins)
 
     def feed(self, spans: Iterable[Span], offset: int) -> tuple[list[ClosedTrace], int]:
@@ -53,8 +65,7 @@ class Assembler(TraceAssembler):
         return forced, self._references() - before
 
     def _references(self) -> int:
-        keys = set(self.pins._held) | set(self.pins._released_sets)
-        return sum(len(self.pins.held(store, key)) for store, key in keys)
+        return len(self.pins.taken)
 
     def sources(self, trace: ClosedTrace) -> frozenset[tuple[tuple[str, int], int]]:
         """The input the trace held (pinned until it closed)."""
@@ -93,7 +104,7 @@ def test_later_span_extends_the_deadline() -> None:
     assert asm.close_until(106 * S - 1) == []
     trace = only(asm.close_until(106 * S))
     assert len(trace.spans) == 2
-    assert asm.sources(trace) == frozenset({src(0), src(1)})
+    assert asm.sources(trace) == frozenset({src(0)})  # the oldest input of its partition
 
 
 def test_earlier_ending_span_does_not_shorten_the_deadline() -> None:
@@ -115,7 +126,7 @@ def test_out_of_order_spans_assemble_one_trace() -> None:
     assert [s.span_id for s in trace.spans] == [f"{3:016x}", f"{2:016x}", f"{1:016x}"]  # arrival order
     assert trace.root.span_id == f"{1:016x}"
     assert trace.start_ns == 100 * S
-    assert asm.sources(trace) == frozenset({src(0), src(1), src(2)})
+    assert asm.sources(trace) == frozenset({src(0)})
 
 
 def test_root_missing_falls_back_to_earliest_span() -> None:
@@ -190,7 +201,7 @@ def test_max_bytes_closes_the_least_recently_fed_traces_early_and_counts_them() 
     closed += asm.close_all()
     assert sum(len(t.spans) for t in closed) == fed  # closed early, not lost
     assert asm.bytes == 0
-    assert asm.sources(closed[0]) == frozenset({src(0), src(100)})  # the input it held goes with it
+    assert asm.sources(closed[0]) == frozenset({src(0)})  # the input it held goes with it
 
     alone = Assembler(GAP, max_open=10, max_spans=100, max_bytes=2 * mib)
     alone.feed([span(A, 1, 100, 101), db_span(A, 2, 100, big)], 0)
@@ -255,12 +266,12 @@ def test_new_refs_count_each_open_trace_taking_a_source_once() -> None:
 
 def test_forced_close_and_reference_in_same_message_balance() -> None:
     """A message whose first span extends the trace that its second span's trace then forces closed is counted
-    once for each trace, and the forced trace lists the message among its sources."""
+    once for each trace; the forced trace holds the oldest input of the partition, the other trace the message."""
     asm = Assembler(GAP, max_open=1, max_spans=10)
     asm.feed([span(A, 1, 100, 101)], 0)
     forced, refs = asm.feed([span(A, 2, 100, 101.5, parent=1), span(B, 3, 101, 102)], 1)
     assert refs == 2
-    assert asm.sources(only(forced)) == frozenset({src(0), src(1)})
+    assert asm.sources(only(forced)) == frozenset({src(0)})
     assert asm.sources(only(asm.close_until(1_000 * S))) == frozenset({src(1)})
 
 

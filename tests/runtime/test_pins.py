@@ -141,7 +141,7 @@ def test_inherit_passes_a_closed_keys_input_on_to_what_it_feeds() -> None:
     t.feeding(None)
     t.release(t.take_released())
     assert t.committable(TP, 10) == 1
-    assert t.held("calls", 0) == {(TP, 1), (TP, 2)}
+    assert t.held("calls", 0) == {(TP, 1)}  # the oldest of the partition: what the commit waits for
     t.released("calls", 0)
     t.release(t.take_released())
     assert t.committable(TP, 10) == 10
@@ -189,3 +189,29 @@ def test_a_key_held_by_one_record_then_more_holds_each_once() -> None:
     t.released("history", "orders:1")
     t.release(t.take_released())
     assert t.committable(OTHER, 5) == 5 and t.total() == 0
+
+
+def test_a_key_holds_the_oldest_offset_of_each_partition_that_fed_it() -> None:
+    """Later records of a partition feeding a key pin nothing more (the commit waits for the oldest anyway); an
+    older one (a replay) moves the key's hold back; each partition is held separately; releasing the key leaves
+    what other keys hold."""
+    t = PinTracker()
+    for offset in (5, 6, 9):
+        t.feeding((TP, offset))
+        t.retained("traces", "a")
+    assert t.held("traces", "a") == {(TP, 5)} and t.total() == 1 and t.committable(TP, 20) == 5
+    t.feeding((TP, 3))  # an older record of the partition, replayed
+    t.retained("traces", "a")
+    assert t.held("traces", "a") == {(TP, 3)} and t.total() == 1 and t.committable(TP, 20) == 3
+    for source in ((OTHER, 4), (OTHER, 2), (TP, 8), (OTHER, 7)):
+        t.feeding(source)
+        t.retained("traces", "a")
+    assert t.held("traces", "a") == {(TP, 3), (OTHER, 2)} and t.total() == 2
+    t.feeding((OTHER, 1))
+    t.retained("traces", "a")
+    assert t.held("traces", "a") == {(TP, 3), (OTHER, 1)} and t.committable(OTHER, 20) == 1
+    t.feeding((TP, 9))
+    t.retained("traces", "b")
+    t.released("traces", "a")
+    t.release(t.take_released())
+    assert t.committable(TP, 20) == 9 and t.committable(OTHER, 20) == 20 and t.total() == 1
