@@ -290,19 +290,20 @@ def _records(gen: Generated, topic: str) -> list[Record]:
 
 def _polls(records: list[Record], settings: Settings) -> Iterator[list[Record]]:
     """``records`` in the batches a consumer's polls would give: at most ``kafka.max_poll_records`` messages and,
-    per partition, ``kafka.max_partition_fetch_bytes`` (a larger message alone)."""
+    per partition, ``kafka.max_partition_fetch_bytes`` (a larger message alone); each batch partition by partition,
+    as ``getmany`` returns them and the runner hands them to the stage."""
     k = settings.kafka
     batch: list[Record] = []
     size: dict[int, int] = {}
     for r in records:
         n = len(r.value or b"")
         if batch and (len(batch) >= k.max_poll_records or size.get(r.partition, 0) + n > k.max_partition_fetch_bytes):
-            yield batch
+            yield sorted(batch, key=lambda r: r.partition)  # stable: each partition's in offset order
             batch, size = [], {}
         batch.append(r)
         size[r.partition] = size.get(r.partition, 0) + n
     if batch:
-        yield batch
+        yield sorted(batch, key=lambda r: r.partition)
 
 
 def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[GraphBatch], dict[str, Any]]:

@@ -704,3 +704,45 @@ def test_a_closed_windows_statistics_are_relayed_to_stage_2_ahead_of_the_promise
     assert body["operation"] == "/orders/{id}/capture" and len(body["samples"]) == body["seen"] == 2
     mark = decoded[1][1]
     assert isinstance(mark, wire.Watermark) and mark.watermark_ns >= T0 + 11 * S
+
+
+# ---- a batch's span messages assembled per partition run -----------------------------------------------------
+
+
+def test_a_batch_of_two_partitions_assembles_each_run_with_its_own_offsets() -> None:
+    """Span messages of two partitions interleaved in one batch: each trace holds the oldest offset of the
+    partition that fed it (never the other partition's)."""
+    p = Pipe()
+    a, b, c = request(1), request(1.2), request(1.4)
+    split = a[:-1], a[-1:]  # one trace over two messages of partition 0, around a message of partition 1
+    out = p.stage.process([p.record(p.encode(split[0])), p.record(p.encode(b), partition=1),
+                           p.record(p.encode(split[1])), p.record(p.encode(c), partition=1)])  # fmt: skip
+    assert out.graph.traces == [] and len(p.stage.traces) == 3
+    held = {tid: p.stage.tracker.held("traces", tid) for tid in p.stage.traces.open_ids()}
+    assert held == {
+        trace_id(a): {(TP, 0)},
+        trace_id(b): {((SPANS, 1), 0)},
+        trace_id(c): {((SPANS, 1), 1)},  # interleaved: each message is a run of its own
+    }
+    assert (p.committable(0), p.committable(1)) == (0, 0)
+    p.stage.process([p.record(p.encode(request(1.6)), partition=1), p.record(p.encode(request(1.8)), partition=1)])
+    new = set(p.stage.traces.open_ids()) - set(held)
+    # Consecutive messages of a partition: one run, which feeds its traces as its first message.
+    assert len(new) == 2 and {p.stage.tracker.held("traces", tid) for tid in new} == {frozenset({((SPANS, 1), 2)})}
+
+
+def test_a_run_whose_assembly_raises_dead_letters_each_of_its_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Assembly failing for a run of messages (a bug) dead-letters every message of the run, with its bytes; the
+    stage goes on with the next batch."""
+    p = Pipe()
+    first, second = p.encode(request(1)), p.encode(request(1.2))
+
+    def raising(*_: object) -> None:
+        raise RuntimeError("assembly")
+
+    monkeypatch.setattr(type(p.stage.traces), "add", raising)
+    out = p.stage.process([p.record(first), p.record(second)])
+    assert [(m.topic, m.value) for m in out.produce] == [(p.settings.kafka.dlq_topic, v) for v in (first, second)]
+    assert p.metric("trace_repro_dlq_messages_total", reason="internal_error:RuntimeError") == 2
+    monkeypatch.undo()
+    assert p.spans(request(2)).produce == []
