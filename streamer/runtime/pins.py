@@ -1,8 +1,9 @@
 """Which input offsets are still needed: the rule that makes committing safe, owned by the runtime.
 
 A Kafka offset may be committed only when everything read before it has reached the graph and the sinks.
-Spans wait in open traces and open windows for a while, so each message that fed open state is *pinned*; the
-committable offset of a partition is the oldest pinned offset, or the consumer position when none is pinned.
+Spans wait in open traces and open windows for a while, so the messages that fed open state are *pinned* (of each
+partition, a key pins the oldest message that fed it: the one the commit must wait for); the committable offset of a
+partition is the oldest pinned offset, or the consumer position when none is pinned.
 After a crash the daemon replays from there, and idempotent writes make the replay harmless.
 
 Processors never see offsets: they keep state in named keyed stores (``processors.state``) and report which keys
