@@ -39,12 +39,13 @@ _REMOTE_PARENT = (SpanKind.SERVER, SpanKind.CONSUMER)  # their parent is a calle
 
 @dataclass(slots=True)
 class _OpenTrace:
-    spans: list[Span] = field(default_factory=list)
-    span_ids: set[str] = field(default_factory=set)  # a redelivered message must not double the trace
+    # By span id, in arrival order: a redelivered message must not double the trace (one dict, not a list and a set
+    # of the ids: a third of their size, for every span held open).
+    spans: dict[str, Span] = field(default_factory=dict)
     last_ns: int = 0
     first_ns: int = 0
     late: bool = False
-    awaited: set[str] = field(default_factory=set)  # in-process parents not arrived yet (their spans are running)
+    awaited: set[str] | None = None  # in-process parents not arrived yet (their spans are running); None when none
     truncated: bool = False  # spans were dropped at max_spans: a parent may be among them, none is awaited
 
 
@@ -122,7 +123,7 @@ class TraceAssembler:
                 if tid in self._closed_recently:
                     trace.late = True
                     count("late_spans")
-            if span.span_id in trace.span_ids:
+            if span.span_id in trace.spans:
                 count("duplicate_spans")
                 if tid not in fed:  # a replayed message still feeds this open trace: pin it too
                     self._open.retain(tid)
@@ -131,24 +132,28 @@ class TraceAssembler:
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
                 if trace.awaited:  # the awaited parent may be this span or a later dropped one: wait no more
-                    trace.awaited.clear()
+                    trace.awaited = None
                     self._deadlines.set(tid, self._deadline(trace))
                 trace.truncated = True
                 continue
             if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
                 self._open.retain(tid)
                 fed.add(tid)
-            trace.spans.append(span)
-            trace.span_ids.add(span.span_id)
+            trace.spans[span.span_id] = span
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
                 heapq.heappush(self._starts, (span.start_ns, tid))
             added += 1
-            awaited = trace.awaited
-            if not trace.truncated and (awaited or (span.parent_id and span.kind not in _REMOTE_PARENT)):
-                awaited.discard(span.span_id)
-                if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.span_ids:
+            if not trace.truncated:
+                awaited = trace.awaited
+                if awaited is not None:
+                    awaited.discard(span.span_id)
+                if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.spans:
+                    if awaited is None:
+                        awaited = trace.awaited = set()
                     awaited.add(span.parent_id)
+                elif awaited is not None and not awaited:
+                    trace.awaited = None  # an empty set keeps its table
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
             self._deadlines.set(tid, self._deadline(trace))
@@ -171,7 +176,7 @@ class TraceAssembler:
             trace = self._open.get(tid)
             if trace is not None and not trace.truncated:
                 trace.truncated = True
-                trace.awaited.clear()
+                trace.awaited = None
                 self._deadlines.set(tid, self._deadline(trace))
 
     def _deadline(self, trace: _OpenTrace) -> int:
@@ -233,4 +238,4 @@ class TraceAssembler:
         self._deadlines.cancel(tid)
         self._closed_recently.add(tid)
         self.telemetry.count("closed")
-        return ClosedTrace(tid, tuple(trace.spans), trace.late, forced)
+        return ClosedTrace(tid, tuple(trace.spans.values()), trace.late, forced)
