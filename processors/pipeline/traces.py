@@ -22,7 +22,7 @@ assembly: :meth:`TraceAssembler.lost`) awaits no parent: it may have been one of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from processors.api.provenance import NO_EVENTS, StateEvents
@@ -190,15 +190,18 @@ class TraceAssembler:
     def close_until(self, watermark_ns: int) -> list[ClosedTrace]:
         """Close every trace whose last span ended more than ``gap`` before the watermark (or, awaiting a parent,
         that started more than ``max_request`` before it: counted as ``max_request_duration``)."""
-        closed = []
+        return list(self.closing(watermark_ns))
+
+    def closing(self, watermark_ns: int) -> Iterator[ClosedTrace]:
+        """``close_until``, one trace at a time: each closes as the caller takes it, so that what the caller makes
+        of the traces taken so far replaces them, rather than all of a burst's spans and all their output at once."""
         for tid in self._deadlines.due(watermark_ns):
             trace = self._open.get(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
                 self.telemetry.drop("max_request_duration")  # closed before its parent came, as at max_open
-            closed.append(self._close(tid, forced=False))
-        return closed
+            yield self._close(tid, forced=False)
 
     def oldest_start(self) -> int | None:
         """The earliest span start of any open trace (windows must not close before it), or None."""

@@ -84,6 +84,18 @@ def test_trace_closes_only_when_watermark_reaches_last_end_plus_gap() -> None:
     assert asm.close_until(10_000 * S) == []  # closed once only
 
 
+def test_closing_closes_each_trace_as_it_is_taken() -> None:
+    """``closing`` hands the due traces over one at a time, earliest deadline first: a trace not taken yet is still
+    open (a burst's spans go as their traces are done, not all held until the last is)."""
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(B, 2, 100, 102), span(C, 3, 100, 150)], 0)
+    closing = asm.closing(110 * S)
+    assert len(asm) == 3
+    assert next(closing).trace_id == A and len(asm) == 2
+    assert next(closing).trace_id == B and len(asm) == 1
+    assert next(closing, None) is None and asm.open_ids() == [C]
+
+
 def test_later_span_extends_the_deadline() -> None:
     """A span ending later pushes the trace's deadline out; the stale earlier deadline closes nothing."""
     asm = Assembler(GAP, max_open=10, max_spans=10)
