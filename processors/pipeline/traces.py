@@ -35,6 +35,7 @@ from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
 
 _REMOTE_PARENT = (SpanKind.SERVER, SpanKind.CONSUMER)  # their parent is a caller's span, in another process
+SPREAD_SPANS = 20_000  # spans closed by one ``closing(spread=True)`` beyond those added since the last one
 
 
 @dataclass(slots=True)
@@ -53,8 +54,8 @@ class TraceAssembler:
     """Open traces keyed by trace id; see the module docstring."""
 
     __slots__ = (
-        "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns", "max_request_ns",
-        "max_spans", "telemetry",
+        "_added", "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns",
+        "max_request_ns", "max_spans", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -84,6 +85,7 @@ class TraceAssembler:
         self._closed_recently: CountedLRU[str, None] = CountedLRU(remember_closed)
         self._lossy: CountedLRU[str, None] = CountedLRU(remember_closed)  # traces that lost spans before assembly
         self._forced: list[ClosedTrace] = []
+        self._added = 0  # spans added since the last spread close
 
     def __len__(self) -> int:
         return len(self._open)
@@ -160,6 +162,7 @@ class TraceAssembler:
             if sized:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
+        self._added += added
         if sized:  # after the message: the byte bound may close a trace it fed, with the spans that took it there
             for tid, size in grown.items():
                 if tid in self._open:
@@ -192,16 +195,29 @@ class TraceAssembler:
         that started more than ``max_request`` before it: counted as ``max_request_duration``)."""
         return list(self.closing(watermark_ns))
 
-    def closing(self, watermark_ns: int) -> Iterator[ClosedTrace]:
+    def closing(self, watermark_ns: int, *, spread: bool = False) -> Iterator[ClosedTrace]:
         """``close_until``, one trace at a time: each closes as the caller takes it, so that what the caller makes
-        of the traces taken so far replaces them, rather than all of a burst's spans and all their output at once."""
-        for tid in self._deadlines.due(watermark_ns):
+        of the traces taken so far replaces them, rather than all of a burst's spans and all their output at once.
+
+        With ``spread``, it stops once the traces closed hold the spans added since the last such call and
+        ``SPREAD_SPANS`` more (at least one trace): the rest stay open and due, for the next batch. A burst held
+        open by the gap then closes over several batches, each one's output written before the next is made, while
+        closing keeps up with any rate of input."""
+        budget = None
+        if spread:
+            budget, self._added = self._added + SPREAD_SPANS, 0
+        for tid in self._deadlines.pop_due(watermark_ns):
             trace = self._open.get(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
                 self.telemetry.drop("max_request_duration")  # closed before its parent came, as at max_open
-            yield self._close(tid, forced=False)
+            closed = self._close(tid, forced=False)
+            yield closed
+            if budget is not None:
+                budget -= len(closed.spans)
+                if budget <= 0:
+                    return
 
     def oldest_start(self) -> int | None:
         """The earliest span start of any open trace (windows must not close before it), or None."""

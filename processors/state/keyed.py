@@ -209,14 +209,16 @@ class Deadlines(Generic[K]):
 
     def due(self, now: int) -> list[K]:
         """Pop every key whose deadline is ``<= now``, earliest first."""
-        out = []
+        return list(self.pop_due(now))
+
+    def pop_due(self, now: int) -> Iterator[K]:
+        """``due``, one key at a time: each is popped as it is taken, and those not taken stay due."""
         heap, at, queued = self._heap, self._at, self._queued
         while heap and heap[0][0] <= now:
             if self._top():
                 key = heapq.heappop(heap)[2]
                 del at[key], queued[key]
-                out.append(key)
-        return out
+                yield key
 
     def earliest(self) -> tuple[int, K] | None:
         """The earliest live deadline and its key, or None."""

@@ -267,7 +267,7 @@ class IngestStage(Stage):
 
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         forced, self._forced = self._forced, []
-        for trace in itertools.chain(forced, self.traces.closing(watermark_ns)):  # each trace's spans go as it is done
+        for trace in itertools.chain(forced, self.traces.closing(watermark_ns, spread=True)):  # see closing
             self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
             mark = out.mark()
             try:
