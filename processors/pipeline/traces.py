@@ -22,7 +22,7 @@ assembly: :meth:`TraceAssembler.lost`) awaits no parent: it may have been one of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from processors.api.provenance import NO_EVENTS, StateEvents
@@ -35,16 +35,18 @@ from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
 
 _REMOTE_PARENT = (SpanKind.SERVER, SpanKind.CONSUMER)  # their parent is a caller's span, in another process
+SPREAD_SPANS = 20_000  # spans closed by one ``closing(spread=True)`` beyond those added since the last one
 
 
 @dataclass(slots=True)
 class _OpenTrace:
-    spans: list[Span] = field(default_factory=list)
-    span_ids: set[str] = field(default_factory=set)  # a redelivered message must not double the trace
+    # By span id, in arrival order: a redelivered message must not double the trace (one dict, not a list and a set
+    # of the ids: a third of their size, for every span held open).
+    spans: dict[str, Span] = field(default_factory=dict)
     last_ns: int = 0
     first_ns: int = 0
     late: bool = False
-    awaited: set[str] = field(default_factory=set)  # in-process parents not arrived yet (their spans are running)
+    awaited: set[str] | None = None  # in-process parents not arrived yet (their spans are running); None when none
     truncated: bool = False  # spans were dropped at max_spans: a parent may be among them, none is awaited
 
 
@@ -52,8 +54,8 @@ class TraceAssembler:
     """Open traces keyed by trace id; see the module docstring."""
 
     __slots__ = (
-        "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns", "max_request_ns",
-        "max_spans", "telemetry",
+        "_added", "_closed_recently", "_deadlines", "_forced", "_lossy", "_open", "_starts", "gap_ns",
+        "max_request_ns", "max_spans", "telemetry",
     )  # fmt: skip
 
     def __init__(
@@ -83,6 +85,7 @@ class TraceAssembler:
         self._closed_recently: CountedLRU[str, None] = CountedLRU(remember_closed)
         self._lossy: CountedLRU[str, None] = CountedLRU(remember_closed)  # traces that lost spans before assembly
         self._forced: list[ClosedTrace] = []
+        self._added = 0  # spans added since the last spread close
 
     def __len__(self) -> int:
         return len(self._open)
@@ -122,7 +125,7 @@ class TraceAssembler:
                 if tid in self._closed_recently:
                     trace.late = True
                     count("late_spans")
-            if span.span_id in trace.span_ids:
+            if span.span_id in trace.spans:
                 count("duplicate_spans")
                 if tid not in fed:  # a replayed message still feeds this open trace: pin it too
                     self._open.retain(tid)
@@ -131,30 +134,35 @@ class TraceAssembler:
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
                 if trace.awaited:  # the awaited parent may be this span or a later dropped one: wait no more
-                    trace.awaited.clear()
+                    trace.awaited = None
                     self._deadlines.set(tid, self._deadline(trace))
                 trace.truncated = True
                 continue
             if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
                 self._open.retain(tid)
                 fed.add(tid)
-            trace.spans.append(span)
-            trace.span_ids.add(span.span_id)
+            trace.spans[span.span_id] = span
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
                 heapq.heappush(self._starts, (span.start_ns, tid))
             added += 1
-            awaited = trace.awaited
-            if not trace.truncated and (awaited or (span.parent_id and span.kind not in _REMOTE_PARENT)):
-                awaited.discard(span.span_id)
-                if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.span_ids:
+            if not trace.truncated:
+                awaited = trace.awaited
+                if awaited is not None:
+                    awaited.discard(span.span_id)
+                if span.parent_id and span.kind not in _REMOTE_PARENT and span.parent_id not in trace.spans:
+                    if awaited is None:
+                        awaited = trace.awaited = set()
                     awaited.add(span.parent_id)
+                elif awaited is not None and not awaited:
+                    trace.awaited = None  # an empty set keeps its table
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
             self._deadlines.set(tid, self._deadline(trace))
             if sized:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
+        self._added += added
         if sized:  # after the message: the byte bound may close a trace it fed, with the spans that took it there
             for tid, size in grown.items():
                 if tid in self._open:
@@ -171,7 +179,7 @@ class TraceAssembler:
             trace = self._open.get(tid)
             if trace is not None and not trace.truncated:
                 trace.truncated = True
-                trace.awaited.clear()
+                trace.awaited = None
                 self._deadlines.set(tid, self._deadline(trace))
 
     def _deadline(self, trace: _OpenTrace) -> int:
@@ -185,15 +193,31 @@ class TraceAssembler:
     def close_until(self, watermark_ns: int) -> list[ClosedTrace]:
         """Close every trace whose last span ended more than ``gap`` before the watermark (or, awaiting a parent,
         that started more than ``max_request`` before it: counted as ``max_request_duration``)."""
-        closed = []
-        for tid in self._deadlines.due(watermark_ns):
+        return list(self.closing(watermark_ns))
+
+    def closing(self, watermark_ns: int, *, spread: bool = False) -> Iterator[ClosedTrace]:
+        """``close_until``, one trace at a time: each closes as the caller takes it, so that what the caller makes
+        of the traces taken so far replaces them, rather than all of a burst's spans and all their output at once.
+
+        With ``spread``, it stops once the traces closed hold the spans added since the last such call and
+        ``SPREAD_SPANS`` more (at least one trace): the rest stay open and due, for the next batch. A burst held
+        open by the gap then closes over several batches, each one's output written before the next is made, while
+        closing keeps up with any rate of input."""
+        budget = None
+        if spread:
+            budget, self._added = self._added + SPREAD_SPANS, 0
+        for tid in self._deadlines.pop_due(watermark_ns):
             trace = self._open.get(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
                 self.telemetry.drop("max_request_duration")  # closed before its parent came, as at max_open
-            closed.append(self._close(tid, forced=False))
-        return closed
+            closed = self._close(tid, forced=False)
+            yield closed
+            if budget is not None:
+                budget -= len(closed.spans)
+                if budget <= 0:
+                    return
 
     def oldest_start(self) -> int | None:
         """The earliest span start of any open trace (windows must not close before it), or None."""
@@ -233,4 +257,4 @@ class TraceAssembler:
         self._deadlines.cancel(tid)
         self._closed_recently.add(tid)
         self.telemetry.count("closed")
-        return ClosedTrace(tid, tuple(trace.spans), trace.late, forced)
+        return ClosedTrace(tid, tuple(trace.spans.values()), trace.late, forced)

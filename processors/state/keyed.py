@@ -148,12 +148,19 @@ class KeyedState(Generic[K, V]):
 
 
 class Deadlines(Generic[K]):
-    """One event-time deadline per key, the earliest found in O(log n); rescheduling invalidates lazily."""
+    """One event-time deadline per key, the earliest found in O(log n); rescheduling invalidates lazily.
 
-    __slots__ = ("_at", "_heap", "_seq")
+    Each key has one entry in the heap that counts (``_queued``: its time, never after the key's deadline): a
+    deadline moved later is only noted, and one moved earlier is pushed only when it is before that entry (an open
+    trace's deadline goes later while it awaits a parent and back when the parent comes, at every such span). When
+    the entry comes up before the deadline, it moves on to it. Entries left behind (by a push before them, or a
+    cancel) are skipped when they come up."""
+
+    __slots__ = ("_at", "_heap", "_queued", "_seq")
 
     def __init__(self) -> None:
         self._at: dict[K, int] = {}
+        self._queued: dict[K, int] = {}  # the time of each key's entry in the heap that counts
         self._heap: list[tuple[int, int, K]] = []
         self._seq = itertools.count()
 
@@ -167,14 +174,13 @@ class Deadlines(Generic[K]):
         return self._at.get(key)
 
     def set(self, key: K, at: int) -> None:
-        """The deadline of ``key`` is now ``at`` (earlier or later than before). A later one is only noted: the
-        key's entry in the heap, earlier, is moved on when it comes up (an open trace's deadline moves with each of
-        its spans: one entry per span stayed in the heap until the trace closed)."""
-        current = self._at.get(key)
-        if current == at:
-            return
+        """The deadline of ``key`` is now ``at`` (earlier or later than before). Pushed only when before the key's
+        entry in the heap, which otherwise moves on to it when it comes up (an open trace's deadline moves with
+        each of its spans: one entry per span stayed in the heap until the trace closed)."""
         self._at[key] = at
-        if current is None or at < current:
+        queued = self._queued.get(key)
+        if queued is None or at < queued:
+            self._queued[key] = at
             heapq.heappush(self._heap, (at, next(self._seq), key))
 
     def extend(self, key: K, at: int) -> None:
@@ -184,27 +190,39 @@ class Deadlines(Generic[K]):
             self.set(key, at)
 
     def cancel(self, key: K) -> None:
-        self._at.pop(key, None)
+        if self._at.pop(key, None) is not None:
+            del self._queued[key]
+
+    def _top(self) -> bool:
+        """Whether the heap's first entry counts and is due at its key's deadline; an entry left behind is
+        dropped, one before its key's deadline moves on to it (then False, the caller looks again)."""
+        when, _, key = self._heap[0]
+        if self._queued.get(key) != when:  # left behind (a later push, a cancel, or the key's deadline passed)
+            heapq.heappop(self._heap)
+            return False
+        due = self._at[key]
+        if due == when:
+            return True
+        self._queued[key] = due
+        heapq.heapreplace(self._heap, (due, next(self._seq), key))
+        return False
 
     def due(self, now: int) -> list[K]:
         """Pop every key whose deadline is ``<= now``, earliest first."""
-        out = []
-        heap, at = self._heap, self._at
+        return list(self.pop_due(now))
+
+    def pop_due(self, now: int) -> Iterator[K]:
+        """``due``, one key at a time: each is popped as it is taken, and those not taken stay due."""
+        heap, at, queued = self._heap, self._at, self._queued
         while heap and heap[0][0] <= now:
-            when, _, key = heapq.heappop(heap)
-            due = at.get(key)
-            if due == when:
-                del at[key]
-                out.append(key)
-            elif due is not None and due > when:  # moved later since: its entry moves on
-                heapq.heappush(heap, (due, next(self._seq), key))
-        return out
+            if self._top():
+                key = heapq.heappop(heap)[2]
+                del at[key], queued[key]
+                yield key
 
     def earliest(self) -> tuple[int, K] | None:
         """The earliest live deadline and its key, or None."""
-        heap, at = self._heap, self._at
-        while heap and (due := at.get(heap[0][2])) != heap[0][0]:
-            when, _, key = heapq.heappop(heap)
-            if due is not None and due > when:
-                heapq.heappush(heap, (due, next(self._seq), key))
+        heap = self._heap
+        while heap and not self._top():
+            pass
         return (heap[0][0], heap[0][2]) if heap else None

@@ -31,6 +31,7 @@ offsets they held, and the other traces and windows close as usual.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import replace
 
@@ -297,7 +298,7 @@ class IngestStage(Stage):
 
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         forced, self._forced = self._forced, []
-        for trace in forced + self.traces.close_until(watermark_ns):
+        for trace in itertools.chain(forced, self.traces.closing(watermark_ns, spread=True)):  # see closing
             self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
             mark = out.mark()
             try:

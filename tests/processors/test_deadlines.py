@@ -28,6 +28,18 @@ def test_moving_a_deadline_later_again_and_again_keeps_one_entry() -> None:
     assert len(d._heap) == 1 and d.due(999) == [] and d.due(1_000) == ["trace"]
 
 
+def test_a_deadline_moved_later_then_back_keeps_one_entry() -> None:
+    """An open trace awaiting a parent: its deadline goes later (``max_request``) and back (the parent came) with
+    each span, never before its first one: the heap holds one entry for it, due at the deadline in force."""
+    d: Deadlines[str] = Deadlines()
+    d.set("trace", 10)  # its first span
+    for at in range(10, 1_010):
+        d.set("trace", at + 5_000)  # awaiting
+        d.set("trace", at)  # the parent came: back to the quiet deadline, later than the first
+    assert len(d._heap) == 1 and d.due(1_008) == [] and d.earliest() == (1_009, "trace")
+    assert d.due(1_009) == ["trace"] and not d._heap and d.earliest() is None
+
+
 ops = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 50), st.sampled_from(["set", "extend",
                                                                                        "cancel", "due"])),
                max_size=60)  # fmt: skip

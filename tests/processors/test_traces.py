@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
+import pytest
+
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.sizes import span_bytes
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
+from processors.pipeline import traces
 from processors.pipeline.traces import TraceAssembler
 from streamer.runtime.pins import PinTracker
 
@@ -93,6 +96,34 @@ def test_trace_closes_only_when_watermark_reaches_last_end_plus_gap() -> None:
     assert len(asm) == 0
     assert asm.telemetry.events["closed"] == 1
     assert asm.close_until(10_000 * S) == []  # closed once only
+
+
+def test_closing_closes_each_trace_as_it_is_taken() -> None:
+    """``closing`` hands the due traces over one at a time, earliest deadline first: a trace not taken yet is still
+    open (a burst's spans go as their traces are done, not all held until the last is)."""
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(B, 2, 100, 102), span(C, 3, 100, 150)], 0)
+    closing = asm.closing(110 * S)
+    assert len(asm) == 3
+    assert next(closing).trace_id == A and len(asm) == 2
+    assert next(closing).trace_id == B and len(asm) == 1
+    assert next(closing, None) is None and asm.open_ids() == [C]
+
+
+def test_a_spread_close_stops_at_its_budget_and_leaves_the_rest_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``closing(spread=True)`` closes the spans added since the last such call and ``SPREAD_SPANS`` more: the due
+    traces past that stay open and close at the next calls (none is lost from the deadlines)."""
+    monkeypatch.setattr(traces, "SPREAD_SPANS", 2)
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    asm.feed([span(A, 1, 100, 101), span(A, 2, 100, 101, parent=1), span(B, 3, 100, 102),
+              span(B, 4, 100, 102, parent=3), span(C, 5, 100, 103)], 0)  # fmt: skip
+    assert list(asm.closing(100 * S, spread=True)) == [] and len(asm) == 3  # none due; the 5 spans added counted
+    assert [t.trace_id for t in asm.closing(110 * S, spread=True)] == [A] and len(asm) == 2
+    assert [t.trace_id for t in asm.closing(110 * S, spread=True)] == [B]
+    assert [t.trace_id for t in asm.closing(110 * S, spread=True)] == [C] and len(asm) == 0
+    asm.feed([span("d" * 32, 6, 100, 101), span("e" * 32, 7, 100, 101), span("f" * 32, 8, 100, 101)], 1)
+    assert len(list(asm.closing(110 * S, spread=True))) == 3  # what was added since, and 2 more
+    assert asm.telemetry.events["closed"] == 6
 
 
 def test_later_span_extends_the_deadline() -> None:

@@ -168,8 +168,8 @@ def test_a_span_left_in_an_open_trace_keeps_nothing_of_its_message() -> None:
     [tid] = p.stage.traces.open_ids()
     trace = p.stage.traces._open.get(tid)
     assert trace is not None and len(trace.spans) == len(spans)
-    assert all(s._source is None and s._detail is not None for s in trace.spans)
-    assert {s.db is not None for s in trace.spans} == {True, False}  # the detail read is the real one
+    assert all(s._source is None and s._detail is not None for s in trace.spans.values())
+    assert {s.db is not None for s in trace.spans.values()} == {True, False}  # the detail read is the real one
     closed = p.tick(3)
     assert closed_ids(closed) == {trace_id(spans)}
     assert len(accesses(closed, p.settings.kafka.accesses_topic)) == 1
