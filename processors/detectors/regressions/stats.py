@@ -215,8 +215,11 @@ class ServiceStats:
             self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
         duration = req.end_ns - req.start_ns
         if op.slow.wants(duration):
-            start = next(s for s in trace.spans if s.span_id == req.span_id)
-            op.slow.add(duration, req.span_id, critical_path(trace.spans, start))
+            facts = trace.facts
+            start = (
+                facts.by_id[req.span_id] if facts.unique else next(s for s in trace.spans if s.span_id == req.span_id)
+            )
+            op.slow.add(duration, req.span_id, critical_path(trace.spans, start, facts.by_end))
         if req.error:
             op.errors += 1
             sig = req.signature
