@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
+from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values, new_access
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.sql import SqlAccessExtractor
@@ -65,7 +65,7 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
             values[at] = value
         if sites is not None:
             values[_SITE_AT:end] = sites[i]
-        stamped.append(Access(*values))
+        stamped.append(new_access(*values))
     return stamped
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.model.events import SpanKind, StatusCode
+from processors.model.fast import maker
 from processors.model.sampling import UNKNOWN, Sampling
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -67,6 +68,9 @@ class Request:
     @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / MS_NS
+
+
+_new_request = maker(Request)  # Request(...) at a fraction of the cost (processors.model.fast)
 
 
 def _origin(span: Span, children: dict[str, list[Span]]) -> tuple[str, str]:
@@ -126,7 +130,7 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
         sampling = d.sampling
         if not sampling.source:  # the trace's (Jaeger's attributes: on the root only)
             sampling = facts.sampling
-        out.append(Request(trace.trace_id, span.span_id, r.service, r.version, r.revision, route or name, label,
+        out.append(_new_request(trace.trace_id, span.span_id, r.service, r.version, r.revision, route or name, label,
                            span.start_ns, span.end_ns, error, exception, http_status, signature, function, sampling,
                            r.identified_by))  # fmt: skip
     return tuple(out)
