@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import FrozenInstanceError
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.sampling import UNKNOWN, Sampling
@@ -48,7 +47,6 @@ class SpanDetailReader(Protocol):
 _CORE = ("trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "resource")
 _DETAIL: tuple[str, ...] = SpanDetail._fields
 DETAIL_FIELDS = _DETAIL  # SpanDetail's field names, in order
-_DETAIL_NAMES = frozenset(_DETAIL)
 _ERROR = StatusCode.ERROR
 
 
@@ -145,41 +143,68 @@ class Span(_SpanSlots):
         detail = self._detail
         return detail if detail is not None else _detail(self)
 
-    # Each detail field is read through ``_detail`` by a C-level getter (``attrgetter``: no Python frame, as the
-    # processors read them millions of times); on a span not read yet ``_detail`` is None, the getter's
-    # AttributeError sends Python to ``__getattr__``, which reads the detail.
-    if TYPE_CHECKING:
-        route: str
-        http_status: int
-        exception_type: str
-        exception_message: str
-        code_function: str
-        code_file: str
-        code_line: int
-        db: DbCall | None
-        links: tuple[str, ...]
-        idempotency_key: str
-        exception_stacktrace: str
-        sampling: Sampling
-    else:
-        route = property(attrgetter("_detail.route"))
-        http_status = property(attrgetter("_detail.http_status"))
-        exception_type = property(attrgetter("_detail.exception_type"))
-        exception_message = property(attrgetter("_detail.exception_message"))
-        code_function = property(attrgetter("_detail.code_function"))
-        code_file = property(attrgetter("_detail.code_file"))
-        code_line = property(attrgetter("_detail.code_line"))
-        db = property(attrgetter("_detail.db"))
-        links = property(attrgetter("_detail.links"))
-        idempotency_key = property(attrgetter("_detail.idempotency_key"))
-        exception_stacktrace = property(attrgetter("_detail.exception_stacktrace"))
-        sampling = property(attrgetter("_detail.sampling"))
+    # Each detail field reads the slot and only calls ``_detail`` (the first read of a lazy span) when it is None:
+    # the processors read these fields millions of times. (No ``__getattr__`` fallback: a class with one loses
+    # the interpreter's fast attribute reads for every field of every span.)
+    @property
+    def route(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).route
 
-        def __getattr__(self, name: str) -> Any:  # (hidden from mypy: every other name stays checked)
-            """A detail field of a span whose detail is not read yet (see above): read it now."""
-            if name in _DETAIL_NAMES and self._detail is None:
-                return getattr(_detail(self), name)
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def http_status(self) -> int:
+        d = self._detail
+        return (d if d is not None else _detail(self)).http_status
+
+    @property
+    def exception_type(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_type
+
+    @property
+    def exception_message(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_message
+
+    @property
+    def code_function(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_function
+
+    @property
+    def code_file(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_file
+
+    @property
+    def code_line(self) -> int:
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_line
+
+    @property
+    def db(self) -> DbCall | None:
+        d = self._detail
+        return (d if d is not None else _detail(self)).db
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        d = self._detail
+        return (d if d is not None else _detail(self)).links
+
+    @property
+    def idempotency_key(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).idempotency_key
+
+    @property
+    def exception_stacktrace(self) -> str:
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_stacktrace
+
+    @property
+    def sampling(self) -> Sampling:
+        d = self._detail
+        return (d if d is not None else _detail(self)).sampling
 
     @property
     def duration_ms(self) -> float:
