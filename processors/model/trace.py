@@ -47,7 +47,9 @@ class TraceFacts:
         exception = ""
         for s in spans:
             by_id[s.span_id] = s
-            detail = s.detail
+            detail = s._detail  # (read already in stage 1: the slot, not the property)
+            if detail is None:
+                detail = s.detail
             kind = s.kind
             if earliest is None:
                 earliest, start_ns, end_ns = s, s.start_ns, s.end_ns

@@ -76,8 +76,9 @@ class SlowTraces:
         return len(self.heap) < self.size or duration_ns > self.heap[0][0]
 
     def add(self, duration_ns: int, span_id: str, owned: dict[str, int]) -> None:
-        if any(h[1] == span_id for h in self.heap):
-            return  # the same request again (a trace delivered twice and closed twice): kept once
+        for h in self.heap:
+            if h[1] == span_id:
+                return  # the same request again (a trace delivered twice and closed twice): kept once
         item = (duration_ns, span_id, owned)
         if len(self.heap) < self.size:
             heapq.heappush(self.heap, item)
