@@ -1,5 +1,5 @@
 """ClosedTrace.facts answers as the per-processor passes it replaced did; processors.model.fast makes the objects
-the dataclasses' own __init__ would; a span's detail fields read through their C-level getters, lazily too."""
+the dataclasses' own __init__ would; a lazy span's detail fields read its detail once, on first use."""
 
 from __future__ import annotations
 
