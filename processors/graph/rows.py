@@ -29,13 +29,14 @@ from processors.api.component import Section
 from processors.correlation.engine import Correlation
 from processors.model.events import Access, DbOperation, RowChange, SpanKind, StatusCode
 from processors.model.graph import GraphBatch, Row
-from processors.model.span import Span
+from processors.model.span import Span, SpanDetail
 from processors.model.trace import ClosedTrace
 from processors.pipeline.calls import Parts
 from processors.sql.values import predicate_text
 from processors.state.windows import ClosedWindow
 
 _INT_LIMIT = 2**63 - 1
+_ERROR = StatusCode.ERROR
 
 
 DAY_S = 24 * 3600.0
@@ -111,11 +112,11 @@ OMITTED_COLUMNS = ("name", "service", "offset_ms", "duration_ms", "status")
 
 def paths(trace: ClosedTrace, accesses: Sequence[Access]) -> tuple[list[Span], list[Span]]:
     """(kept, omitted): the access spans and error spans with every ancestor up to the root, and the rest."""
-    by_id = {s.span_id: s for s in trace.spans}
+    by_id = trace.facts.by_id
     wanted = {a.span_id for a in accesses}
     keep: set[str] = set()
     for s in trace.spans:
-        if s.span_id not in wanted and not s.is_error and not s.exception_type:
+        if s.span_id not in wanted and s.status != _ERROR and not s.exception_type:
             continue
         node: Span | None = s
         while node is not None and node.span_id not in keep:
@@ -153,7 +154,7 @@ def detailed(trace: ClosedTrace, accesses: Sequence[Access], policy: str) -> boo
         return True
     if policy == "none":
         return False  # "entities_or_errors" and "paths" both keep traces that touch rows or fail
-    return bool(accesses) or any(s.status == StatusCode.ERROR for s in trace.spans)
+    return bool(accesses) or trace.facts.error
 
 
 def _ms(ns: int) -> float:
@@ -173,21 +174,22 @@ def _unique(rows: list[Row], field: str, new: dict[str, Row]) -> None:
 
 def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batch: GraphBatch) -> None:
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
+    facts = trace.facts
     seen = _ms(trace.end_ns)  # when they were last seen: retention deletes services and operations no longer seen
     services = sorted({s.resource.service for s in trace.spans})
     _unique(batch.services, "name", {name: {"name": name, "seen": seen} for name in services})
     operations: dict[str, Row] = {}
-    for span in trace.spans:
-        if span.kind == SpanKind.SERVER or not span.parent_id:
-            key = operation_key(span)
-            operations[key] = {"key": key, "service": span.resource.service, "name": span.route or span.name,
-                               "seen": seen}  # fmt: skip
+    for span in facts.requests:  # the server spans and the spans without a parent
+        service, name = span.resource.service, span.route or span.name
+        key = f"{service}:{name}"
+        operations[key] = {"key": key, "service": service, "name": name, "seen": seen}
     _unique(batch.operations, "key", operations)
     # A late fragment of a trace the policy would not detail (typically its root span, exported after the trace
     # closed) still completes the trace if an earlier fragment was detailed: its spans go to ``late_traces``,
     # which writes only onto a Trace already in the graph, so that the earlier spans get their parents.
-    completing = policy == "paths" and trace.late and not detailed(trace, accesses, policy)
-    if not completing and not detailed(trace, accesses, policy):
+    detail = detailed(trace, accesses, policy)
+    completing = policy == "paths" and trace.late and not detail
+    if not completing and not detail:
         return
     root = trace.root
     start_ns, end_ns = trace.start_ns, trace.end_ns
@@ -197,7 +199,7 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
         "service": root.resource.service,
         "start": _ms(start_ns),
         "duration_ms": _ms(end_ns - start_ns),
-        "status": "error" if any(s.is_error for s in trace.spans) else "ok",
+        "status": "error" if facts.error else "ok",
         "version": root.resource.version,
         # Whether this part of the trace has its root span: a late fragment (spans arriving after the trace
         # closed) must not replace the root, start and duration the complete trace wrote.
@@ -208,12 +210,7 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     if policy == "paths":
         kept, omitted = (list(trace.spans), []) if completing else paths(trace, accesses)
         row["omitted"] = omitted_text(omitted, start_ns)
-        row["spans"] = [
-            [s.span_id, s.parent_id or None, s.resource.service, s.resource.version, s.name,
-             _KIND[s.kind], _ms(s.start_ns), _ms(s.end_ns), _STATUS[s.status], s.route, s.http_status,
-             s.exception_type, s.code_function, s.code_file, s.code_line, s.db.statement if s.db else ""]
-            for s in kept
-        ]  # fmt: skip
+        row["spans"] = [_path_span(s, s.detail) for s in kept]
     else:
         for s in trace.spans:
             batch.spans.append(
@@ -239,6 +236,14 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
             if s.parent_id:  # in this fragment or not: the graph links it now or once the parent is written
                 batch.child_of.append({"id": s.span_id, "parent": s.parent_id})
     access_rows(accesses, batch)
+
+
+def _path_span(s: Span, d: SpanDetail) -> list[Any]:
+    """A kept span inside its trace's row, in :data:`PATH_SPAN_COLUMNS` order."""
+    r = s.resource
+    return [s.span_id, s.parent_id or None, r.service, r.version, s.name, _KIND[s.kind], s.start_ns / 1e6,
+            s.end_ns / 1e6, _STATUS[s.status], d.route, d.http_status, d.exception_type, d.code_function,
+            d.code_file, d.code_line, d.db.statement if d.db else ""]  # fmt: skip
 
 
 def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from typing_extensions import TypeAliasType
 
+from processors.model.fast import maker
 from processors.model.units import MS_NS
 
 # A scalar value as it appears in span attributes, statement parameters and row images.
@@ -237,6 +238,7 @@ class Keying(StrEnum):
 
 
 ACCESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Access))
+new_access = maker(Access)  # Access(...) at a seventh of the cost (processors.model.fast)
 access_values = operator.attrgetter(*ACCESS_FIELDS)  # an Access's values in ACCESS_FIELDS order, in one C call
 
 

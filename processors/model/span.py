@@ -47,6 +47,7 @@ class SpanDetailReader(Protocol):
 _CORE = ("trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "resource")
 _DETAIL: tuple[str, ...] = SpanDetail._fields
 DETAIL_FIELDS = _DETAIL  # SpanDetail's field names, in order
+_ERROR = StatusCode.ERROR
 
 
 class _SpanSlots:
@@ -139,55 +140,71 @@ class Span(_SpanSlots):
     @property
     def detail(self) -> SpanDetail:
         """The attribute- and event-derived fields (read from the wire message on first use)."""
-        return _detail(self)
+        detail = self._detail
+        return detail if detail is not None else _detail(self)
 
+    # Each detail field reads the slot and only calls ``_detail`` (the first read of a lazy span) when it is None:
+    # the processors read these fields millions of times. (No ``__getattr__`` fallback: a class with one loses
+    # the interpreter's fast attribute reads for every field of every span.)
     @property
     def route(self) -> str:
-        return _detail(self).route
+        d = self._detail
+        return (d if d is not None else _detail(self)).route
 
     @property
     def http_status(self) -> int:
-        return _detail(self).http_status
+        d = self._detail
+        return (d if d is not None else _detail(self)).http_status
 
     @property
     def exception_type(self) -> str:
-        return _detail(self).exception_type
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_type
 
     @property
     def exception_message(self) -> str:
-        return _detail(self).exception_message
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_message
 
     @property
     def code_function(self) -> str:
-        return _detail(self).code_function
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_function
 
     @property
     def code_file(self) -> str:
-        return _detail(self).code_file
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_file
 
     @property
     def code_line(self) -> int:
-        return _detail(self).code_line
+        d = self._detail
+        return (d if d is not None else _detail(self)).code_line
 
     @property
     def db(self) -> DbCall | None:
-        return _detail(self).db
+        d = self._detail
+        return (d if d is not None else _detail(self)).db
 
     @property
     def links(self) -> tuple[str, ...]:
-        return _detail(self).links
+        d = self._detail
+        return (d if d is not None else _detail(self)).links
 
     @property
     def idempotency_key(self) -> str:
-        return _detail(self).idempotency_key
+        d = self._detail
+        return (d if d is not None else _detail(self)).idempotency_key
 
     @property
     def exception_stacktrace(self) -> str:
-        return _detail(self).exception_stacktrace
+        d = self._detail
+        return (d if d is not None else _detail(self)).exception_stacktrace
 
     @property
     def sampling(self) -> Sampling:
-        return _detail(self).sampling
+        d = self._detail
+        return (d if d is not None else _detail(self)).sampling
 
     @property
     def duration_ms(self) -> float:
@@ -195,7 +212,7 @@ class Span(_SpanSlots):
 
     @property
     def is_error(self) -> bool:
-        return self.status == StatusCode.ERROR
+        return self.status == _ERROR
 
     def _key(self) -> tuple[Any, ...]:
         return (self.trace_id, self.span_id, self.parent_id, self.name, self.kind, self.start_ns, self.end_ns,

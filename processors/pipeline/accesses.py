@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values
+from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode, access_values, new_access
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
-from processors.pipeline.sampled_traffic import trace_sampling
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import transactions
 
@@ -53,12 +52,11 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
     """Stamp each access with its request: route, interval and outcome (what the collision detector judges), and
     with its code site's values when given (one per access). (Built positionally: ``dataclasses.replace`` of 33
     fields costs a visible share of stage 1.)"""
+    facts = trace.facts
     root = trace.root
-    exception = next((s.exception_type for s in trace.spans if s.exception_type), "")
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
-    request = (root.route or root.name, root.start_ns, max(root.end_ns, trace.end_ns),
-               any(s.is_error for s in trace.spans), exception, root.http_status, links,
-               trace_sampling(trace).probability)  # fmt: skip
+    request = (root.route or root.name, root.start_ns, max(root.end_ns, facts.end_ns), facts.error,
+               facts.exception, root.http_status, links, facts.sampling.probability)  # fmt: skip
     stamped = []
     end = _SITE_AT + len(_SITE)
     for i, a in enumerate(accesses):
@@ -67,7 +65,7 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
             values[at] = value
         if sites is not None:
             values[_SITE_AT:end] = sites[i]
-        stamped.append(Access(*values))
+        stamped.append(new_access(*values))
     return stamped
 
 
@@ -75,7 +73,7 @@ def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Acce
     """What the trace's transactions (``processors.sql.transactions``) change about its accesses: a row lock taken
     in a transaction that ended before the trace's later write of that row began does not guard that write (the
     lock is read as none); a write in a transaction a ROLLBACK span ended made no change (it counts as failed)."""
-    txs = transactions(trace.spans)
+    txs = transactions(trace.facts.db)  # (only DB spans are in a transaction)
     if not txs:
         return accesses
     later_writes: dict[str, list[Access]] = {}
@@ -101,25 +99,26 @@ _UNLOCATED: SiteValues = ("", "", 0, "", ())
 def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor, locator: CodeLocator | None = None) -> list[Access]:
     """Every row access the trace's DB spans made, with code sites (from ``code.*``, else from ``locator``) and
     the request; transactions as ``within_transactions`` reads them."""
-    by_id = {s.span_id: s for s in trace.spans}
+    db_spans = trace.facts.db
+    if not db_spans:
+        return []
+    by_id = trace.facts.by_id
     named: dict[str, SiteValues] = {}
     unnamed: list[Span] = []
-    for span in trace.spans:
-        if span.db is not None:
-            function, file, line = function_of(span, by_id)
-            if function:
-                named[span.span_id] = (function, file, line, "code_attributes", ())
-            else:
-                unnamed.append(span)
+    for span in db_spans:
+        function, file, line = function_of(span, by_id)
+        if function:
+            named[span.span_id] = (function, file, line, "code_attributes", ())
+        else:
+            unnamed.append(span)
     if unnamed and locator is not None:
         for span_id, found in locator.sites(trace, unnamed).items():
             named[span_id] = (found.function, found.file, found.line, found.located_by, found.candidates)
     accesses: list[Access] = []
     sites: list[SiteValues] = []
-    for span in trace.spans:
-        if span.db is not None:
-            site = named.get(span.span_id, _UNLOCATED)
-            made = extractor.accesses(span, function=site[0], file=site[1])
-            accesses.extend(made)
-            sites += [site] * len(made)
+    for span in db_spans:
+        site = named.get(span.span_id, _UNLOCATED)
+        made = extractor.accesses(span, function=site[0], file=site[1])
+        accesses.extend(made)
+        sites += [site] * len(made)
     return with_request(trace, within_transactions(trace, accesses), sites) if accesses else accesses

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.lib.sketch import LatencySketch
-from processors.model.events import SpanKind
+from processors.model.events import SpanKind, StatusCode
 from processors.model.trace import ClosedTrace
 from processors.state.windows import ClosedWindow, TumblingWindows
 
@@ -30,6 +30,8 @@ class CallStats:
     latency: LatencySketch = field(default_factory=LatencySketch)
 
 
+_CLIENT = SpanKind.CLIENT
+_ERROR = StatusCode.ERROR
 Calls = dict[tuple[str, str], CallStats]  # (caller, callee) -> stats
 Parts = dict[str, Calls]  # input partition -> its calls in the window
 
@@ -54,14 +56,15 @@ class CallWindows:
         if parts is None:
             return False
         calls = parts.setdefault(trace.part, {})
-        by_id = {s.span_id: s for s in trace.spans}
+        by_id = trace.facts.by_id
         for span in trace.spans:
             parent = by_id.get(span.parent_id)
             callee = span.resource.service
             if parent is not None and parent.resource.service != callee:
-                _count(calls, parent.resource.service, callee, span.duration_ms, span.is_error)
-            if span.db is not None and span.kind == SpanKind.CLIENT:
-                _count(calls, callee, span.db.system or "db", span.duration_ms, span.is_error)
+                _count(calls, parent.resource.service, callee, span.duration_ms, span.status == _ERROR)
+            db = span.db
+            if db is not None and span.kind == _CLIENT:
+                _count(calls, callee, db.system or "db", span.duration_ms, span.status == _ERROR)
         return True
 
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[ClosedWindow[Parts]]:

@@ -25,29 +25,38 @@ def owner(span: Span) -> str:
     return span.resource.service
 
 
-def critical_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
-    """Nanoseconds of ``start``'s duration owned by each owner along its critical path."""
+def critical_path(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[Span]] | None = None) -> dict[str, int]:
+    """Nanoseconds of ``start``'s duration owned by each owner along its critical path (``by_end``: the spans'
+    children, latest end first, as ``processors.model.trace.TraceFacts.by_end`` has them; made here when not
+    given)."""
     owned: dict[str, int] = {}
-    for span, self_ns in _walk(spans, start):
+    for span, self_ns in _walk(spans, start, by_end):
         key = owner(span)
         owned[key] = owned.get(key, 0) + self_ns
     return owned
 
 
-def on_path(spans: Iterable[Span], start: Span) -> dict[str, int]:
+def on_path(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[Span]] | None = None) -> dict[str, int]:
     """Nanoseconds of ``start``'s duration each span owns along its critical path, by span id (spans that own
     nothing are absent): what a group of spans (a query repeated in a loop) costs the request."""
-    return {span.span_id: self_ns for span, self_ns in _walk(spans, start)}
+    return {span.span_id: self_ns for span, self_ns in _walk(spans, start, by_end)}
 
 
-def _walk(spans: Iterable[Span], start: Span) -> Iterator[tuple[Span, int]]:
-    """Each span on ``start``'s critical path with the nanoseconds of self time it owns there (once per span)."""
+def children_by_end(spans: Iterable[Span]) -> dict[str, list[Span]]:
+    """Parent span id -> its children, the latest end first (equal ends in the spans' order)."""
     children: dict[str, list[Span]] = {}
     for s in spans:
-        if s.parent_id and s.span_id != start.span_id:
+        if s.parent_id:
             children.setdefault(s.parent_id, []).append(s)
     for kids in children.values():
         kids.sort(key=lambda s: s.end_ns, reverse=True)
+    return children
+
+
+def _walk(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[Span]] | None) -> Iterator[tuple[Span, int]]:
+    """Each span on ``start``'s critical path with the nanoseconds of self time it owns there (once per span)."""
+    children = children_by_end(spans) if by_end is None else by_end
+    start_id = start.span_id  # never a child on its own path (a malformed trace with a parent cycle)
     seen: set[str] = set()
     stack: list[tuple[Span, int, int]] = [(start, start.start_ns, start.end_ns)]
     while stack:
@@ -58,6 +67,8 @@ def _walk(spans: Iterable[Span], start: Span) -> Iterator[tuple[Span, int]]:
         cursor = hi
         self_ns = 0
         for kid in children.get(span.span_id, ()):
+            if kid.span_id == start_id:
+                continue
             if cursor <= lo:
                 break
             if kid.start_ns >= cursor or kid.span_id in seen:

@@ -12,7 +12,7 @@ another one is counted as dropped (``max_sampled_series``) in the component's te
 from __future__ import annotations
 
 from processors.api.telemetry import Telemetry
-from processors.model.sampling import UNKNOWN, Sampling
+from processors.model.sampling import Sampling
 from processors.model.trace import ClosedTrace
 
 SeriesKey = tuple[str, str, str]  # (service, version, sampling label)
@@ -20,10 +20,7 @@ SeriesKey = tuple[str, str, str]  # (service, version, sampling label)
 
 def trace_sampling(trace: ClosedTrace) -> Sampling:
     """The sampling its root span states, else the first span's that states one, else unknown."""
-    root = trace.root
-    if root.sampling.source:
-        return root.sampling
-    return next((s.sampling for s in trace.spans if s.sampling.source), UNKNOWN)
+    return trace.facts.sampling
 
 
 class SampledTraffic:

@@ -111,9 +111,11 @@ class TraceAssembler:
         grown: dict[str, int] = {}  # bytes added to each trace by this message
         fed: set[str] = set()  # traces this message already feeds: retained once per message, not once per span
         added = 0
+        get, set_deadline = self._open.getter, self._deadlines.set
+        gap, max_request = self.gap_ns, self.max_request_ns
         for span in spans:
             tid = span.trace_id
-            trace = self._open.get(tid)
+            trace = get(tid)
             if trace is None:
                 trace = self._open.retain(tid)
                 fed.add(tid)
@@ -158,7 +160,8 @@ class TraceAssembler:
                     trace.awaited = None  # an empty set keeps its table
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
-            self._deadlines.set(tid, self._deadline(trace))
+            quiet = trace.last_ns + gap  # self._deadline(trace), inline
+            set_deadline(tid, quiet if not trace.awaited or trace.late else max(quiet, trace.first_ns + max_request))
             if sized:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)

@@ -25,6 +25,7 @@ from processors.model.events import (
     Predicate,
     Scalar,
     entity_key,
+    new_access,
     scope_key,
 )
 from processors.model.span import Span
@@ -208,7 +209,7 @@ class SqlAccessExtractor:
                 keying: Keying = Keying.BOUND) -> Access:  # fmt: skip
         db = span.db
         assert db is not None
-        return Access(
+        return new_access(
             entity=entity,
             table=shape.table,
             operation=shape.operation,

@@ -79,6 +79,11 @@ class KeyedState(Generic[K, V]):
         """The state of ``key`` without retaining anything."""
         return self._data.get(key)
 
+    @property
+    def getter(self) -> Callable[[K], V | None]:
+        """``get`` as the mapping's own C-level method (for a loop over every span; it stays valid)."""
+        return self._data.get
+
     def items(self) -> list[tuple[K, V]]:
         return list(self._data.items())
 

@@ -155,7 +155,7 @@ class ProofJudge:
                 key = (req.label, req.operation, error_part(req.exception, req.http_status))
                 if self._bump(t.failures, key):
                     self._site(t.sites.setdefault(key, {}), site(req.label, req.function))
-        for span in trace.spans:
+        for span in trace.spans if self._must_start else ():
             if span.name in self._must_start:
                 r = span.resource
                 build = self._build(r.service, r.version, span.start_ns, r.revision, r.identified_by)

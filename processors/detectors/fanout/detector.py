@@ -31,10 +31,9 @@ from processors.findings.trace_windows import (
     max_overlap,
     operation_of,
     request_above,
-    servers_below,
     union_ns,
 )
-from processors.model.events import Access, SpanKind
+from processors.model.events import Access
 from processors.model.finding import FindingEvent, Point, Series, Severity
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -75,15 +74,18 @@ class FanoutDetector(TallyDetector):
         part = self.windows.window(trace)
         if part is None:
             return
+        facts = trace.facts
+        clients = facts.clients
+        if len(clients) < self.config.min_calls:
+            return
         by_parent: dict[str, list[Span]] = {}
-        for s in trace.spans:
-            if s.kind == SpanKind.CLIENT:
-                by_parent.setdefault(s.parent_id, []).append(s)
+        for s in clients:
+            by_parent.setdefault(s.parent_id, []).append(s)
         wide = [group for group in by_parent.values() if len(group) >= self.config.min_calls]
         if not wide:
             return
-        servers = servers_below(trace.spans)
-        by_id = {s.span_id: s for s in trace.spans}
+        servers = facts.servers  # servers_below
+        by_id = facts.by_id
         paths: dict[str, dict[str, int]] = {}
         for group in wide:
             by_target: dict[tuple[str, str], list[Span]] = {}
@@ -107,7 +109,7 @@ class FanoutDetector(TallyDetector):
         request = request_above(first, by_id) or trace.root
         path = paths.get(request.span_id)
         if path is None:
-            path = paths[request.span_id] = on_path(trace.spans, request)
+            path = paths[request.span_id] = on_path(trace.spans, request, trace.facts.by_end)
         serial = union_ns(intervals)
         ideal = max(c.end_ns - c.start_ns for c in calls)
         held = held_ns(calls, path, trace.spans)

@@ -54,14 +54,18 @@ class NPlusOneDetector(TallyDetector):
         part = self.windows.window(trace)
         if part is None:
             return
+        facts = trace.facts
+        if len(facts.db) < self.config.min_repeats:
+            return
         by_parent: dict[str, list[Span]] = {}
-        for s in trace.spans:
-            if s.kind == SpanKind.CLIENT and s.db is not None and s.db.statement:
+        for s in facts.db:
+            db = s.db
+            if s.kind == SpanKind.CLIENT and db is not None and db.statement:
                 by_parent.setdefault(s.parent_id, []).append(s)
         loops = [group for group in by_parent.values() if len(group) >= self.config.min_repeats]
         if not loops:
             return
-        by_id = {s.span_id: s for s in trace.spans}
+        by_id = facts.by_id
         paths: dict[str, dict[str, int]] = {}
         for group in loops:
             by_shape: dict[str, list[Span]] = {}
@@ -88,7 +92,7 @@ class NPlusOneDetector(TallyDetector):
         request = request_above(first, by_id) or trace.root
         path = paths.get(request.span_id)
         if path is None:
-            path = paths[request.span_id] = on_path(trace.spans, request)
+            path = paths[request.span_id] = on_path(trace.spans, request, trace.facts.by_end)
         share = min(1.0, held_ns(statements, path, trace.spans) / max(1, request.end_ns - request.start_ns))
         service, route = request.resource.service, operation_of(request)
         key = (service, route, shape)

@@ -76,8 +76,9 @@ class SlowTraces:
         return len(self.heap) < self.size or duration_ns > self.heap[0][0]
 
     def add(self, duration_ns: int, span_id: str, owned: dict[str, int]) -> None:
-        if any(h[1] == span_id for h in self.heap):
-            return  # the same request again (a trace delivered twice and closed twice): kept once
+        for h in self.heap:
+            if h[1] == span_id:
+                return  # the same request again (a trace delivered twice and closed twice): kept once
         item = (duration_ns, span_id, owned)
         if len(self.heap) < self.size:
             heapq.heappush(self.heap, item)
@@ -215,8 +216,11 @@ class ServiceStats:
             self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
         duration = req.end_ns - req.start_ns
         if op.slow.wants(duration):
-            start = next(s for s in trace.spans if s.span_id == req.span_id)
-            op.slow.add(duration, req.span_id, critical_path(trace.spans, start))
+            facts = trace.facts
+            start = (
+                facts.by_id[req.span_id] if facts.unique else next(s for s in trace.spans if s.span_id == req.span_id)
+            )
+            op.slow.add(duration, req.span_id, critical_path(trace.spans, start, facts.by_end))
         if req.error:
             op.errors += 1
             sig = req.signature

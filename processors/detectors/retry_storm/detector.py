@@ -32,7 +32,7 @@ from processors.findings.trace_windows import (
     failed,
     request_above,
 )
-from processors.model.events import Access, SpanKind
+from processors.model.events import Access
 from processors.model.finding import FindingEvent, Point, Series
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -64,17 +64,12 @@ class RetryStormDetector(TallyDetector):
         part = self.windows.window(trace)
         if part is None:
             return
-        clients: list[Span] = []
-        servers: dict[str, Span] = {}  # the server span answering each client span, by the client's span id
-        by_id: dict[str, Span] = {}
-        for s in trace.spans:
-            by_id[s.span_id] = s
-            if s.kind == SpanKind.CLIENT:
-                clients.append(s)
-            elif s.kind == SpanKind.SERVER and s.parent_id:
-                servers[s.parent_id] = s
+        facts = trace.facts
+        clients = facts.clients
         if not clients:
             return
+        servers = facts.servers  # the server span answering each client span, by the client's span id
+        by_id = facts.by_id
         groups: dict[tuple[str, str, str], list[Span]] = {}
         for s in clients:
             groups.setdefault((s.parent_id, *dependency_of(s, servers, self.shapes)), []).append(s)
