@@ -60,6 +60,21 @@ def repeats_span(rows: list[Any]) -> bool:
     return len(set(ids)) < len(ids)
 
 
+def linked(rows: list[Any]) -> list[Any]:
+    """Trace rows as ``schema.traces.FRESH`` takes them: each with its ordinal after its columns, each span with its
+    parent's place in the row after its columns (-1 when not there) and its parent's id only when not there."""
+    out = []
+    for n, row in enumerate(rows):
+        spans = row[_SPANS] or []
+        place = {p[0]: i for i, p in enumerate(spans)}
+        kept = []
+        for p in spans:
+            at = place.get(p[1], -1) if p[1] is not None else -1
+            kept.append([p[0], p[1] if at < 0 else None, *p[2:], at])
+        out.append([*row[:_SPANS], kept, n])
+    return out
+
+
 def split(name: str, row: Any) -> list[Any]:
     """``row`` as two rows that write what it writes, or ``[]`` when it cannot be split."""
     if name in ("traces", "late_traces") and isinstance(row, list) and len(row[_SPANS] or []) > 1:

@@ -1,7 +1,7 @@
 """The FalkorDB graph writer: schema bootstrap, batched idempotent upserts, retries, retention.
 
-Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a lookup by it and a CREATE of
-those not there: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
+Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a read of those there and a
+CREATE of the others: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
 Indexes and unique constraints are created before the first write and polled until OPERATIONAL (FalkorDB builds
 them in the background, and MERGE on an unindexed label scans the whole label per row).
 
@@ -48,13 +48,14 @@ from sinks.graph import schema
 from sinks.graph.endpoint import Endpoint
 from sinks.graph.errors import CAUGHT, Handling, classify
 from sinks.graph.params import positional, render
-from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, repeats_span, rows_for, split, trimmed
+from sinks.graph.rows import TRIM_FLOOR, DeadRow, linked, longest_text, repeats_span, rows_for, split, trimmed
 from sinks.graph.schema import traces
 
 log = structlog.get_logger("trace_repro.graph")
 
 __all__ = ["DeadRow", "GraphWriter", "Handling", "WriteAborted", "classify"]
 
+_SPANS = traces.TRACE_COLUMNS.index("spans")  # a trace row's kept spans
 STALLED_UNHEALTHY_S = 10.0  # a statement failing this long makes the health check fail (an alert, /readyz)
 
 
@@ -115,6 +116,7 @@ class GraphWriter:
         self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
+        self.create_fresh = True  # trace rows of new spans with ``traces.FRESH`` (the bench compares without)
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -260,9 +262,37 @@ class GraphWriter:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
-                twice = name in traces.MERGING and repeats_span(chunk)  # a span created twice would break its key
-                written += await self.write_rows(name, traces.MERGING[name] if twice else statement, chunk, dead)
+                if name in traces.MERGING:
+                    written += await self._traces(name, chunk, dead)
+                else:
+                    written += await self.write_rows(name, statement, chunk, dead)
         return written
+
+    async def _traces(self, name: str, rows: list[Any], dead: list[DeadRow] | None) -> int:
+        """Trace rows: merged if they name a span twice (a span created twice would break its key); else those whose
+        spans are all new to the graph written with ``traces.FRESH`` (if it is refused, as the others are)."""
+        if repeats_span(rows):
+            return await self.write_rows(name, traces.MERGING[name], rows, dead)
+        ids = [p[0] for row in rows for p in row[_SPANS] or ()]
+        if not self.create_fresh or not ids:
+            return await self.write_rows(name, schema.UPSERTS[name], rows, dead)
+        present: list[list[Any]] = []
+        try:
+            await self._statement("present", traces.PRESENT, ids, present, shrinkable=False)
+        except _Refused:  # an id the graph will not read: write every row as if its spans were there
+            present = [[i] for i in ids]
+        known = {row[0] for row in present}
+        there = [any(p[0] in known for p in row[_SPANS] or ()) for row in rows]
+        new = [row for row, old in zip(rows, there, strict=True) if not old]
+        written = await self.write_rows(name, schema.UPSERTS[name], [r for r, o in zip(rows, there, strict=True) if o],
+                                        dead)  # fmt: skip
+        if not new:
+            return written
+        try:
+            await self._statement(name, traces.FRESH[name], linked(new), None, shrinkable=True)
+        except _Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
+            return written + await self.write_rows(name, schema.UPSERTS[name], new, dead)
+        return written + len(new)
 
     async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> None:
         """Link the spans of the traces ``batch`` wrote that wait for a parent now in the graph (:data:`ADOPT`); not
