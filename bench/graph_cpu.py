@@ -9,7 +9,8 @@ own execution time, and checks that every variant leaves the same graph (every n
 A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
 before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
 asks the graph which spans are there and creates the rest with ``traces.FRESH``), and its rows per statement
-(``fresh@4000``).
+(``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
+that wrote four polls' rows at once).
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], vari
             "kinds": {k: dict(v) for k, v in writer.kinds.items()}}  # fmt: skip
 
 
+def _merged(batches: list[GraphBatch], n: int) -> list[GraphBatch]:
+    """Every ``n`` consecutive batches as one."""
+    out = []
+    for start in range(0, len(batches), n):
+        merged = GraphBatch()
+        for batch in batches[start : start + n]:
+            merged.extend(batch)
+        out.append(merged)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.graph_cpu", description=__doc__)
     ap.add_argument("--spans", type=int, default=300_000)
@@ -141,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         url = local.address("falkordb")
         for rnd in range(args.rounds):
             for spec in args.variants.split(","):
-                variant, _, rows = spec.partition("@")
+                spec_rows, _, merged = spec.partition("*")
+                variant, _, rows = spec_rows.partition("@")
                 graph = f"graphcpu_{variant}_{rnd}"
-                run = asyncio.run(replay(url, state.pid, graph, batches, variant,
+                run = asyncio.run(replay(url, state.pid, graph, _merged(batches, int(merged or 1)), variant,
                                          int(rows or settings.falkordb.batch_rows)))  # fmt: skip
                 if not args.no_check:
                     run["graph"] = fingerprint(url, graph)

@@ -75,6 +75,13 @@ def linked(rows: list[Any]) -> list[Any]:
     return out
 
 
+def parent_outside(row: Any) -> bool:
+    """Whether a trace row names a parent that is not one of its kept spans (the span may wait for it: ADOPT)."""
+    spans = row[_SPANS] or []
+    ids = {p[0] for p in spans}
+    return any(p[1] is not None and p[1] not in ids for p in spans)
+
+
 def split(name: str, row: Any) -> list[Any]:
     """``row`` as two rows that write what it writes, or ``[]`` when it cannot be split."""
     if name in ("traces", "late_traces") and isinstance(row, list) and len(row[_SPANS] or []) > 1:

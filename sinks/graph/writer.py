@@ -44,11 +44,12 @@ from falkordb.asyncio import FalkorDB
 
 from processors.api.telemetry import Telemetry
 from processors.model.graph import UPSERTS, GraphBatch
+from sinks.graph import rows as row_forms
 from sinks.graph import schema
 from sinks.graph.endpoint import Endpoint
 from sinks.graph.errors import CAUGHT, Handling, classify
 from sinks.graph.params import positional, render
-from sinks.graph.rows import TRIM_FLOOR, DeadRow, linked, longest_text, repeats_span, rows_for, split, trimmed
+from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, repeats_span, rows_for, split, trimmed
 from sinks.graph.schema import traces
 
 log = structlog.get_logger("trace_repro.graph")
@@ -251,26 +252,31 @@ class GraphWriter:
 
     async def write(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
         """Upsert ``batch``, then adopt its waiting spans; returns the rows written (refused rows go to ``dead``)."""
-        written = await self.upsert(batch, dead)
-        await self.adopt(batch, dead)
+        settled: dict[str, bool] = {}
+        written = await self.upsert(batch, dead, settled)
+        await self.adopt(batch, dead, settled)
         return written
 
-    async def upsert(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
-        """Write every statement's rows in chunks of ``batch_rows``; returns the rows written."""
+    async def upsert(self, batch: GraphBatch, dead: list[DeadRow] | None = None,
+                     settled: dict[str, bool] | None = None) -> int:  # fmt: skip
+        """Write every statement's rows in chunks of ``batch_rows``; returns the rows written. ``settled`` gets, for
+        each trace of a trace row, whether all its rows left no span that :data:`ADOPT` could link."""
         written = 0
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
                 if name in traces.MERGING:
-                    written += await self._traces(name, chunk, dead)
+                    written += await self._traces(name, chunk, dead, {} if settled is None else settled)
                 else:
                     written += await self.write_rows(name, statement, chunk, dead)
         return written
 
-    async def _traces(self, name: str, rows: list[Any], dead: list[DeadRow] | None) -> int:
-        """Trace rows: merged if they name a span twice (a span created twice would break its key); else those whose
-        spans are all new to the graph written with ``traces.FRESH`` (if it is refused, as the others are)."""
+    async def _traces(self, name: str, rows: list[Any], dead: list[DeadRow] | None, settled: dict[str, bool]) -> int:
+        """Trace rows: merged if they name a span twice (a span made twice breaks its key); else those of new spans
+        with ``traces.FRESH`` (refused: as the others). Settled: FRESH, a new trace, each span's parent in the row."""
+        before = {row[0]: settled.get(row[0], True) for row in rows}
+        settled.update(dict.fromkeys(before, False))  # until written with FRESH
         if repeats_span(rows):
             return await self.write_rows(name, traces.MERGING[name], rows, dead)
         ids = [p[0] for row in rows for p in row[_SPANS] or ()]
@@ -278,27 +284,31 @@ class GraphWriter:
             return await self.write_rows(name, schema.UPSERTS[name], rows, dead)
         present: list[list[Any]] = []
         try:
-            await self._statement("present", traces.PRESENT, ids, present, shrinkable=False)
+            await self._statement("present", traces.PRESENT, [ids, [r[0] for r in rows]], present, shrinkable=False)
         except _Refused:  # an id the graph will not read: write every row as if its spans were there
-            present = [[i] for i in ids]
-        known = {row[0] for row in present}
-        there = [any(p[0] in known for p in row[_SPANS] or ()) for row in rows]
-        new = [row for row, old in zip(rows, there, strict=True) if not old]
-        written = await self.write_rows(name, schema.UPSERTS[name], [r for r, o in zip(rows, there, strict=True) if o],
-                                        dead)  # fmt: skip
+            present = [[0, i] for i in ids]
+        known, begun = {i for k, i in present if k == 0}, {i for k, i in present if k == 1}
+        new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
+        fresh = {id(r) for r in new}
+        written = await self.write_rows(name, schema.UPSERTS[name], [r for r in rows if id(r) not in fresh], dead)
         if not new:
             return written
         try:
-            await self._statement(name, traces.FRESH[name], linked(new), None, shrinkable=True)
+            await self._statement(name, traces.FRESH[name], row_forms.linked(new), None, shrinkable=True)
         except _Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
             return written + await self.write_rows(name, schema.UPSERTS[name], new, dead)
+        good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}
+        unsettled = {r[0] for r in rows if id(r) not in good}
+        settled.update({t: was and t not in unsettled for t, was in before.items()})
         return written + len(new)
 
-    async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> None:
-        """Link the spans of the traces ``batch`` wrote that wait for a parent now in the graph (:data:`ADOPT`); not
-        counted as rows written: it only links the fragments of those traces."""
-        traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces] +
-                                    [r["trace"] for r in batch.spans]))  # fmt: skip
+    async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None,
+                    settled: dict[str, bool] | None = None) -> None:  # fmt: skip
+        """Link the spans of the traces ``batch`` wrote (not ``settled`` by :meth:`upsert`) that wait for a parent now
+        in the graph (:data:`ADOPT`); not counted as rows written: it only links the fragments of those traces."""
+        spans = [r["trace"] for r in batch.spans]
+        traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces
+                                     if not (settled or {}).get(r["id"])] + spans))  # fmt: skip
         for start in range(0, len(traces), self.batch_rows):
             await self.write_rows("adopt", schema.ADOPT, traces[start : start + self.batch_rows], dead)
 

@@ -18,6 +18,7 @@ from falkordb import FalkorDB
 from processors.graph.rows import trace_rows
 from processors.model.graph import GraphBatch
 from processors.model.trace import ClosedTrace
+from sinks.graph import schema
 from sinks.graph.rows import linked
 from sinks.graph.schema import traces
 from sinks.graph.sink import GraphSink
@@ -83,12 +84,15 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
         writer = GraphWriter(url, name)
         writer.create_fresh = fresh
         statements: list[str] = []
+        adopted: list[str] = []  # the traces ADOPT looked at
         query = writer._statement
 
-        async def noted(op: str, statement: str, *args: Any, _query: Any = query, _out: list[str] = statements,
-                        **kwargs: Any) -> None:  # fmt: skip
-            _out.append(statement)
-            await _query(op, statement, *args, **kwargs)
+        async def noted(op: str, statement: str, rows: Any, *args: Any, _query: Any = query,
+                        _out: tuple[list[str], list[str]] = (statements, adopted), **kwargs: Any) -> None:  # fmt: skip
+            _out[0].append(statement)
+            if statement == schema.ADOPT:
+                _out[1].extend(rows)
+            await _query(op, statement, rows, *args, **kwargs)
 
         writer._statement = noted  # type: ignore[method-assign]
         sink = GraphSink(writer, clock_ms=lambda: 1.0)
@@ -104,6 +108,9 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
         finally:
             await sink.close()
         assert (traces.FRESH["traces"] in statements) is fresh  # the form under test was the one written
+        # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
+        # are in another row, a fragment of a trace already there); a new trace whose parents are in its row is not.
+        assert sorted(adopted) == ["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
     assert digests[0] == digests[1]
     # each trace's kept path (db -> capture_payment -> server): OF and CHILD_OF; the DB spans' writes, the route
     assert digests[0][1] == [["CHILD_OF", 3 * 2], ["EXPOSES", 1], ["OF", 3 * 3], ["WROTE", 3]]

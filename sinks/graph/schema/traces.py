@@ -113,7 +113,11 @@ def fresh(clause: str) -> str:
     )
 
 
-PRESENT = "UNWIND $rows AS id MATCH (s:Span {id: id}) RETURN id"  # which of these spans the graph has
+# Which of the spans (``rows[0]``, then 0) and of the traces (``rows[1]``, then 1) the graph has.
+PRESENT = (
+    "UNWIND $rows[0] AS id MATCH (:Span {id: id}) RETURN 0 AS k, id UNION ALL "
+    "UNWIND $rows[1] AS id MATCH (:Trace {id: id}) RETURN 1 AS k, id"
+)
 UPSERTS = {"traces": traces("MERGE"), "late_traces": traces("MATCH")}
 MERGING = {"traces": merging("MERGE"), "late_traces": merging("MATCH")}
 FRESH = {"traces": fresh("MERGE"), "late_traces": fresh("MATCH")}
