@@ -10,7 +10,7 @@ A variant is a set of statements in place of the writer's (``before``: the trace
 before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
 asks the graph which spans are there and creates the rest with ``traces.FRESH``), and its rows per statement
 (``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
-that wrote four polls' rows at once).
+that wrote four polls' rows at once; its graph may differ, as windowed rows of several polls then share a statement).
 """
 
 from __future__ import annotations

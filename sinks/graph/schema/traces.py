@@ -28,7 +28,9 @@ edge goes to its parent by the parent's place in the row (``rows.linked``: the c
 parent's id only when it is not in the row, then looked up). The per-span lookup, its ``FOREACH`` and the second
 lookup of each span and its parent cost FalkorDB 0.4 times what this form does (bench/RESULTS.md, issue 37). A span
 another writer creates between the read and the write makes the unique constraint refuse the statement: the writer
-then writes its rows with :func:`traces`.
+then writes its rows with :func:`traces`. The same read says which traces the graph had: a trace whose rows all went
+this way, new to the graph and with each span's parent in its row, has no span waiting, and ``GraphWriter.write``
+does not run ``ADOPT`` for it.
 """
 
 from __future__ import annotations
