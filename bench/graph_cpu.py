@@ -7,7 +7,10 @@ each it reads the server's CPU from ``/proc`` (all of it, and around each statem
 own execution time, and checks that every variant leaves the same graph (every node and edge with its properties).
 
 A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
-before issue 37; ``after``: the schema's), and its rows per statement (``after@4000``).
+before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
+asks the graph which spans are there and creates the rest with ``traces.FRESH``), and its rows per statement
+(``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
+that wrote four polls' rows at once; its graph may differ, as windowed rows of several polls then share a statement).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from streamer.engines import Layout, LocalEngines
 from streamer.runtime import collector
 
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
-VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}}
+VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}}
 
 
 class _Timed(GraphWriter):
@@ -101,6 +104,7 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
     writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
+    writer.create_fresh = variant == "fresh"
     await writer.bootstrap()
     cpu0, wall0 = proc_cpu_s(pid) or 0.0, time.perf_counter()
     for batch in batches:
@@ -112,12 +116,25 @@ async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], vari
             "kinds": {k: dict(v) for k, v in writer.kinds.items()}}  # fmt: skip
 
 
+def _merged(batches: list[GraphBatch], n: int) -> list[GraphBatch]:
+    """Every ``n`` consecutive batches as one."""
+    out = []
+    for start in range(0, len(batches), n):
+        merged = GraphBatch()
+        for batch in batches[start : start + n]:
+            merged.extend(batch)
+        out.append(merged)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.graph_cpu", description=__doc__)
     ap.add_argument("--spans", type=int, default=300_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--variants", default="before,after", help="comma-separated: before, after, after@ROWS")
+    ap.add_argument(
+        "--variants", default="before,after,fresh", help="comma-separated: before, after, fresh, fresh@ROWS"
+    )
     ap.add_argument("--no-check", action="store_true", help="skip the comparison of the graphs' content")
     ap.add_argument("--json", type=Path, default=OUT / "graph_cpu.json")
     args = ap.parse_args(argv)
@@ -136,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         url = local.address("falkordb")
         for rnd in range(args.rounds):
             for spec in args.variants.split(","):
-                variant, _, rows = spec.partition("@")
+                spec_rows, _, merged = spec.partition("*")
+                variant, _, rows = spec_rows.partition("@")
                 graph = f"graphcpu_{variant}_{rnd}"
-                run = asyncio.run(replay(url, state.pid, graph, batches, variant,
+                run = asyncio.run(replay(url, state.pid, graph, _merged(batches, int(merged or 1)), variant,
                                          int(rows or settings.falkordb.batch_rows)))  # fmt: skip
                 if not args.no_check:
                     run["graph"] = fingerprint(url, graph)

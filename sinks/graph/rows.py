@@ -60,6 +60,28 @@ def repeats_span(rows: list[Any]) -> bool:
     return len(set(ids)) < len(ids)
 
 
+def linked(rows: list[Any]) -> list[Any]:
+    """Trace rows as ``schema.traces.FRESH`` takes them: each with its ordinal after its columns, each span with its
+    parent's place in the row after its columns (-1 when not there) and its parent's id only when not there."""
+    out = []
+    for n, row in enumerate(rows):
+        spans = row[_SPANS] or []
+        place = {p[0]: i for i, p in enumerate(spans)}
+        kept = []
+        for p in spans:
+            at = place.get(p[1], -1) if p[1] is not None else -1
+            kept.append([p[0], p[1] if at < 0 else None, *p[2:], at])
+        out.append([*row[:_SPANS], kept, n])
+    return out
+
+
+def parent_outside(row: Any) -> bool:
+    """Whether a trace row names a parent that is not one of its kept spans (the span may wait for it: ADOPT)."""
+    spans = row[_SPANS] or []
+    ids = {p[0] for p in spans}
+    return any(p[1] is not None and p[1] not in ids for p in spans)
+
+
 def split(name: str, row: Any) -> list[Any]:
     """``row`` as two rows that write what it writes, or ``[]`` when it cannot be split."""
     if name in ("traces", "late_traces") and isinstance(row, list) and len(row[_SPANS] or []) > 1:

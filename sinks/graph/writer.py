@@ -1,7 +1,7 @@
 """The FalkorDB graph writer: schema bootstrap, batched idempotent upserts, retries, retention.
 
-Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a lookup by it and a CREATE of
-those not there: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
+Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a read of those there and a
+CREATE of the others: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
 Indexes and unique constraints are created before the first write and polled until OPERATIONAL (FalkorDB builds
 them in the background, and MERGE on an unindexed label scans the whole label per row).
 
@@ -44,6 +44,7 @@ from falkordb.asyncio import FalkorDB
 
 from processors.api.telemetry import Telemetry
 from processors.model.graph import UPSERTS, GraphBatch
+from sinks.graph import rows as row_forms
 from sinks.graph import schema
 from sinks.graph.endpoint import Endpoint
 from sinks.graph.errors import CAUGHT, Handling, classify
@@ -55,6 +56,7 @@ log = structlog.get_logger("trace_repro.graph")
 
 __all__ = ["DeadRow", "GraphWriter", "Handling", "WriteAborted", "classify"]
 
+_SPANS = traces.TRACE_COLUMNS.index("spans")  # a trace row's kept spans
 STALLED_UNHEALTHY_S = 10.0  # a statement failing this long makes the health check fail (an alert, /readyz)
 
 
@@ -115,6 +117,7 @@ class GraphWriter:
         self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
+        self.create_fresh = True  # trace rows of new spans with ``traces.FRESH`` (the bench compares without)
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -249,26 +252,63 @@ class GraphWriter:
 
     async def write(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
         """Upsert ``batch``, then adopt its waiting spans; returns the rows written (refused rows go to ``dead``)."""
-        written = await self.upsert(batch, dead)
-        await self.adopt(batch, dead)
+        settled: dict[str, bool] = {}
+        written = await self.upsert(batch, dead, settled)
+        await self.adopt(batch, dead, settled)
         return written
 
-    async def upsert(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> int:
-        """Write every statement's rows in chunks of ``batch_rows``; returns the rows written."""
+    async def upsert(self, batch: GraphBatch, dead: list[DeadRow] | None = None,
+                     settled: dict[str, bool] | None = None) -> int:  # fmt: skip
+        """Write every statement's rows in chunks of ``batch_rows``; returns the rows written. ``settled`` gets, for
+        each trace of a trace row, whether all its rows left no span that :data:`ADOPT` could link."""
         written = 0
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
-                twice = name in traces.MERGING and repeats_span(chunk)  # a span created twice would break its key
-                written += await self.write_rows(name, traces.MERGING[name] if twice else statement, chunk, dead)
+                if name in traces.MERGING:
+                    written += await self._traces(name, chunk, dead, {} if settled is None else settled)
+                else:
+                    written += await self.write_rows(name, statement, chunk, dead)
         return written
 
-    async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None) -> None:
-        """Link the spans of the traces ``batch`` wrote that wait for a parent now in the graph (:data:`ADOPT`); not
-        counted as rows written: it only links the fragments of those traces."""
-        traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces] +
-                                    [r["trace"] for r in batch.spans]))  # fmt: skip
+    async def _traces(self, name: str, rows: list[Any], dead: list[DeadRow] | None, settled: dict[str, bool]) -> int:
+        """Trace rows: merged if they name a span twice (a span made twice breaks its key); else those of new spans
+        with ``traces.FRESH`` (refused: as the others). Settled: FRESH, a new trace, each span's parent in the row."""
+        before = {row[0]: settled.get(row[0], True) for row in rows}
+        settled.update(dict.fromkeys(before, False))  # until written with FRESH
+        if repeats_span(rows):
+            return await self.write_rows(name, traces.MERGING[name], rows, dead)
+        ids = [p[0] for row in rows for p in row[_SPANS] or ()]
+        if not self.create_fresh or not ids:
+            return await self.write_rows(name, schema.UPSERTS[name], rows, dead)
+        present: list[list[Any]] = []
+        try:
+            await self._statement("present", traces.PRESENT, [ids, [r[0] for r in rows]], present, shrinkable=False)
+        except _Refused:  # an id the graph will not read: write every row as if its spans were there
+            present = [[0, i] for i in ids]
+        known, begun = {i for k, i in present if k == 0}, {i for k, i in present if k == 1}
+        new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
+        fresh = {id(r) for r in new}
+        written = await self.write_rows(name, schema.UPSERTS[name], [r for r in rows if id(r) not in fresh], dead)
+        if not new:
+            return written
+        try:
+            await self._statement(name, traces.FRESH[name], row_forms.linked(new), None, shrinkable=True)
+        except _Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
+            return written + await self.write_rows(name, schema.UPSERTS[name], new, dead)
+        good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}
+        unsettled = {r[0] for r in rows if id(r) not in good}
+        settled.update({t: was and t not in unsettled for t, was in before.items()})
+        return written + len(new)
+
+    async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None,
+                    settled: dict[str, bool] | None = None) -> None:  # fmt: skip
+        """Link the spans of the traces ``batch`` wrote (not ``settled`` by :meth:`upsert`) that wait for a parent now
+        in the graph (:data:`ADOPT`); not counted as rows written: it only links the fragments of those traces."""
+        spans = [r["trace"] for r in batch.spans]
+        traces = list(dict.fromkeys([r["id"] for r in batch.traces + batch.late_traces
+                                     if not (settled or {}).get(r["id"])] + spans))  # fmt: skip
         for start in range(0, len(traces), self.batch_rows):
             await self.write_rows("adopt", schema.ADOPT, traces[start : start + self.batch_rows], dead)
 

@@ -21,6 +21,16 @@ every span, to NULL when the parent is there, was an eighth of the trace upsert'
 replayed after its parent came has the edge merged here, and its old ``awaiting_parent`` cleared by ADOPT, which
 ``GraphWriter.write`` runs after every batch's upserts for the traces they wrote. The parents are looked up after
 every span of the statement is in the graph (``collect`` waits for all of them).
+
+**Rows whose spans are all new** (:func:`fresh`; ``GraphWriter`` asks the graph first which spans are there,
+:data:`PRESENT`) are written without the lookup of each span: every span is CREATEd and stays bound, so its CHILD_OF
+edge goes to its parent by the parent's place in the row (``rows.linked``: the column after the span's, and the
+parent's id only when it is not in the row, then looked up). The per-span lookup, its ``FOREACH`` and the second
+lookup of each span and its parent cost FalkorDB 0.4 times what this form does (bench/RESULTS.md, issue 37). A span
+another writer creates between the read and the write makes the unique constraint refuse the statement: the writer
+then writes its rows with :func:`traces`. The same read says which traces the graph had: a trace whose rows all went
+this way, new to the graph and with each span's parent in its row, has no span waiting, and ``GraphWriter.write``
+does not run ``ADOPT`` for it.
 """
 
 from __future__ import annotations
@@ -88,5 +98,28 @@ def merging(clause: str) -> str:
     )
 
 
+def fresh(clause: str) -> str:
+    """The trace upsert of rows whose spans are not in the graph (module docstring): each row carries its ordinal
+    (``r[10]``) and each span its parent's place in the row (``p[16]``, -1 when not there: ``rows.linked``)."""
+    created = ", ".join([f"id: {_P['id']}", f"trace: {_T['id']}"] + [f"{c}: {_P[c]}" for c in _PROPS])
+    at = len(PATH_SPAN_COLUMNS)
+    return (
+        _trace(clause)
+        + f"WITH t, r UNWIND {_T['spans']} AS p CREATE (s:Span {{{created}}})-[:OF]->(t) "
+        + f"WITH r[{len(TRACE_COLUMNS)}] AS row, collect(s) AS made, collect([{_P['parent']}, p[{at}]]) AS ps "
+        "UNWIND range(0, size(made) - 1) AS i WITH made, made[i] AS s, ps[i] AS k "
+        "WHERE k[0] IS NOT NULL OR k[1] >= 0 OPTIONAL MATCH (g:Span {id: k[0]}) "
+        "WITH s, k[0] AS parent, CASE WHEN k[1] >= 0 THEN made[k[1]] ELSE g END AS q "
+        + _WHEN.format(cond="q IS NULL", then="SET s.awaiting_parent = parent")
+        + _WHEN.format(cond="q IS NOT NULL", then="CREATE (s)-[:CHILD_OF]->(q)").rstrip()
+    )
+
+
+# Which of the spans (``rows[0]``, then 0) and of the traces (``rows[1]``, then 1) the graph has.
+PRESENT = (
+    "UNWIND $rows[0] AS id MATCH (:Span {id: id}) RETURN 0 AS k, id UNION ALL "
+    "UNWIND $rows[1] AS id MATCH (:Trace {id: id}) RETURN 1 AS k, id"
+)
 UPSERTS = {"traces": traces("MERGE"), "late_traces": traces("MATCH")}
 MERGING = {"traces": merging("MERGE"), "late_traces": merging("MATCH")}
+FRESH = {"traces": fresh("MERGE"), "late_traces": fresh("MATCH")}

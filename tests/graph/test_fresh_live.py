@@ -1,0 +1,156 @@
+"""Trace rows whose spans are all new to the graph (``schema.traces.FRESH``) on the real FalkorDB: the graph they
+leave is the one the lookup form leaves, with rows of spans already there in the same statement, parents in other
+rows and parents not there yet; and a span another writer creates between the writer's read and its write refuses
+no row."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from falkordb import FalkorDB
+
+from processors.graph.rows import trace_rows
+from processors.model.graph import GraphBatch
+from processors.model.trace import ClosedTrace
+from sinks.graph import schema
+from sinks.graph.rows import linked
+from sinks.graph.schema import traces
+from sinks.graph.sink import GraphSink
+from sinks.graph.writer import GraphWriter
+from tests.graph.checkout_request import span, update_of
+
+pytestmark = pytest.mark.engines
+
+
+def _request(tid: str, base: int) -> ClosedTrace:
+    """server -> handler -> {render -> template, auth, db}: children listed first."""
+    return ClosedTrace(tid, (
+        span(tid, base + 6, base + 2, "db", db=True), span(tid, base + 5, base + 3, "template"),
+        span(tid, base + 3, base + 2, "render"), span(tid, base + 4, base + 2, "auth"),
+        span(tid, base + 2, base + 1, "capture_payment"), span(tid, base + 1, 0, "POST /orders/{id}/capture"),
+    ))  # fmt: skip
+
+
+def _batches() -> list[GraphBatch]:
+    """A trace written, then a batch with its replay, a new trace, and another written in two fragments (the
+    children's row before the root's, in one statement)."""
+    a, b, c = _request("a" * 32, 10), _request("b" * 32, 20), _request("c" * 32, 30)
+    first, second = GraphBatch(), GraphBatch()
+    trace_rows(a, [update_of(a.spans[0])], "paths", first)
+    trace_rows(a, [update_of(a.spans[0])], "paths", second)
+    trace_rows(b, [update_of(b.spans[0])], "paths", second)
+    trace_rows(ClosedTrace(c.trace_id, c.spans[:4]), [update_of(c.spans[0])], "paths", second)
+    trace_rows(ClosedTrace(c.trace_id, c.spans[4:], late=True), [], "paths", second)
+    return [first, second]
+
+
+@pytest.fixture
+async def graphs(falkordb_url: str) -> AsyncIterator[tuple[str, list[str]]]:
+    names = [f"fresh_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    yield falkordb_url, names
+    host, port = falkordb_url.removeprefix("redis://").rsplit(":", 1)
+    for name in names:
+        with contextlib.suppress(Exception):  # never created
+            FalkorDB(host=host, port=int(port)).select_graph(name).delete()
+
+
+async def _digest(sink: GraphSink) -> tuple[str, list[list[Any]]]:
+    nodes = await sink.query("MATCH (n) RETURN labels(n), properties(n)")
+    edges = await sink.query(
+        "MATCH (n)-[x]->(m) RETURN coalesce(n.id, n.key, n.name), type(x), properties(x), coalesce(m.id, m.key, m.name)"
+    )
+    lines = sorted(json.dumps(r, sort_keys=True, default=str) for r in nodes + edges)
+    kinds = await sink.query("MATCH ()-[x]->() RETURN type(x), count(x) ORDER BY type(x)")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest(), kinds
+
+
+def test_linked_rows_name_each_parent_by_its_place_in_the_row() -> None:
+    row = ["t", "/", "svc", 1, 2, "ok", "1", True, None, [["c", "p", "x"], ["p", None, "y"], ["o", "gone", "z"]]]
+    assert linked([row, row]) == [
+        [*row[:9], [["c", None, "x", 1], ["p", None, "y", -1], ["o", "gone", "z", -1]], n] for n in (0, 1)
+    ]
+
+
+async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: tuple[str, list[str]]) -> None:
+    url, names = graphs
+    digests = []
+    for name, fresh in zip(names, (True, False), strict=True):
+        writer = GraphWriter(url, name)
+        writer.create_fresh = fresh
+        statements: list[str] = []
+        adopted: list[str] = []  # the traces ADOPT looked at
+        query = writer._statement
+
+        async def noted(op: str, statement: str, rows: Any, *args: Any, _query: Any = query,
+                        _out: tuple[list[str], list[str]] = (statements, adopted), **kwargs: Any) -> None:  # fmt: skip
+            _out[0].append(statement)
+            if statement == schema.ADOPT:
+                _out[1].extend(rows)
+            await _query(op, statement, rows, *args, **kwargs)
+
+        writer._statement = noted  # type: ignore[method-assign]
+        sink = GraphSink(writer, clock_ms=lambda: 1.0)
+        await sink.start()
+        try:
+            dead: list[Any] = []
+            for batch in _batches():
+                await sink.write_batch(batch, dead)
+            assert dead == []
+            digests.append(await _digest(sink))
+            waiting = await sink.query("MATCH (s:Span) WHERE s.awaiting_parent IS NOT NULL RETURN count(s)")
+            assert waiting == [[0]]
+        finally:
+            await sink.close()
+        assert (traces.FRESH["traces"] in statements) is fresh  # the form under test was the one written
+        # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
+        # are in another row, a fragment of a trace already there); a new trace whose parents are in its row is not.
+        assert sorted(adopted) == ["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
+    assert digests[0] == digests[1]
+    # each trace's kept path (db -> capture_payment -> server): OF and CHILD_OF; the DB spans' writes, the route
+    assert digests[0][1] == [["CHILD_OF", 3 * 2], ["EXPOSES", 1], ["OF", 3 * 3], ["WROTE", 3]]
+
+
+async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs: tuple[str, list[str]]) -> None:
+    """Between the writer's read of which spans are there and its write, a row change makes a placeholder of one
+    span (``changes``): the unique constraint refuses the statement that creates it, and the rows are written with
+    the lookup form: the placeholder becomes the span, every edge is there once, nothing is dead-lettered."""
+    url, names = graphs
+    writer = GraphWriter(url, names[0])
+    t = _request("d" * 32, 40)
+    query = writer._statement
+    refused: list[str] = []
+
+    async def racing(op: str, statement: str, *args: Any, **kwargs: Any) -> None:
+        if statement == traces.FRESH["traces"]:
+            await writer.query("MERGE (s:Span {id: $id}) ON CREATE SET s.seen = 1", {"id": t.spans[4].span_id})
+            try:
+                await query(op, statement, *args, **kwargs)
+            except Exception as exc:
+                refused.append(type(exc).__name__)
+                raise
+            return
+        await query(op, statement, *args, **kwargs)
+
+    writer._statement = racing  # type: ignore[method-assign]
+    sink = GraphSink(writer, clock_ms=lambda: 1.0)
+    await sink.start()
+    try:
+        batch = GraphBatch()
+        trace_rows(t, [update_of(t.spans[0])], "paths", batch)
+        dead: list[Any] = []
+        assert await sink.write_batch(batch, dead) >= 1
+        assert dead == [] and refused == ["_Refused"]
+        counts = await sink.query(
+            "MATCH (s:Span) OPTIONAL MATCH (s)-[o:OF]->(:Trace) WITH s, count(o) AS o "
+            "OPTIONAL MATCH (s)-[c:CHILD_OF]->(:Span) RETURN count(s), sum(o), count(c), "
+            "sum(CASE WHEN s.name IS NULL THEN 1 ELSE 0 END)"
+        )
+        assert counts == [[3, 3, 2, 0]]  # the kept path: db -> capture_payment (the placeholder) -> server
+    finally:
+        await sink.close()
