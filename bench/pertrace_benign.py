@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.otlp_gen import Generated, generate_run
+from bench.run import close_all
 from processors.model.finding import FindingEvent
 from streamer import config
 from streamer.components import default
@@ -77,8 +78,8 @@ def run(gen: Generated, *, detectors: bool = True, env: dict[str, str] | None = 
         events += (e for e in out.events if isinstance(e, FindingEvent))
         dead += sum(1 for m in out.produce if m.topic == settings.kafka.dlq_topic)
     clock.now += 3600 * 1_000_000_000
-    out = stage.process([])
-    events += (e for e in out.events if isinstance(e, FindingEvent))
+    for out in close_all(stage):
+        events += (e for e in out.events if isinstance(e, FindingEvent))
     findings.update(e.type for e in events)
     seconds, cpu_s = time.perf_counter() - begin, time.process_time() - cpu
     looked = {p.name: dict(p.telemetry.events) for p, _ in processors if p.name in DETECTORS}  # type: ignore[attr-defined]

@@ -103,7 +103,7 @@ from streamer.runtime.context import stage_processors
 from streamer.runtime.ingest import IngestStage
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker
-from streamer.runtime.records import Record
+from streamer.runtime.records import Record, StageOutput
 from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,6 +306,15 @@ def _polls(records: list[Record], settings: Settings) -> Iterator[list[Record]]:
         yield sorted(batch, key=lambda r: r.partition)
 
 
+def close_all(stage: IngestStage) -> Iterator[StageOutput]:
+    """Empty batches, as the daemon's polls give when input stops, until the stage holds no open trace or window
+    (a burst's close is spread over batches: ``TraceAssembler.closing``); at most one a trace."""
+    for _ in range(len(stage.traces) + 2):
+        yield stage.process([])
+        if len(stage.traces) == 0 and len(stage.calls) == 0:
+            return
+
+
 def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[GraphBatch], dict[str, Any]]:
     """Every message through a fresh ``IngestStage``; returns the graph batches (if ``keep``) and the figures."""
     clock = _Clock()
@@ -324,12 +333,12 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
         if keep:
             batches.append(out.graph)
     clock.now += 3600 * 1_000_000_000  # every partition idle: event time follows the clock, all state closes
-    out = stage.process([])
+    for out in close_all(stage):
+        produced += len(out.produce)
+        findings.update(e.finding_type() for e in out.events if isinstance(e, FindingEvent))
+        if keep:
+            batches.append(out.graph)
     seconds = time.perf_counter() - begin
-    produced += len(out.produce)
-    findings.update(e.finding_type() for e in out.events if isinstance(e, FindingEvent))
-    if keep:
-        batches.append(out.graph)
     assert len(stage.traces) == 0 and len(stage.calls) == 0, "stage kept open state"
     figures = {
         "spans": gen.spans,

@@ -82,6 +82,15 @@ def _detail(span: Span) -> SpanDetail:
 # The slots' own setters, which Span.__setattr__ (frozen) does not see.
 _set_detail: Callable[[Span, SpanDetail], None] = _SpanSlots.__dict__["_detail"].__set__
 _set_source: Callable[[Span, Any], None] = _SpanSlots.__dict__["_source"].__set__
+_set_trace_id: Callable[[Span, str], None] = _SpanSlots.__dict__["trace_id"].__set__
+
+
+def share_trace_id(span: Span, trace_id: str) -> None:
+    """``span`` holds ``trace_id``, a string equal to its own trace id (it compares and hashes the same): the spans
+    of a trace that came in several messages then hold one copy of it, not one a message."""
+    if trace_id != span.trace_id:
+        raise ValueError(f"{trace_id!r} is not the trace id of {span.span_id!r}")
+    _set_trace_id(span, trace_id)
 
 
 class Span(_SpanSlots):

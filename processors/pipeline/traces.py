@@ -29,7 +29,7 @@ from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.model.events import SpanKind
 from processors.model.sizes import SPAN_OVERHEAD_BYTES, span_bytes
-from processors.model.span import Span
+from processors.model.span import Span, share_trace_id
 from processors.model.trace import ClosedTrace
 from processors.state.keyed import Deadlines, KeyedState
 from processors.state.lru import CountedLRU
@@ -48,6 +48,7 @@ class _OpenTrace:
     late: bool = False
     awaited: set[str] | None = None  # in-process parents not arrived yet (their spans are running); None when none
     truncated: bool = False  # spans were dropped at max_spans: a parent may be among them, none is awaited
+    trace_id: str = ""  # its first span's: the one string its spans share (``share_trace_id``)
 
 
 class TraceAssembler:
@@ -119,7 +120,7 @@ class TraceAssembler:
             if trace is None:
                 trace = self._open.retain(tid)
                 fed.add(tid)
-                trace.first_ns, trace.last_ns = span.start_ns, span.end_ns
+                trace.first_ns, trace.last_ns, trace.trace_id = span.start_ns, span.end_ns, tid
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
                 heapq.heappush(self._starts, (span.start_ns, tid))
@@ -144,6 +145,8 @@ class TraceAssembler:
                 self._open.retain(tid)
                 fed.add(tid)
             trace.spans[span.span_id] = span
+            if tid is not trace.trace_id:  # the trace came in several messages: one copy of its id for its spans
+                share_trace_id(span, trace.trace_id)
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
                 heapq.heappush(self._starts, (span.start_ns, tid))

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from bench.otlp_gen import generate_run
-from bench.run import _Clock, _polls, _records, settings_env
+from bench.run import _Clock, _polls, _records, close_all, settings_env
 from processors.api.component import Emit
 from processors.correlation.config import CorrelationConfig
 from processors.detectors.blocked_by import BlockedByConfig, BlockedByDetector
@@ -48,7 +48,8 @@ def bench_accesses(spans: int, seed: int = 1) -> list[Access]:
     for polled in _polls(_records(gen, settings.kafka.spans_topic), settings):
         produced += stage.process(polled).produce
     clock.now += 3600 * 1_000_000_000  # every partition idle: all state closes
-    produced += stage.process([]).produce
+    for out in close_all(stage):
+        produced += out.produce
     ours = [m for m in produced if m.topic == settings.kafka.accesses_topic and m.value]
     return [e for m in ours if isinstance(e := decode(m.value or b""), Access)]
 

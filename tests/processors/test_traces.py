@@ -378,3 +378,17 @@ def test_a_trace_that_lost_spans_before_assembly_awaits_no_parent() -> None:
     asm.lost([A, B])
     asm.add([span(B, 4, 100.1, 100.2, parent=2)])
     assert {t.trace_id for t in asm.close_until(int(102.2 * S))} == {A, B}
+
+
+def test_a_trace_over_several_messages_holds_one_copy_of_its_id() -> None:
+    """Spans of one trace decoded from different messages carry equal, separate id strings: once assembled they
+    hold one (the trace's first), and still compare and hash as before."""
+    asm = Assembler(GAP, max_open=10, max_spans=10)
+    first, second = span(A, 1, 100, 101), span("".join(A), 2, 100.2, 100.4, parent=1)
+    assert first.trace_id == second.trace_id and first.trace_id is not second.trace_id
+    before = hash(second)
+    asm.feed([first], 0)
+    asm.feed([second], 1)
+    trace = only(asm.close_until(200 * S))
+    assert all(s.trace_id is first.trace_id for s in trace.spans)
+    assert hash(second) == before and second == span(A, 2, 100.2, 100.4, parent=1)
