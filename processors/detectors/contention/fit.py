@@ -62,7 +62,7 @@ def _pearson_greater(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, f
     xm, ym = x - x.mean(), y - y.mean()
     xmax, ymax = np.abs(xm).max(), np.abs(ym).max()
     r = float(
-        np.clip(np.vecdot(xm / (xmax * np.linalg.norm(xm / xmax)), ym / (ymax * np.linalg.norm(ym / ymax))), -1, 1)
+        np.clip(np.dot(xm / (xmax * np.linalg.norm(xm / xmax)), ym / (ymax * np.linalg.norm(ym / ymax))), -1, 1)
     )
     ab = len(xs) / 2 - 1
     return r, float(betaincc(ab, ab, (r + 1) / 2))
