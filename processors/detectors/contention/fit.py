@@ -61,9 +61,7 @@ def _pearson_greater(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, f
     x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
     xm, ym = x - x.mean(), y - y.mean()
     xmax, ymax = np.abs(xm).max(), np.abs(ym).max()
-    r = float(
-        np.clip(np.dot(xm / (xmax * np.linalg.norm(xm / xmax)), ym / (ymax * np.linalg.norm(ym / ymax))), -1, 1)
-    )
+    r = float(np.clip(np.dot(xm / (xmax * np.linalg.norm(xm / xmax)), ym / (ymax * np.linalg.norm(ym / ymax))), -1, 1))
     ab = len(xs) / 2 - 1
     return r, float(betaincc(ab, ab, (r + 1) / 2))
 
