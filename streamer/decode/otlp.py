@@ -177,11 +177,7 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
             if vals is None:
                 vals = [None] * SPAN_SLOTS
             av = kv.value
-            v = av.string_value
-            if v:  # the common case: a non-empty string (kept as below)
-                vals[slot] = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
-                continue
-            v = _value(av)  # bytes become hex text, twice their size: clipped too
+            v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
             if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
                 v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
             if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
