@@ -34,7 +34,7 @@ from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbo
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
-from processors.sql.predicate import bind_where, compile_where
+from processors.sql.predicate import compile_where
 from processors.sql.shape import Shape, Target
 from processors.sql.syntax import (
     DIALECT,
@@ -59,6 +59,7 @@ from processors.sql.syntax import (
     ref_of,
     table_of,
 )
+from processors.sql.unkeyed import bind_scope
 from processors.state.lru import CountedLRU
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
@@ -116,16 +117,11 @@ class SqlAccessExtractor:
         named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
         params = db.params
         if not shape.keyed:
-            predicates, exact = self._bind_terms(shape.predicates, params, named)
-            sets, exprs = self._bind_sets(shape.set_values, params, named)
-            where = None if shape.where is None else bind_where(*shape.where, params, named)
+            predicates, exact, sets, exprs, where, unbound = bind_scope(shape, params, named)
             for reason in shape.undecidable:
                 self._count(f"predicate_undecidable_{reason}")  # evaluated, it is undecidable where this part decides
             if where is not None and any(not box for box in where[1]):
                 self._count("predicate_undecidable_unbound_parameter")
-            # exact: the WHERE is wholly known, as its terms or as a tree with every part evaluable and bound
-            exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
-            unbound = unbound_terms(shape.predicates, params, named) if shape.exact else ()
             return (self._predicate(span, shape, predicates, exact, sets, exprs, function, file,
                                     unbound=unbound, where=where),)  # fmt: skip
         result: list[Access] = []

@@ -102,9 +102,26 @@ class _Writer:
         return _UNKNOWN
 
 
+# Bound trees that many accesses hold (``processors.sql.unkeyed``: a statement bound without parameters), by their
+# identity (held, so an id is not reused), with their text: written once.
+_SHARED: dict[int, tuple[Predicate, str]] = {}
+
+
 def where_text(predicate: Predicate) -> str:
     """The WHERE, as SQL text with the span's values in it."""
+    shared = _SHARED.get(id(predicate))
+    if shared is not None and shared[0] is predicate:
+        return shared[1]
     return _Writer(predicate[1]).sql(predicate[0], 0)
 
 
-__all__ = ["where_text"]
+def share_where(predicate: Predicate) -> None:
+    """Keep ``predicate``'s text for :func:`where_text` (until :func:`forget_shared`)."""
+    _SHARED[id(predicate)] = (predicate, _Writer(predicate[1]).sql(predicate[0], 0))
+
+
+def forget_shared() -> None:
+    _SHARED.clear()
+
+
+__all__ = ["forget_shared", "share_where", "where_text"]

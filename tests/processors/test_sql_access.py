@@ -22,6 +22,7 @@ from processors.model.events import (
 )
 from processors.model.span import Span
 from processors.sql import SqlAccessExtractor
+from processors.sql.values import predicate_text
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -253,6 +254,20 @@ def test_statements_that_name_no_row_by_key_are_predicate_accesses(ex: SqlAccess
     listed = one(ex, db_span("DELETE FROM orders WHERE status IN (%s, %s)", ("a", "b")))
     assert (listed.operation, listed.predicates) == (DbOperation.DELETE, (("status", "IN", ("a", "b")),))
     assert ex.unkeyed.peek("orders") == 4
+
+
+def test_a_statement_without_parameters_is_bound_once_and_a_span_with_them_is_bound_alone(
+    ex: SqlAccessExtractor,
+) -> None:
+    statement = "SELECT * FROM orders WHERE status = %s OR amount > 5"
+    bare, again = one(ex, db_span(statement)), one(ex, db_span(statement))
+    given = one(ex, db_span(statement, ("new",)))
+    assert bare.where is not None and again.where is bare.where  # one binding shared by the parameterless spans
+    assert given.where is not None and given.where[1] == (("new",),) and bare.where[1] == ((),)
+    assert predicate_text(bare.predicates, bare.exact, bare.where) == "status = ? OR amount > 5"
+    assert predicate_text(given.predicates, given.exact, given.where) == "status = 'new' OR amount > 5"
+    assert (bare.exact, given.exact) == (False, True)
+    assert ex.counters["predicate_undecidable_unbound_parameter"] == 2  # counted for each parameterless span
 
 
 def test_a_table_with_no_known_key_gives_predicate_accesses_until_debezium_names_it() -> None:

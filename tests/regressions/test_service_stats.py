@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from processors.detectors.regressions.stats import Reservoir, ServiceStats, merge, stats_rows
+from processors.detectors.regressions.stats import Reservoir, ServiceStats, SlowTraces, merge, stats_rows
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -152,3 +152,17 @@ def test_a_request_closed_twice_is_one_of_the_slowest_once() -> None:
     [window] = w.close_until(T0 + SIZE + GRACE)
     [op] = window.ops.values()
     assert op.requests == 2 and op.path_traces == 1
+
+
+def test_slow_traces_keep_each_request_once_and_take_back_one_they_let_go() -> None:
+    slow = SlowTraces(2)
+    for duration, span_id in ((5, "a"), (7, "b"), (9, "c")):  # "a" goes when "c" comes
+        assert slow.wants(duration, span_id)
+        slow.add(duration, span_id, {span_id: duration})
+    assert not slow.wants(20, "c") and not slow.wants(6, "x")  # already kept; faster than every kept one
+    slow.add(20, "c", {})  # the same request again: kept once
+    assert sorted((d, s) for d, s, _ in slow.heap) == [(7, "b"), (9, "c")] and slow.ids == {"b", "c"}
+    assert slow.wants(8, "a")  # let go, so wanted again
+    slow.add(8, "a", {"a": 8})
+    slow.add(1, "z", {})  # slower than none: not kept
+    assert sorted((d, s) for d, s, _ in slow.heap) == [(8, "a"), (9, "c")] and slow.ids == {"a", "c"}

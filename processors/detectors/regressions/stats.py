@@ -71,19 +71,23 @@ class SlowTraces:
 
     size: int
     heap: list[tuple[int, str, dict[str, int]]] = field(default_factory=list)  # (duration ns, span id, owned)
+    ids: set[str] = field(default_factory=set)  # the span ids in ``heap``
 
-    def wants(self, duration_ns: int) -> bool:
-        return len(self.heap) < self.size or duration_ns > self.heap[0][0]
+    def wants(self, duration_ns: int, span_id: str = "") -> bool:
+        """Whether a request this long would be kept (not one already kept: a trace delivered and closed twice)."""
+        return (len(self.heap) < self.size or duration_ns > self.heap[0][0]) and span_id not in self.ids
 
     def add(self, duration_ns: int, span_id: str, owned: dict[str, int]) -> None:
-        for h in self.heap:
-            if h[1] == span_id:
-                return  # the same request again (a trace delivered twice and closed twice): kept once
+        if span_id in self.ids:
+            return  # the same request again (a trace delivered twice and closed twice): kept once
         item = (duration_ns, span_id, owned)
         if len(self.heap) < self.size:
             heapq.heappush(self.heap, item)
+        elif (out := heapq.heappushpop(self.heap, item)) is not item:
+            self.ids.discard(out[1])
         else:
-            heapq.heappushpop(self.heap, item)
+            return
+        self.ids.add(span_id)
 
     def ownership(self, threshold_ns: float) -> tuple[dict[str, int], int]:
         """Summed ownership of the kept requests at or above ``threshold_ns`` (at least the slowest one)."""
@@ -190,7 +194,9 @@ class ServiceStats:
         if parts is None:
             return False
         ops = parts.setdefault(trace.part, {})
-        for req in requests_of(trace):
+        requests = requests_of(trace)
+        self.telemetry.count("requests", len(requests))
+        for req in requests:
             self._count(ops, req, trace)
         return True
 
@@ -201,7 +207,6 @@ class ServiceStats:
             op = ops[key] = OpStats(req.service, req.operation, req.version, req.label, req.revision,
                                     samples=Reservoir(self.reservoir_size), slow=SlowTraces(self.slow_traces),
                                     first_ns=req.start_ns)  # fmt: skip
-        self.telemetry.count("requests")
         op.requests += 1
         label = req.sampling.label
         if label not in op.sampled and len(op.sampled) >= MAX_SAMPLING_LABELS:
@@ -215,7 +220,7 @@ class ServiceStats:
         if not op.samples.add(ms, self._rng):
             self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
         duration = req.end_ns - req.start_ns
-        if op.slow.wants(duration):
+        if op.slow.wants(duration, req.span_id):
             facts = trace.facts
             start = (
                 facts.by_id[req.span_id] if facts.unique else next(s for s in trace.spans if s.span_id == req.span_id)

@@ -1,0 +1,53 @@
+"""A predicate access's binding (a statement that names no row by its key): its WHERE terms, SET values and WHERE
+tree with one span's parameters. A span without parameters (what stock instrumentation records) binds nothing, so
+its binding is a function of the statement's shape alone: made once per shape and shared by every such access, and
+the WHERE's text for people (``predicate_text``) is then written once too."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from processors.model.events import Predicate, Scalar
+from processors.sql.binding import bind_sets, bind_terms, unbound_terms
+from processors.sql.predicate import bind_where
+from processors.sql.predicate_text import forget_shared, share_where
+from processors.sql.shape import Shape
+
+# (predicates, exact, set values, set expressions, bound WHERE tree, unbound terms)
+Bound = tuple[
+    tuple[tuple[str, str, Any], ...],
+    bool,
+    tuple[tuple[str, Scalar], ...],
+    tuple[str, ...],
+    Predicate | None,
+    tuple[tuple[str, str], ...],
+]
+NO_PARAMS_SHAPES = 1024  # shapes whose parameterless binding is kept at most (then the cache starts again)
+_NO_PARAMS: dict[int, tuple[Shape, Bound]] = {}  # by the shape's identity (held, so its id is not reused)
+
+
+def bind_scope(shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Scalar]) -> Bound:
+    """The shape's binding with the span's parameters; ``exact`` when the WHERE is wholly known, as its terms or as
+    a tree with every part evaluable and bound."""
+    if not params and not named:
+        hit = _NO_PARAMS.get(id(shape))
+        if hit is not None and hit[0] is shape:
+            return hit[1]
+    predicates, exact = bind_terms(shape.predicates, params, named)
+    sets, exprs = bind_sets(shape.set_values, params, named)
+    where = None if shape.where is None else bind_where(*shape.where, params, named)
+    exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
+    unbound = unbound_terms(shape.predicates, params, named) if shape.exact else ()
+    bound = (predicates, exact, sets, exprs, where, unbound)
+    if not params and not named:
+        if len(_NO_PARAMS) >= NO_PARAMS_SHAPES:
+            _NO_PARAMS.clear()
+            forget_shared()
+        _NO_PARAMS[id(shape)] = (shape, bound)
+        if where is not None:
+            share_where(where)
+    return bound
+
+
+__all__ = ["NO_PARAMS_SHAPES", "Bound", "bind_scope"]
