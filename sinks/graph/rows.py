@@ -27,6 +27,13 @@ TRIM_FLOOR = 256  # characters a trimmed text keeps at least: below that, size i
 _COLUMNS: dict[str, tuple[str, ...]] = {"traces": TRACE_COLUMNS, "late_traces": TRACE_COLUMNS, "spans": SPAN_COLUMNS,
                                         "child_of": ("id", "parent"), "adopt": ("trace",)}  # fmt: skip
 _SPANS = TRACE_COLUMNS.index("spans")
+# A span's detail columns whose empty value ("" or 0: no such attribute) is sent as null, so the node has no such
+# property (a CREATE stores no null property, a SET of null removes it): most spans carry none of them, and each
+# property stored costs FalkorDB CPU per span (bench/RESULTS.md, issue 37). Every reader of these properties treats
+# a missing one as the empty value (``analytics.PARTIES``' ``<> ''``, ``TIMELINE``'s statement, ``TABLE_SITES``).
+BARE = ("route", "http_status", "exception", "function", "file", "line", "statement")
+_BARE_PATH = tuple(PATH_SPAN_COLUMNS.index(c) for c in BARE)
+_BARE_SPAN = tuple(SPAN_COLUMNS.index(c) for c in BARE)
 
 
 def stamp(row: Mapping[str, Any]) -> str:
@@ -36,14 +43,31 @@ def stamp(row: Mapping[str, Any]) -> str:
     return f"{row.get('part', '')}:{digest}"
 
 
-def rows_for(batch: GraphBatch, name: str) -> list[Any]:
-    """The rows of upsert ``name`` of ``batch`` as the writer sends them."""
+def bare(span: list[Any], at: tuple[int, ...] = _BARE_PATH) -> list[Any]:
+    """A positional span with its empty detail columns (:data:`BARE`) as null."""
+    if any(not span[i] and span[i] is not None for i in at):
+        span = list(span)
+        for i in at:
+            if not span[i]:
+                span[i] = None
+    return span
+
+
+def _spans(spans: Any, empty: bool) -> Any:
+    return spans if empty or not spans else [bare(p) for p in spans]
+
+
+def rows_for(batch: GraphBatch, name: str, *, empty: bool = False) -> list[Any]:
+    """The rows of upsert ``name`` of ``batch`` as the writer sends them (a span's empty details as null, unless
+    ``empty``: the bench's form before that change)."""
     rows: list[Row] = getattr(batch, name)
     if name in ("traces", "late_traces"):  # positional; under ``paths`` the kept spans are positional lists already
         return [[r["id"], r["root"], r["service"], r["start"], r["end"], r["status"], r["version"], r["rooted"],
-                 r.get("omitted"), r.get("spans", [])] for r in rows]  # fmt: skip
+                 r.get("omitted"), _spans(r.get("spans", []), empty)]
+                for r in rows]  # fmt: skip
     if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
-        return [[r[c] for c in SPAN_COLUMNS] for r in rows]
+        spans = [[r[c] for c in SPAN_COLUMNS] for r in rows]
+        return spans if empty else [bare(p, _BARE_SPAN) for p in spans]
     if name == "child_of":
         return [[r["id"], r["parent"]] for r in rows]
     if name in ("services", "operations"):
