@@ -32,8 +32,9 @@ _SPANS = TRACE_COLUMNS.index("spans")
 # property stored costs FalkorDB CPU per span (bench/RESULTS.md, issue 37). Every reader of these properties treats
 # a missing one as the empty value (``analytics.PARTIES``' ``<> ''``, ``TIMELINE``'s statement, ``TABLE_SITES``).
 BARE = ("route", "http_status", "exception", "function", "file", "line", "statement")
-_BARE_PATH = tuple(PATH_SPAN_COLUMNS.index(c) for c in BARE)
-_BARE_SPAN = tuple(SPAN_COLUMNS.index(c) for c in BARE)
+_AT = PATH_SPAN_COLUMNS.index("route")  # the details are a span's last columns, in both forms (checked here)
+if not PATH_SPAN_COLUMNS[_AT:] == SPAN_COLUMNS[_AT:] == BARE:
+    raise ImportError("sinks.graph.rows.bare takes a span's details as its last columns, in BARE's order")
 
 
 def stamp(row: Mapping[str, Any]) -> str:
@@ -43,14 +44,11 @@ def stamp(row: Mapping[str, Any]) -> str:
     return f"{row.get('part', '')}:{digest}"
 
 
-def bare(span: list[Any], at: tuple[int, ...] = _BARE_PATH) -> list[Any]:
-    """A positional span with its empty detail columns (:data:`BARE`) as null."""
-    if any(not span[i] and span[i] is not None for i in at):
-        span = list(span)
-        for i in at:
-            if not span[i]:
-                span[i] = None
-    return span
+def bare(s: list[Any]) -> list[Any]:
+    """A positional span (either form) with its empty details (:data:`BARE`) as null: a new list (spelt out: a
+    loop over the columns cost the daemon 2.2 µs per span, this 0.24)."""
+    return [*s[:_AT], s[_AT] or None, s[_AT + 1] or None, s[_AT + 2] or None, s[_AT + 3] or None,
+            s[_AT + 4] or None, s[_AT + 5] or None, s[_AT + 6] or None]  # fmt: skip
 
 
 def _spans(spans: Any, empty: bool) -> Any:
@@ -67,7 +65,7 @@ def rows_for(batch: GraphBatch, name: str, *, empty: bool = False) -> list[Any]:
                 for r in rows]  # fmt: skip
     if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
         spans = [[r[c] for c in SPAN_COLUMNS] for r in rows]
-        return spans if empty else [bare(p, _BARE_SPAN) for p in spans]
+        return spans if empty else [bare(p) for p in spans]
     if name == "child_of":
         return [[r["id"], r["parent"]] for r in rows]
     if name in ("services", "operations"):
