@@ -8,7 +8,9 @@ own execution time, and checks that every variant leaves the same graph (every n
 
 A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
 before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
-asks the graph which spans are there and creates the rest with ``traces.FRESH``), and its rows per statement
+asks the graph which spans are there and creates the rest with ``traces.FRESH``; ``merged``: ``fresh`` with
+every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's empty details stored as
+``""`` and ``0``, as before they were sent as null), and its rows per statement
 (``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
 that wrote four polls' rows at once; its graph may differ, as windowed rows of several polls then share a statement).
 """
@@ -39,7 +41,11 @@ from streamer.engines import Layout, LocalEngines
 from streamer.runtime import collector
 
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
-VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}}
+VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}, "merged": {},
+                                       "full": {}}  # fmt: skip
+# Variants whose rows store a span's empty details ("" and 0) as properties, as before they were sent as null: their
+# graphs are compared with each other, the others' with each other (the two forms hold the same values otherwise).
+FULL = {"before", "after", "full"}
 
 
 class _Timed(GraphWriter):
@@ -104,7 +110,9 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
     writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
-    writer.create_fresh = variant == "fresh"
+    writer.create_fresh = variant in ("fresh", "full", "merged")
+    writer.create_traces = variant == "fresh"
+    writer.empty_details = variant in FULL
     await writer.bootstrap()
     cpu0, wall0 = proc_cpu_s(pid) or 0.0, time.perf_counter()
     for batch in batches:
@@ -132,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spans", type=int, default=300_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument(
-        "--variants", default="before,after,fresh", help="comma-separated: before, after, fresh, fresh@ROWS"
-    )
+    ap.add_argument("--variants", default="before,after,fresh", help="before, after, fresh, merged, full, fresh@ROWS")
     ap.add_argument("--no-check", action="store_true", help="skip the comparison of the graphs' content")
     ap.add_argument("--json", type=Path, default=OUT / "graph_cpu.json")
     args = ap.parse_args(argv)
@@ -173,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         local.down()
     args.json.parent.mkdir(exist_ok=True)
     args.json.write_text(json.dumps({"spans": gen.spans, "runs": runs}, indent=2) + "\n")
-    digests = {r["graph"]["sha256"] for r in runs if "graph" in r}
-    if len(digests) > 1:
-        print(f"graphs DIFFER between variants: {digests}")
-        return 1
-    return 0
+    failed = 0
+    for form in (True, False):  # the same graph from every variant (and round) of one stored form
+        digests = {r["graph"]["sha256"] for r in runs if "graph" in r and (r["variant"] in FULL) == form}
+        if len(digests) > 1:
+            print(f"graphs DIFFER between variants ({'empty details stored' if form else 'null'}): {digests}")
+            failed = 1
+    return failed
 
 
 if __name__ == "__main__":

@@ -27,6 +27,14 @@ TRIM_FLOOR = 256  # characters a trimmed text keeps at least: below that, size i
 _COLUMNS: dict[str, tuple[str, ...]] = {"traces": TRACE_COLUMNS, "late_traces": TRACE_COLUMNS, "spans": SPAN_COLUMNS,
                                         "child_of": ("id", "parent"), "adopt": ("trace",)}  # fmt: skip
 _SPANS = TRACE_COLUMNS.index("spans")
+# A span's detail columns whose empty value ("" or 0: no such attribute) is sent as null, so the node has no such
+# property (a CREATE stores no null property, a SET of null removes it): most spans carry none of them, and each
+# property stored costs FalkorDB CPU per span (bench/RESULTS.md, issue 37). Every reader of these properties treats
+# a missing one as the empty value (``analytics.PARTIES``' ``<> ''``, ``TIMELINE``'s statement, ``TABLE_SITES``).
+BARE = ("route", "http_status", "exception", "function", "file", "line", "statement")
+_AT = PATH_SPAN_COLUMNS.index("route")  # the details are a span's last columns, in both forms (checked here)
+if not PATH_SPAN_COLUMNS[_AT:] == SPAN_COLUMNS[_AT:] == BARE:
+    raise ImportError("sinks.graph.rows.bare takes a span's details as its last columns, in BARE's order")
 
 
 def stamp(row: Mapping[str, Any]) -> str:
@@ -36,14 +44,28 @@ def stamp(row: Mapping[str, Any]) -> str:
     return f"{row.get('part', '')}:{digest}"
 
 
-def rows_for(batch: GraphBatch, name: str) -> list[Any]:
-    """The rows of upsert ``name`` of ``batch`` as the writer sends them."""
+def bare(s: list[Any]) -> list[Any]:
+    """A positional span (either form) with its empty details (:data:`BARE`) as null: a new list (spelt out: a
+    loop over the columns cost the daemon 2.2 µs per span, this 0.24)."""
+    return [*s[:_AT], s[_AT] or None, s[_AT + 1] or None, s[_AT + 2] or None, s[_AT + 3] or None,
+            s[_AT + 4] or None, s[_AT + 5] or None, s[_AT + 6] or None]  # fmt: skip
+
+
+def _spans(spans: Any, empty: bool) -> Any:
+    return spans if empty or not spans else [bare(p) for p in spans]
+
+
+def rows_for(batch: GraphBatch, name: str, *, empty: bool = False) -> list[Any]:
+    """The rows of upsert ``name`` of ``batch`` as the writer sends them (a span's empty details as null, unless
+    ``empty``: the bench's form before that change)."""
     rows: list[Row] = getattr(batch, name)
     if name in ("traces", "late_traces"):  # positional; under ``paths`` the kept spans are positional lists already
         return [[r["id"], r["root"], r["service"], r["start"], r["end"], r["status"], r["version"], r["rooted"],
-                 r.get("omitted"), r.get("spans", [])] for r in rows]  # fmt: skip
+                 r.get("omitted"), _spans(r.get("spans", []), empty)]
+                for r in rows]  # fmt: skip
     if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
-        return [[r[c] for c in SPAN_COLUMNS] for r in rows]
+        spans = [[r[c] for c in SPAN_COLUMNS] for r in rows]
+        return spans if empty else [bare(p) for p in spans]
     if name == "child_of":
         return [[r["id"], r["parent"]] for r in rows]
     if name in ("services", "operations"):

@@ -117,7 +117,8 @@ class GraphWriter:
         self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
-        self.create_fresh = True  # trace rows of new spans with ``traces.FRESH`` (the bench compares without)
+        # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored
+        self.create_fresh, self.create_traces, self.empty_details = True, True, False
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -263,7 +264,7 @@ class GraphWriter:
         each trace of a trace row, whether all its rows left no span that :data:`ADOPT` could link."""
         written = 0
         for name in UPSERTS:
-            statement, rows = schema.UPSERTS[name], rows_for(batch, name)
+            statement, rows = schema.UPSERTS[name], rows_for(batch, name, empty=self.empty_details)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
                 if name in traces.MERGING:
@@ -291,10 +292,9 @@ class GraphWriter:
         new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
         fresh = {id(r) for r in new}
         written = await self.write_rows(name, schema.UPSERTS[name], [r for r in rows if id(r) not in fresh], dead)
-        if not new:
-            return written
         try:
-            await self._statement(name, traces.FRESH[name], row_forms.linked(new), None, shrinkable=True)
+            for statement, part in traces.fresh_parts(name, row_forms.linked(new), begun, self.create_traces):
+                await self._statement(name, statement, part, None, shrinkable=True)
         except _Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
             return written + await self.write_rows(name, schema.UPSERTS[name], new, dead)
         good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}

@@ -107,7 +107,8 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
             assert waiting == [[0]]
         finally:
             await sink.close()
-        assert (traces.FRESH["traces"] in statements) is fresh  # the form under test was the one written
+        # the form under test was the one written: new traces CREATEd, the late fragment's Trace matched
+        assert (traces.CREATED in statements) is (traces.FRESH["late_traces"] in statements) is fresh
         # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
         # are in another row, a fragment of a trace already there); a new trace whose parents are in its row is not.
         assert sorted(adopted) == ["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
@@ -127,7 +128,7 @@ async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs:
     refused: list[str] = []
 
     async def racing(op: str, statement: str, *args: Any, **kwargs: Any) -> None:
-        if statement == traces.FRESH["traces"]:
+        if statement in (traces.FRESH["traces"], traces.CREATED):
             await writer.query("MERGE (s:Span {id: $id}) ON CREATE SET s.seen = 1", {"id": t.spans[4].span_id})
             try:
                 await query(op, statement, *args, **kwargs)

@@ -30,10 +30,15 @@ lookup of each span and its parent cost FalkorDB 0.4 times what this form does (
 another writer creates between the read and the write makes the unique constraint refuse the statement: the writer
 then writes its rows with :func:`traces`. The same read says which traces the graph had: a trace whose rows all went
 this way, new to the graph and with each span's parent in its row, has no span waiting, and ``GraphWriter.write``
-does not run ``ADOPT`` for it.
+does not run ``ADOPT`` for it. A row of ``traces`` whose trace the graph does not have either (and no other row of
+the statement names) creates its Trace too (:data:`CREATED`): no MERGE, none of the conditional SETs that merge a
+fragment into a trace already there; a Trace another writer makes meanwhile breaks its unique constraint, as above.
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Any
 
 from processors.graph.rows import PATH_SPAN_COLUMNS
 
@@ -98,13 +103,24 @@ def merging(clause: str) -> str:
     )
 
 
+def _created() -> str:
+    """The Trace of a row whose trace is not in the graph, created with the values ``_trace`` would set on it."""
+    props = ["id", "root", "service", "version", "omitted", "start"]
+    return (
+        "UNWIND $rows AS r CREATE (t:Trace {"
+        + ", ".join([f"{c}: {_T[c]}" for c in props] + [f"duration_ms: {_T['end']} - {_T['start']}"])
+        + f", status: {_T['status']}}}) "
+    )
+
+
 def fresh(clause: str) -> str:
     """The trace upsert of rows whose spans are not in the graph (module docstring): each row carries its ordinal
-    (``r[10]``) and each span its parent's place in the row (``p[16]``, -1 when not there: ``rows.linked``)."""
+    (``r[10]``) and each span its parent's place in the row (``p[16]``, -1 when not there: ``rows.linked``).
+    ``clause`` CREATE: rows whose trace is not in the graph either (:func:`fresh_parts`)."""
     created = ", ".join([f"id: {_P['id']}", f"trace: {_T['id']}"] + [f"{c}: {_P[c]}" for c in _PROPS])
     at = len(PATH_SPAN_COLUMNS)
     return (
-        _trace(clause)
+        (_created() if clause == "CREATE" else _trace(clause))
         + f"WITH t, r UNWIND {_T['spans']} AS p CREATE (s:Span {{{created}}})-[:OF]->(t) "
         + f"WITH r[{len(TRACE_COLUMNS)}] AS row, collect(s) AS made, collect([{_P['parent']}, p[{at}]]) AS ps "
         "UNWIND range(0, size(made) - 1) AS i WITH made, made[i] AS s, ps[i] AS k "
@@ -123,3 +139,15 @@ PRESENT = (
 UPSERTS = {"traces": traces("MERGE"), "late_traces": traces("MATCH")}
 MERGING = {"traces": merging("MERGE"), "late_traces": merging("MATCH")}
 FRESH = {"traces": fresh("MERGE"), "late_traces": fresh("MATCH")}
+CREATED = fresh("CREATE")
+
+
+def fresh_parts(name: str, rows: list[Any], begun: set[str], create: bool = True) -> list[tuple[str, list[Any]]]:
+    """The statements that write ``rows`` (``rows.linked``) of new spans: those of a trace the graph does not have
+    (``begun`` says which it has) and no other row names, of upsert ``traces``, with :data:`CREATED` (no MERGE of
+    the Trace and none of its conditional SETs), the others with :data:`FRESH`."""
+    counts = Counter(r[0] for r in rows)
+    new = [r for r in rows if create and name == "traces" and r[0] not in begun and counts[r[0]] == 1]
+    chosen = {id(r) for r in new}
+    rest = [r for r in rows if id(r) not in chosen]
+    return [(s, part) for s, part in ((CREATED, new), (FRESH[name], rest)) if part]
