@@ -174,7 +174,7 @@ def test_a_contract_whose_judging_fails_is_quarantined_and_the_desk_goes_on(monk
     def broken(*_: object) -> list[VerdictEvent]:
         raise ValueError("a defect in one contract's rule")
 
-    monkeypatch.setattr(desk.judge, "_judge", broken)
+    monkeypatch.setattr(desk.judge.rules, "judge", broken)
     desk, verdicts, contracts = _run(200, 0, desk=desk)
     assert verdicts == [] and len(contracts) == 1
     assert desk.telemetry.events["test_quarantined"] > 0 and desk.judge.telemetry.dropped["contract_failed"] > 0
