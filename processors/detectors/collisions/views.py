@@ -253,3 +253,33 @@ def lost_value(commits: Sequence[Commit], first: str, second: str, victim: Acces
 def credited_statement(trace: str, commit: Commit, memory: Memory) -> Access | None:
     """The statement credited with ``commit`` (None once the trace fell out of ``max_traces``)."""
     return next((a for a in memory.by_trace.peek(trace) or () if a.span_id == commit.span_id), None)
+
+
+def collision_of(anomaly: str, key: str, culprit: Access, victim: Access, involved: Sequence[Access],
+                 conflicting: Sequence[Access], commits: Sequence[Commit], damage: str, confidence: float,
+                 evidence: list[str], rows: tuple[str, ...], correlated: bool,
+                 writers: tuple[Access, ...] | None = None, invariant: str = "") -> Collision:  # fmt: skip
+    """The collision found on ``key``: fingerprinted by its class, table and ``conflicting`` statements, no surer than
+    their least sure inferred key; ``writers`` the row's writes around the pair (else the conflicting writes)."""
+    fp = fingerprint(anomaly, culprit.table, conflicting)
+    confidence = min(confidence, *(a.key_confidence for a in conflicting))  # no surer than an inferred key
+    where = key if len(rows) == 1 else "+".join(rows)
+    return Collision(
+        anomaly=anomaly,
+        manifest=bool(damage),
+        entity=key,
+        table=culprit.table,
+        culprit=culprit,
+        victim=victim,
+        writers=writers if writers is not None else tuple(x for x in conflicting if x.operation in WRITES),
+        accesses=tuple(sorted(dict.fromkeys(involved), key=lambda x: (x.start_ns, x.span_id))),
+        commits=tuple(commits),
+        damage=damage,
+        confidence=round(min(confidence, 1.0), 2),
+        evidence=tuple(evidence),
+        fingerprint=fp,
+        occurrence=occurrence_id(fp, where, *sorted((culprit, victim), key=lambda x: x.trace_id)),
+        adya=ADYA.get(Anomaly(anomaly), ""),
+        entities=rows,
+        correlated=correlated, invariant=invariant,
+    )  # fmt: skip
