@@ -40,3 +40,8 @@ def test_controls_stay_silent() -> None:
     more in flight, with no lock): no finding."""
     assert findings(detector(), load_traffic(RATES, lock=False, seed=2)) == []
     assert findings(detector(), load_traffic(RATES, lock=False, slower=(1, 3, 1, 3), seed=3)) == []
+
+
+def test_the_contention_fingerprint_is_the_one_issues_were_filed_under() -> None:
+    """Fingerprints are persisted (GitLab issues are matched by them): one must not change in a refactor."""
+    assert contention_fingerprint(("payments", "/pay")) == "633e3ad69fa6e636"

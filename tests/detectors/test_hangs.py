@@ -81,3 +81,8 @@ def test_a_backlog_read_in_one_batch_finds_the_same_hang() -> None:
     assert isinstance(event, FindingEvent) and event.fingerprint == live.fingerprint
     assert data_of(event, HangData).hung == data_of(live, HangData).hung == 20
     assert sorted(event.traces) == sorted(live.traces)
+
+
+def test_the_hang_fingerprint_is_the_one_issues_were_filed_under() -> None:
+    """Fingerprints are persisted (GitLab issues are matched by them): a hop's must not change with a refactor."""
+    assert hang_fingerprint(HOP) == "37ba8b1a3f63c122"

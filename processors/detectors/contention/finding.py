@@ -50,7 +50,8 @@ register_type(CONTENTION)
 
 
 def contention_fingerprint(op: Operation) -> str:
-    """The operation, whatever build or window shows it: service and operation, no version."""
+    """The operation, whatever build or window shows it: service and operation, no version. Persisted (issues are
+    matched by it), so not :func:`~processors.findings.trace_windows.fingerprint_of`, which joins otherwise."""
     return hashlib.sha256("|".join((*op, TYPE)).encode()).hexdigest()[:16]
 
 

@@ -52,7 +52,8 @@ register_type(HANG)
 
 
 def hang_fingerprint(hop: Hop) -> str:
-    """The hop, whatever build or window shows it: service, operation and callee, no version."""
+    """The hop, whatever build or window shows it: service, operation and callee, no version. Persisted (issues are
+    matched by it), so not :func:`~processors.findings.trace_windows.fingerprint_of`, which joins otherwise."""
     return hashlib.sha256("|".join((*hop, TYPE)).encode()).hexdigest()[:16]
 
 
