@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from typing import Any
 import yaml
 
 from bench.collector.build import RELEASE, GoProgram
+from bench.metrics import fetch_metrics
 from bench.procfs import proc_cpu_s, proc_mb
 from streamer.engines.process import EngineError, alive, free_port, spawn, stop
 
@@ -111,14 +110,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if numerator is None or not denominator else numerator / denominator
 
 
-def _scrape(port: int) -> str | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            return str(response.read().decode())
-    except (urllib.error.URLError, OSError):
-        return None
-
-
 def run_one(binary: Path, pipeline: str, *, bootstrap: str, topic: str, spans: int, work_dir: Path) -> dict[str, Any]:
     """One peer run on ``topic`` (``spans`` in it), from a fresh group at the earliest offset; its CPU figures."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +125,7 @@ def run_one(binary: Path, pipeline: str, *, bootstrap: str, topic: str, spans: i
     handled = 0.0
     try:
         deadline = launch + START_TIMEOUT_S
-        while (text := _scrape(port)) is None:
+        while (text := fetch_metrics(port, timeout_s=5)) is None:
             if not alive(pid) or time.monotonic() > deadline:
                 raise EngineError(f"the peer Collector ({pipeline}) did not start; see {log}")
             time.sleep(0.05)
@@ -144,7 +135,7 @@ def run_one(binary: Path, pipeline: str, *, bootstrap: str, topic: str, spans: i
             if not alive(pid) or time.monotonic() > deadline:
                 raise EngineError(f"the peer ({pipeline}) handled {handled:,.0f} of {spans:,} spans; see {log}")
             time.sleep(POLL_S)
-            text = _scrape(port)
+            text = fetch_metrics(port, timeout_s=5)
         done, cpu_done = time.monotonic(), proc_cpu_s(pid)
         peak_mb = proc_mb(pid, "VmHWM")
     finally:

@@ -70,8 +70,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -87,6 +85,7 @@ from google.protobuf.internal import api_implementation
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench import peer, shipped
+from bench.metrics import fetch_metrics
 from bench.otlp_gen import SHAPES, Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
 from processors.model.finding import FindingEvent
@@ -531,10 +530,8 @@ async def bench_consume(eng: Engines, topic: str, gen: Generated, settings: Sett
 
 def _daemon_metrics(port: int) -> dict[str, float]:
     """Where the daemon's time went, from its own counters: batches, graph writes, messages produced."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-    except (urllib.error.URLError, OSError):
+    text = fetch_metrics(port, timeout_s=10)
+    if text is None:
         return {}
     wanted = {
         "ingest_batches": r'trace_repro_batch_seconds_count\{stage="ingest"\}',
@@ -557,10 +554,8 @@ def _daemon_metrics(port: int) -> dict[str, float]:
 
 def _scrape(port: int, spans_topic: str) -> tuple[int, bool]:
     """(messages consumed from the spans topic, reachable) from the daemon's /metrics."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-            text = resp.read().decode()
-    except (urllib.error.URLError, OSError):
+    text = fetch_metrics(port, timeout_s=2)
+    if text is None:
         return 0, False
     m = re.search(rf'^trace_repro_consumed_messages_total\{{topic="{re.escape(spans_topic)}"\}} (\S+)$', text, re.M)
     return (int(float(m.group(1))) if m else 0), True

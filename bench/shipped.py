@@ -31,14 +31,13 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from bench.metrics import fetch_metrics
 from bench.otlp_gen import Generated, generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
 from streamer.runtime.topics import create_topics
@@ -60,10 +59,8 @@ def _metric_sum(text: str, name: str, topic: str) -> float | None:
 def _progress(port: int, spans_topic: str) -> dict[str, float]:
     """From the daemon's /metrics: spans messages consumed and committed by stage 1, and stage 2's lag on its
     input topic (absent while unknown)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except (urllib.error.URLError, OSError):
+    text = fetch_metrics(port, timeout_s=5)
+    if text is None:
         return {}
     out = {"consumed": _metric_sum(text, "trace_repro_consumed_messages_total", spans_topic) or 0.0,
            "committed": _metric_sum(text, "trace_repro_committed_offset", spans_topic) or 0.0}  # fmt: skip

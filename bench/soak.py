@@ -44,8 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -58,6 +56,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.metrics import fetch_metrics
 from bench.otlp_gen import generate_run
 from bench.procfs import proc_cpu_s, proc_mb, process_tree
 from bench.shop import db
@@ -191,10 +190,8 @@ def _memory_mb(pid: int, workers: int) -> float | None:
 
 def scrape(port: int) -> dict[str, Any] | None:
     """The figures the soak follows, from the daemon's ``/metrics``; None when it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except (urllib.error.URLError, OSError):
+    text = fetch_metrics(port, timeout_s=5)
+    if text is None:
         return None
     out: dict[str, Any] = {"lag": 0.0, "pinned": {}, "open_traces": 0.0, "consumed": 0.0, "incidents": 0.0, "state": {}}
     for family in text_string_to_metric_families(text):
