@@ -19,8 +19,8 @@ from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.sql import SqlAccessExtractor
-from processors.sql.access import RequestValues, SiteValues
 from processors.sql.control import ROLLBACK, transaction_control
+from processors.sql.made import RequestValues, SiteValues
 from processors.sql.transactions import transactions
 
 if TYPE_CHECKING:

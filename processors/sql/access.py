@@ -18,7 +18,6 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 
 from processors.api.telemetry import Telemetry
 from processors.model.events import (
-    ACCESS_FIELDS,
     Access,
     DbOperation,
     Keying,
@@ -26,7 +25,6 @@ from processors.model.events import (
     Predicate,
     Scalar,
     entity_key,
-    new_access,
     scope_key,
 )
 from processors.model.span import Span
@@ -35,6 +33,7 @@ from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbo
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
+from processors.sql.made import RequestValues, SiteValues, Stamp, make_access
 from processors.sql.predicate import compile_where
 from processors.sql.shape import Shape, Target
 from processors.sql.syntax import (
@@ -62,19 +61,6 @@ from processors.sql.syntax import (
 )
 from processors.sql.unkeyed import bind_scope, resets
 from processors.state.lru import CountedLRU
-
-SiteValues = tuple[str, str, int, str, tuple[str, ...]]  # an access's function, file, line, located_by, candidates
-# Its request's route, request_start_ns, request_end_ns, trace_error, trace_exception, trace_status, links (the
-# trace's) and trace_sampling (``processors.pipeline.accesses.request_values``)
-RequestValues = tuple[str, int, int, bool, str, int, tuple[str, ...], float | None]
-Stamp = tuple[SiteValues, RequestValues]
-_POSITIONAL = ("entity", "table", "operation", "lock", "trace_id", "span_id", "service", "version", "start_ns",
-               "end_ns", "statement", "params", "set_values", "predicates", "read_version", "tx_id", "error",
-               "function", "file", "line", "located_by", "candidates", "idempotency_key", "links", "set_exprs", "route",
-               "request_start_ns", "request_end_ns", "trace_error", "trace_exception", "trace_status", "keyed",
-               "exact", "where", "keying", "key_candidates", "key_confidence", "filters", "set_columns", "unbound",
-               "unbound_key", "trace_sampling")  # fmt: skip
-assert _POSITIONAL == ACCESS_FIELDS, "SqlAccessExtractor._access makes an Access by position"
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
 _SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)
@@ -161,9 +147,8 @@ class SqlAccessExtractor:
                 entity = entity_key(shape.table, tuple(normalise_key_value(v) for v in values))
             predicates, _ = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(target.set_values, params, named)
-            filters, columns = self._filters(shape), columns_of(target.set_values)
-            result.append(self._access(span, shape, entity, predicates, sets, exprs, stamp,
-                                       filters=filters, set_columns=columns))  # fmt: skip
+            result.append(self._access(span, shape, entity, predicates, sets, exprs, stamp, filters=shape.filters,
+                                       set_columns=columns_of(target.set_values)))  # fmt: skip
         return tuple(result)
 
     def _skip(self, reason: str) -> tuple[Access, ...]:
@@ -179,9 +164,8 @@ class SqlAccessExtractor:
         """The statement as a predicate access on its table's scope (counted per table)."""
         self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
         self._count("predicate_accesses")
-        columns = shape.set_values or (shape.targets[0].set_values if shape.targets else ())
         return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, stamp,
-                            keyed=False, exact=exact, filters=self._filters(shape), set_columns=columns_of(columns),
+                            keyed=False, exact=exact, filters=shape.filters, set_columns=shape.set_columns,
                             unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE,
                             where=where)  # fmt: skip
 
@@ -198,7 +182,8 @@ class SqlAccessExtractor:
         return tuple(terms)
 
     def _filters(self, shape: Shape) -> tuple[str, ...]:
-        """The columns a statement's WHERE compares, whether or not the span carries their values."""
+        """The columns a statement's WHERE compares, whether or not the span carries their values (``Shape.filters``:
+        its key columns are those of the table keys it was read with)."""
         key = () if not shape.keyed or shape.operation is DbOperation.INSERT else self._key_terms(shape)
         return tuple(dict.fromkeys(c for c, _, _ in (*key, *shape.predicates)))
 
@@ -222,24 +207,7 @@ class SqlAccessExtractor:
     _bind_terms = staticmethod(bind_terms)
     _bind_sets = staticmethod(bind_sets)
 
-    @staticmethod
-    def _access(span: Span, shape: Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
-                sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], stamp: Stamp, *,
-                keyed: bool = True, exact: bool = True, where: Predicate | None = None,
-                filters: tuple[str, ...] = (), set_columns: tuple[str, ...] = (),
-                unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
-                keying: Keying = Keying.BOUND) -> Access:  # fmt: skip
-        db = span.db
-        assert db is not None
-        (function, file, line, located_by, candidates), (route, request_start, request_end, trace_error,
-         trace_exception, trace_status, links, sampling) = stamp  # fmt: skip
-        r = span.resource
-        return new_access(entity, shape.table, shape.operation, shape.lock, span.trace_id, span.span_id, r.service,
-                          r.version, span.start_ns, span.end_ns, db.statement, db.params, sets, predicates,
-                          db.row_version, db.tx_id, span.is_error, function, file, line, located_by, candidates,
-                          span.idempotency_key, links, exprs, route, request_start, request_end, trace_error,
-                          trace_exception, trace_status, keyed, exact, where, keying.value, 1, 1.0, filters,
-                          set_columns, unbound, unbound_key, sampling)  # fmt: skip
+    _access = staticmethod(make_access)
 
     # -- per statement text (cached) -----------------------------------------------------------------
     def shape(self, statement: str) -> Shape | str:
@@ -286,7 +254,10 @@ class SqlAccessExtractor:
         if isinstance(tree, str):
             return tree
         shape = self._analyse_tree(tree)
-        return shape if isinstance(shape, str) else replace(shape, arity=arity(tree))
+        if isinstance(shape, str):
+            return shape
+        sets = shape.set_values or (shape.targets[0].set_values if shape.targets else ())  # a predicate access's
+        return replace(shape, arity=arity(tree), filters=self._filters(shape), set_columns=columns_of(sets))
 
     def _analyse_tree(self, tree: exp.Expression) -> Shape | str:
         if isinstance(tree, exp.Select | exp.Update | exp.Delete | exp.Insert) and tree.args.get(
