@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -137,9 +138,14 @@ def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
     rows = [
         [s.name, s.resource.service, round((s.start_ns - start_ns) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3),
          _STATUS[s.status]]
-        for s in sorted(spans, key=lambda s: s.start_ns)
+        for s in sorted(spans, key=_START)
     ]  # fmt: skip
-    return json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(rows)
+
+
+_START = operator.attrgetter("start_ns")
+# ``json.dumps(rows, separators=(",", ":"), ensure_ascii=False)`` without a new encoder per trace
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def omitted_spans(text: str | None) -> list[dict[str, Any]]:
@@ -176,14 +182,16 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
     facts = trace.facts
     seen = _ms(trace.end_ns)  # when they were last seen: retention deletes services and operations no longer seen
-    services = sorted({s.resource.service for s in trace.spans})
-    _unique(batch.services, "name", {name: {"name": name, "seen": seen} for name in services})
-    operations: dict[str, Row] = {}
+    known = {r["name"] for r in batch.services}  # one row per name per batch (as ``_unique``), made only if new
+    batch.services += [
+        {"name": n, "seen": seen} for n in sorted({s.resource.service for s in trace.spans}) if n not in known
+    ]
+    known = {r["key"] for r in batch.operations}
     for span in facts.requests:  # the server spans and the spans without a parent
         service, name = span.resource.service, span.route or span.name
-        key = f"{service}:{name}"
-        operations[key] = {"key": key, "service": service, "name": name, "seen": seen}
-    _unique(batch.operations, "key", operations)
+        if (key := f"{service}:{name}") not in known:
+            known.add(key)
+            batch.operations.append({"key": key, "service": service, "name": name, "seen": seen})
     # A late fragment of a trace the policy would not detail (typically its root span, exported after the trace
     # closed) still completes the trace if an earlier fragment was detailed: its spans go to ``late_traces``,
     # which writes only onto a Trace already in the graph, so that the earlier spans get their parents.
@@ -251,13 +259,13 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
     for a in accesses:
         row = {
             "span": a.span_id,
-            "entity": clean(a.entity),
+            "entity": a.entity if type(a.entity) is str else clean(a.entity),  # (``clean`` of a str: the str)
             "table": a.table,
             "at": _ms(a.start_ns),
             "lock": a.lock.value,
-            "version": clean(a.read_version),
+            "version": a.read_version if type(a.read_version) is str else clean(a.read_version),
             "op": a.operation.value,
-            "params": clean(list(a.params)),
+            "params": [v if type(v) is str else clean(v) for v in a.params],
             "function": a.function,  # the code site, so that repairs can find every writer of a table
             "file": a.file,
             "predicate": "" if a.keyed else predicate_text(a.predicates, a.exact, a.where),  # of a predicate access

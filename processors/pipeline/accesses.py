@@ -19,6 +19,8 @@ from processors.model.events import ACCESS_FIELDS, Access, DbOperation, LockMode
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.sql import SqlAccessExtractor
+from processors.sql.control import ROLLBACK, transaction_control
+from processors.sql.made import RequestValues, SiteValues
 from processors.sql.transactions import transactions
 
 if TYPE_CHECKING:
@@ -45,18 +47,22 @@ _AT = tuple(ACCESS_FIELDS.index(name) for name in _REQUEST)
 _SITE = ("function", "file", "line", "located_by", "candidates")  # consecutive fields: stamped as one slice
 _SITE_AT = ACCESS_FIELDS.index(_SITE[0])
 assert ACCESS_FIELDS[_SITE_AT : _SITE_AT + len(_SITE)] == _SITE
-SiteValues = tuple[str, str, int, str, tuple[str, ...]]  # an access's _SITE values
 
 
-def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteValues] | None = None) -> list[Access]:
-    """Stamp each access with its request: route, interval and outcome (what the collision detector judges), and
-    with its code site's values when given (one per access). (Built positionally: ``dataclasses.replace`` of 33
-    fields costs a visible share of stage 1.)"""
+def request_values(trace: ClosedTrace) -> RequestValues:
+    """The values of the trace's request (root span) every access of it carries, in ``_REQUEST`` order: route,
+    interval and outcome (what the collision detector judges), the trace's span links and sampling."""
     facts = trace.facts
     root = trace.root
     links = tuple(sorted({t for s in trace.spans for t in s.links}))
-    request = (root.route or root.name, root.start_ns, max(root.end_ns, facts.end_ns), facts.error,
-               facts.exception, root.http_status, links, facts.sampling.probability)  # fmt: skip
+    return (root.route or root.name, root.start_ns, max(root.end_ns, facts.end_ns), facts.error, facts.exception,
+            root.http_status, links, facts.sampling.probability)  # fmt: skip
+
+
+def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteValues] | None = None) -> list[Access]:
+    """Stamp each access with its request (``request_values``), and with its code site's values when given (one
+    per access). (Built positionally: ``dataclasses.replace`` of 33 fields costs a visible share of stage 1.)"""
+    request = request_values(trace)
     stamped = []
     end = _SITE_AT + len(_SITE)
     for i, a in enumerate(accesses):
@@ -69,10 +75,22 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
     return stamped
 
 
+_HELD = (LockMode.FOR_UPDATE, LockMode.FOR_SHARE)
+
+
+def _rolled_back(trace: ClosedTrace, accesses: list[Access]) -> bool:
+    """Whether a write of ``accesses`` may be in a rolled-back transaction: the trace has a ROLLBACK span."""
+    return any(a.operation is not DbOperation.READ and not a.error for a in accesses) and any(
+        s.db is not None and transaction_control(s.db.statement) == ROLLBACK for s in trace.facts.db
+    )
+
+
 def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
     """What the trace's transactions (``processors.sql.transactions``) change about its accesses: a row lock taken
     in a transaction that ended before the trace's later write of that row began does not guard that write (the
     lock is read as none); a write in a transaction a ROLLBACK span ended made no change (it counts as failed)."""
+    if not any(a.keyed and a.lock in _HELD for a in accesses) and not _rolled_back(trace, accesses):
+        return accesses  # nothing a transaction changes: no row lock, no write a ROLLBACK span may have undone
     txs = transactions(trace.facts.db)  # (only DB spans are in a transaction)
     if not txs:
         return accesses
@@ -85,7 +103,7 @@ def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Acce
         tx = txs.get(a.span_id)
         if tx is not None and tx.rolled_back and a.operation is not DbOperation.READ and not a.error:
             a = replace(a, error=True)
-        elif tx is not None and a.lock in (LockMode.FOR_UPDATE, LockMode.FOR_SHARE) and a.keyed:
+        elif tx is not None and a.lock in _HELD and a.keyed:
             writes = [txs.get(w.span_id) for w in later_writes.get(a.entity, ()) if w.start_ns >= a.end_ns]
             if writes and all(w is not None and w.service == tx.service and w.ordinal > tx.ordinal for w in writes):
                 a = replace(a, lock=LockMode.NONE)  # the lock was released (at commit) before the write
@@ -114,11 +132,8 @@ def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor, locator: Code
     if unnamed and locator is not None:
         for span_id, found in locator.sites(trace, unnamed).items():
             named[span_id] = (found.function, found.file, found.line, found.located_by, found.candidates)
+    request = request_values(trace)
     accesses: list[Access] = []
-    sites: list[SiteValues] = []
-    for span in db_spans:
-        site = named.get(span.span_id, _UNLOCATED)
-        made = extractor.accesses(span, function=site[0], file=site[1])
-        accesses.extend(made)
-        sites += [site] * len(made)
-    return with_request(trace, within_transactions(trace, accesses), sites) if accesses else accesses
+    for span in db_spans:  # each access made once, with its site and request
+        accesses.extend(extractor.accesses(span, site=named.get(span.span_id, _UNLOCATED), request=request))
+    return within_transactions(trace, accesses) if accesses else accesses

@@ -11,7 +11,7 @@ with a parent cycle). The owned intervals partition the start span's duration ex
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from processors.model.events import SpanKind
@@ -30,8 +30,10 @@ def critical_path(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[
     children, latest end first, as ``processors.model.trace.TraceFacts.by_end`` has them; made here when not
     given)."""
     owned: dict[str, int] = {}
+    client = SpanKind.CLIENT
     for span, self_ns in _walk(spans, start, by_end):
-        key = owner(span)
+        db = span.db  # ``owner``, inlined: once per span on the path of every slow request kept
+        key = (db.system or "db") if db is not None and span.kind == client else span.resource.service
         owned[key] = owned.get(key, 0) + self_ns
     return owned
 
@@ -53,36 +55,37 @@ def children_by_end(spans: Iterable[Span]) -> dict[str, list[Span]]:
     return children
 
 
-def _walk(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[Span]] | None) -> Iterator[tuple[Span, int]]:
-    """Each span on ``start``'s critical path with the nanoseconds of self time it owns there (once per span)."""
+def _walk(spans: Iterable[Span], start: Span, by_end: Mapping[str, list[Span]] | None) -> list[tuple[Span, int]]:
+    """Each span on ``start``'s critical path with the nanoseconds of self time it owns there (once per span).
+    (Spelt out: it runs for every slow request the regression statistics keep.)"""
     children = children_by_end(spans) if by_end is None else by_end
     start_id = start.span_id  # never a child on its own path (a malformed trace with a parent cycle)
     seen: set[str] = set()
+    out: list[tuple[Span, int]] = []
     stack: list[tuple[Span, int, int]] = [(start, start.start_ns, start.end_ns)]
     while stack:
         span, lo, hi = stack.pop()
-        if span.span_id in seen or hi <= lo:
+        if (span_id := span.span_id) in seen or hi <= lo:
             continue
-        seen.add(span.span_id)
+        seen.add(span_id)
         cursor = hi
         self_ns = 0
-        for kid in children.get(span.span_id, ()):
-            if kid.span_id == start_id:
-                continue
+        for kid in children.get(span_id, ()):
             if cursor <= lo:
                 break
-            if kid.start_ns >= cursor or kid.span_id in seen:
+            if (kid_start := kid.start_ns) >= cursor or (kid_id := kid.span_id) == start_id or kid_id in seen:
                 continue  # after the part still to cover, or in parallel with a critical sibling
-            end = min(kid.end_ns, cursor)
+            end = kid.end_ns if kid.end_ns < cursor else cursor
             if end <= lo:
                 break  # kids are sorted by end: every remaining one ended before this span's interval
-            begin = max(kid.start_ns, lo)
+            begin = kid_start if kid_start > lo else lo
             self_ns += cursor - end
             stack.append((kid, begin, end))
             cursor = begin
         self_ns += cursor - lo
         if self_ns:
-            yield span, self_ns
+            out.append((span, self_ns))
+    return out
 
 
 def shares(owned: Mapping[str, int]) -> dict[str, float]:

@@ -25,7 +25,6 @@ from processors.model.events import (
     Predicate,
     Scalar,
     entity_key,
-    new_access,
     scope_key,
 )
 from processors.model.span import Span
@@ -34,6 +33,7 @@ from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbo
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
+from processors.sql.made import RequestValues, SiteValues, Stamp, make_access
 from processors.sql.predicate import compile_where
 from processors.sql.shape import Shape, Target
 from processors.sql.syntax import (
@@ -59,7 +59,7 @@ from processors.sql.syntax import (
     ref_of,
     table_of,
 )
-from processors.sql.unkeyed import bind_scope
+from processors.sql.unkeyed import bind_scope, resets
 from processors.state.lru import CountedLRU
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
@@ -87,6 +87,8 @@ class SqlAccessExtractor:
         self._cache: CountedLRU[str, Shape | str] = CountedLRU(max(1, cache_size), self.telemetry, "statement_cache")
         # Predicate accesses per table (a table with no known key, or a statement that names no row by its key).
         self.unkeyed: CountedLRU[str, int] = CountedLRU(max(1, max_tables), self.telemetry, "max_tables")
+        self.telemetry.declare("shared_cache_reset")
+        self._resets = resets()  # the parameterless-binding cache's resets seen so far (``processors.sql.unkeyed``)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -101,10 +103,13 @@ class SqlAccessExtractor:
         return cfg.get(f"{schema}.{table}") or cfg.get(table) or ()
 
     # -- per span ------------------------------------------------------------------------------------
-    def accesses(self, span: Span, *, function: str = "", file: str = "") -> tuple[Access, ...]:
+    def accesses(self, span: Span, *, function: str = "", file: str = "", site: SiteValues | None = None,
+                 request: RequestValues | None = None) -> tuple[Access, ...]:  # fmt: skip
         """One ``Access`` per row the span's statement touches, or one predicate access on the table's scope when
         it names no row by its key (or by placeholders whose values the span does not carry); () only for a
-        statement that is no row access (not DML, unparseable, ...), counted by reason as a drop."""
+        statement that is no row access (not DML, unparseable, ...), counted by reason as a drop. Its code site is
+        ``site`` when given (else ``function`` / ``file`` or the span's own), its request ``request`` when given
+        (else none yet, and the span's links): each access is made once, with every value."""
         db = span.db
         if db is None or not db.statement.strip():
             return self._skip("not_db")
@@ -113,31 +118,37 @@ class SqlAccessExtractor:
             return self._skip(shape)
         if db.params and not db.named_params and (rows := batch_rows(db.params, shape.arity)) is not None:
             self._count("executemany_batches")  # one run of the statement per row of the batch
-            return tuple(a for run in runs(span, rows) for a in self.accesses(run, function=function, file=file))
+            made = [
+                self.accesses(r, function=function, file=file, site=site, request=request) for r in runs(span, rows)
+            ]
+            return tuple(a for each in made for a in each)
+        stamp = (site or (function or span.code_function, file or span.code_file, 0, "", ()),
+                 request or ("", 0, 0, False, "", 0, span.links, None))  # fmt: skip
         named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
         params = db.params
         if not shape.keyed:
             predicates, exact, sets, exprs, where, unbound = bind_scope(shape, params, named)
+            if (now := resets()) != self._resets:  # the shared parameterless bindings started again (bounded)
+                self.telemetry.drop("shared_cache_reset", now - self._resets)
+                self._resets = now
             for reason in shape.undecidable:
                 self._count(f"predicate_undecidable_{reason}")  # evaluated, it is undecidable where this part decides
             if where is not None and any(not box for box in where[1]):
                 self._count("predicate_undecidable_unbound_parameter")
-            return (self._predicate(span, shape, predicates, exact, sets, exprs, function, file,
-                                    unbound=unbound, where=where),)  # fmt: skip
+            return (self._predicate(span, shape, predicates, exact, sets, exprs, stamp, unbound=unbound, where=where),)
         result: list[Access] = []
         for target in shape.targets:
             values = [v for r in target.key if not isinstance(v := bind(r, params, named), Unbound)]
             if len(values) != len(target.key):
-                return self._unbound(span, shape, params, named, function, file)
+                return self._unbound(span, shape, params, named, stamp)
             if target.labels:
                 entity = identity_entity_key(shape.table, target.labels, values)
             else:
                 entity = entity_key(shape.table, tuple(normalise_key_value(v) for v in values))
             predicates, _ = self._bind_terms(shape.predicates, params, named)
             sets, exprs = self._bind_sets(target.set_values, params, named)
-            filters, columns = self._filters(shape), columns_of(target.set_values)
-            result.append(self._access(span, shape, entity, predicates, sets, exprs, function, file,
-                                       filters=filters, set_columns=columns))  # fmt: skip
+            result.append(self._access(span, shape, entity, predicates, sets, exprs, stamp, filters=shape.filters,
+                                       set_columns=columns_of(target.set_values)))  # fmt: skip
         return tuple(result)
 
     def _skip(self, reason: str) -> tuple[Access, ...]:
@@ -147,15 +158,14 @@ class SqlAccessExtractor:
         return ()
 
     def _predicate(self, span: Span, shape: Shape, predicates: tuple[tuple[str, str, Any], ...], exact: bool,
-                   sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
+                   sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], stamp: Stamp, *,
                    unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
                    where: Predicate | None = None) -> Access:  # fmt: skip
         """The statement as a predicate access on its table's scope (counted per table)."""
         self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
         self._count("predicate_accesses")
-        columns = shape.set_values or (shape.targets[0].set_values if shape.targets else ())
-        return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, function, file,
-                            keyed=False, exact=exact, filters=self._filters(shape), set_columns=columns_of(columns),
+        return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, stamp,
+                            keyed=False, exact=exact, filters=shape.filters, set_columns=shape.set_columns,
                             unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE,
                             where=where)  # fmt: skip
 
@@ -172,12 +182,13 @@ class SqlAccessExtractor:
         return tuple(terms)
 
     def _filters(self, shape: Shape) -> tuple[str, ...]:
-        """The columns a statement's WHERE compares, whether or not the span carries their values."""
+        """The columns a statement's WHERE compares, whether or not the span carries their values (``Shape.filters``:
+        its key columns are those of the table keys it was read with)."""
         key = () if not shape.keyed or shape.operation is DbOperation.INSERT else self._key_terms(shape)
         return tuple(dict.fromkeys(c for c, _, _ in (*key, *shape.predicates)))
 
     def _unbound(self, span: Span, shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Scalar],
-                 function: str, file: str) -> tuple[Access, ...]:  # fmt: skip
+                 stamp: Stamp) -> tuple[Access, ...]:  # fmt: skip
         """A keyed statement whose key values are not on the span (stock instrumentation records no parameters):
         still an access, of the table's scope, carrying its shape (operation, lock mode, the columns it filters on
         and sets, the key columns it names a row by); stage 2 keys it by the row change it made (a write) or by
@@ -190,53 +201,13 @@ class SqlAccessExtractor:
         terms = () if shape.operation is DbOperation.INSERT else (*self._key_terms(shape), *shape.predicates)
         predicates, _ = self._bind_terms(terms, params, named)
         sets, exprs = self._bind_sets(target.set_values, params, named)
-        return (self._predicate(span, shape, predicates, False, sets, exprs, function, file,
+        return (self._predicate(span, shape, predicates, False, sets, exprs, stamp,
                                 unbound=unbound_terms(terms, params, named), unbound_key=True),)  # fmt: skip
 
     _bind_terms = staticmethod(bind_terms)
     _bind_sets = staticmethod(bind_sets)
 
-    @staticmethod
-    def _access(span: Span, shape: Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
-                sets: tuple[tuple[str, Scalar], ...], exprs: tuple[str, ...], function: str, file: str, *,
-                keyed: bool = True, exact: bool = True, where: Predicate | None = None,
-                filters: tuple[str, ...] = (), set_columns: tuple[str, ...] = (),
-                unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
-                keying: Keying = Keying.BOUND) -> Access:  # fmt: skip
-        db = span.db
-        assert db is not None
-        return new_access(
-            entity=entity,
-            table=shape.table,
-            operation=shape.operation,
-            lock=shape.lock,
-            trace_id=span.trace_id,
-            span_id=span.span_id,
-            service=span.resource.service,
-            version=span.resource.version,
-            start_ns=span.start_ns,
-            end_ns=span.end_ns,
-            statement=db.statement,
-            params=db.params,
-            set_values=sets,
-            predicates=predicates,
-            read_version=db.row_version,
-            tx_id=db.tx_id,
-            error=span.is_error,
-            function=function or span.code_function,
-            file=file or span.code_file,
-            idempotency_key=span.idempotency_key,
-            links=span.links,
-            set_exprs=exprs,
-            keyed=keyed,
-            exact=exact,
-            where=where,
-            keying=keying.value,
-            filters=filters,
-            set_columns=set_columns,
-            unbound=unbound,
-            unbound_key=unbound_key,
-        )
+    _access = staticmethod(make_access)
 
     # -- per statement text (cached) -----------------------------------------------------------------
     def shape(self, statement: str) -> Shape | str:
@@ -283,7 +254,10 @@ class SqlAccessExtractor:
         if isinstance(tree, str):
             return tree
         shape = self._analyse_tree(tree)
-        return shape if isinstance(shape, str) else replace(shape, arity=arity(tree))
+        if isinstance(shape, str):
+            return shape
+        sets = shape.set_values or (shape.targets[0].set_values if shape.targets else ())  # a predicate access's
+        return replace(shape, arity=arity(tree), filters=self._filters(shape), set_columns=columns_of(sets))
 
     def _analyse_tree(self, tree: exp.Expression) -> Shape | str:
         if isinstance(tree, exp.Select | exp.Update | exp.Delete | exp.Insert) and tree.args.get(

@@ -39,3 +39,7 @@ class Shape:
     # Of a predicate access: its whole WHERE compiled (``processors.sql.predicate``), and why parts are undecidable
     where: tuple[Node, Refs] | None = None
     undecidable: tuple[str, ...] = ()
+    # What every access of it carries, read once: the columns its WHERE compares, bound or not (the key's too), and
+    # the columns a predicate access of it sets
+    filters: tuple[str, ...] = ()
+    set_columns: tuple[str, ...] = ()

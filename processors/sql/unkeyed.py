@@ -1,7 +1,9 @@
 """A predicate access's binding (a statement that names no row by its key): its WHERE terms, SET values and WHERE
 tree with one span's parameters. A span without parameters (what stock instrumentation records) binds nothing, so
 its binding is a function of the statement's shape alone: made once per shape and shared by every such access, and
-the WHERE's text for people (``predicate_text``) is then written once too."""
+the WHERE's text for people (``predicate_text``) is then written once too. That cache is process-wide and bounded
+(``NO_PARAMS_SHAPES``); each time it starts again is counted (:func:`resets`, reported by the extractor as
+``dropped{component=sql, reason=shared_cache_reset}``, as the decoder's shared caches are)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,12 @@ Bound = tuple[
 ]
 NO_PARAMS_SHAPES = 1024  # shapes whose parameterless binding is kept at most (then the cache starts again)
 _NO_PARAMS: dict[int, tuple[Shape, Bound]] = {}  # by the shape's identity (held, so its id is not reused)
+_RESETS = [0]  # how many times _NO_PARAMS started again
+
+
+def resets() -> int:
+    """How many times the parameterless-binding cache of this process started again (a monotonic count)."""
+    return _RESETS[0]
 
 
 def bind_scope(shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Scalar]) -> Bound:
@@ -44,10 +52,11 @@ def bind_scope(shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Sca
         if len(_NO_PARAMS) >= NO_PARAMS_SHAPES:
             _NO_PARAMS.clear()
             forget_shared()
+            _RESETS[0] += 1
         _NO_PARAMS[id(shape)] = (shape, bound)
         if where is not None:
             share_where(where)
     return bound
 
 
-__all__ = ["NO_PARAMS_SHAPES", "Bound", "bind_scope"]
+__all__ = ["NO_PARAMS_SHAPES", "Bound", "bind_scope", "resets"]

@@ -21,7 +21,7 @@ from processors.model.events import (
     StatusCode,
 )
 from processors.model.span import Span
-from processors.sql import SqlAccessExtractor
+from processors.sql import SqlAccessExtractor, unkeyed
 from processors.sql.values import predicate_text
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -268,6 +268,20 @@ def test_a_statement_without_parameters_is_bound_once_and_a_span_with_them_is_bo
     assert predicate_text(given.predicates, given.exact, given.where) == "status = 'new' OR amount > 5"
     assert (bare.exact, given.exact) == (False, True)
     assert ex.counters["predicate_undecidable_unbound_parameter"] == 2  # counted for each parameterless span
+
+
+def test_the_shared_parameterless_bindings_starting_again_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(unkeyed, "NO_PARAMS_SHAPES", 2)
+    monkeypatch.setattr(unkeyed, "_NO_PARAMS", {})  # (process-wide: other tests' shapes left out)
+    ex = SqlAccessExtractor()
+    assert ex.telemetry.dropped["shared_cache_reset"] == 0  # declared: visible before the first reset
+    before = unkeyed.resets()
+    for n in range(5):  # five shapes through a cache of two: it starts again at the third and the fifth
+        one(ex, db_span(f"SELECT * FROM orders WHERE amount > {n}"))
+    assert unkeyed.resets() - before == 2
+    assert ex.telemetry.dropped["shared_cache_reset"] == 2
+    one(ex, db_span("SELECT * FROM orders WHERE amount > 1"))  # no reset: nothing more counted
+    assert ex.telemetry.dropped["shared_cache_reset"] == 2
 
 
 def test_a_table_with_no_known_key_gives_predicate_accesses_until_debezium_names_it() -> None:

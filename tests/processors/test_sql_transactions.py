@@ -107,6 +107,10 @@ def test_writes_of_a_rolled_back_transaction_made_no_change() -> None:
     assert write.error
     _, write = accesses(trace(BEGIN, A_LOCK, A_WRITE, COMMIT))
     assert not write.error
+    [write] = accesses(trace(BEGIN, A_WRITE, rollback))  # no row lock in the trace: the ROLLBACK alone decides
+    assert write.error
+    [write] = accesses(trace(BEGIN, A_WRITE, COMMIT))
+    assert not write.error
 
 
 def test_nothing_is_inferred_without_delimiters_or_with_concurrent_connections() -> None:

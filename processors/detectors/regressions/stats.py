@@ -209,23 +209,26 @@ class ServiceStats:
                                     first_ns=req.start_ns)  # fmt: skip
         op.requests += 1
         label = req.sampling.label
-        if label not in op.sampled and len(op.sampled) >= MAX_SAMPLING_LABELS:
+        sampled = op.sampled
+        if label not in sampled and len(sampled) >= MAX_SAMPLING_LABELS:
             self.telemetry.drop("max_sampling_labels")  # folded into one label: a mix either way
             label = "(other)"
-        op.sampled[label] = op.sampled.get(label, 0) + 1
-        op.first_ns = min(op.first_ns, req.start_ns)
-        op.revision = op.revision or req.revision
-        ms = req.duration_ms
+        sampled[label] = sampled.get(label, 0) + 1
+        start_ns = req.start_ns
+        if start_ns < op.first_ns:
+            op.first_ns = start_ns
+        if not op.revision:
+            op.revision = req.revision
+        duration = req.end_ns - start_ns
+        ms = duration / MS_NS  # (``Request.duration_ms``)
         op.latency.add(ms)
         if not op.samples.add(ms, self._rng):
             self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
-        duration = req.end_ns - req.start_ns
-        if op.slow.wants(duration, req.span_id):
+        slow, span_id = op.slow, req.span_id
+        if slow.wants(duration, span_id):
             facts = trace.facts
-            start = (
-                facts.by_id[req.span_id] if facts.unique else next(s for s in trace.spans if s.span_id == req.span_id)
-            )
-            op.slow.add(duration, req.span_id, critical_path(trace.spans, start, facts.by_end))
+            start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
+            slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end))
         if req.error:
             op.errors += 1
             sig = req.signature
