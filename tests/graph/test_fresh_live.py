@@ -146,7 +146,7 @@ async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs:
         trace_rows(t, [update_of(t.spans[0])], "paths", batch)
         dead: list[Any] = []
         assert await sink.write_batch(batch, dead) >= 1
-        assert dead == [] and refused == ["_Refused"]
+        assert dead == [] and refused == ["Refused"]
         counts = await sink.query(
             "MATCH (s:Span) OPTIONAL MATCH (s)-[o:OF]->(:Trace) WITH s, count(o) AS o "
             "OPTIONAL MATCH (s)-[c:CHILD_OF]->(:Span) RETURN count(s), sum(o), count(c), "
