@@ -42,7 +42,9 @@ from streamer.runtime import collector
 
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
 VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}, "merged": {},
-                                       "full": {}}  # fmt: skip
+                                       "full": {}, "noend": {}, "allids": {}}  # fmt: skip
+# Variants whose graph lacks one of the schema's indexes (dropped after the bootstrap): ``noend``, no ``Span.end``.
+DROPPED = {"noend": (("Span", "end"),)}
 # Variants whose rows store a span's empty details ("" and 0) as properties, as before they were sent as null: their
 # graphs are compared with each other, the others' with each other (the two forms hold the same values otherwise).
 FULL = {"before", "after", "full"}
@@ -110,10 +112,13 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
     writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
-    writer.create_fresh = variant in ("fresh", "full", "merged")
-    writer.create_traces = variant == "fresh"
+    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids")
+    writer.create_traces = variant in ("fresh", "noend", "allids")
+    writer.present_every_span = variant in ("before", "after", "full", "merged", "allids")
     writer.empty_details = variant in FULL
     await writer.bootstrap()
+    for label, prop in DROPPED.get(variant, ()):
+        await writer.query(f"DROP INDEX FOR (n:{label}) ON (n.{prop})")
     cpu0, wall0 = proc_cpu_s(pid) or 0.0, time.perf_counter()
     for batch in batches:
         await writer.write(batch)

@@ -107,8 +107,9 @@ class GraphWriter:
         self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
-        # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored
+        # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored;
         self.create_fresh, self.create_traces, self.empty_details = True, True, False
+        self.present_every_span = False  # the read of present spans naming every span, not only access spans
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -253,12 +254,17 @@ class GraphWriter:
         """Write every statement's rows in chunks of ``batch_rows``; returns the rows written. ``settled`` gets, for
         each trace of a trace row, whether all its rows left no span that :data:`ADOPT` could link."""
         written = 0
+        accessed = None if self.present_every_span else {
+            r["span"] for rows in (batch.reads, batch.writes, batch.predicates, batch.changes) for r in rows
+            if r.get("span")}  # fmt: skip
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name, empty=self.empty_details)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
                 if name in traces.MERGING:
-                    written += await trace_writes.write(self, name, chunk, dead, {} if settled is None else settled)
+                    written += await trace_writes.write(
+                        self, name, chunk, dead, {} if settled is None else settled, accessed
+                    )
                 else:
                     written += await self.write_rows(name, statement, chunk, dead)
         return written
