@@ -1,14 +1,15 @@
 """The writer's path for the trace upserts (``traces``, ``late_traces``): which statement writes which rows.
 
 A statement's rows are written with :data:`traces.MERGING` when they name one span twice (a span created twice
-breaks its key). Otherwise the writer first asks the graph which of their spans and traces it has, in one read:
-:data:`traces.PRESENT_ACCESSED`, which looks up the batch's access spans (a row change or an incident may have made
-a placeholder of one before its trace came) and the other spans only of the traces the graph has (a replay, a late
-fragment); a span missed all the same is caught by its unique key, as a span made meanwhile is. The rows none of
-whose spans are there are written with ``traces.FRESH`` (or ``traces.CREATED`` for a trace the graph does not have
-either: :func:`traces.fresh_parts`), the others with the lookup form (``schema.UPSERTS``). A statement of new spans
-the graph refuses (a span made meanwhile by another writer, too big, a row's content) is written again with the
-lookup form, under the writer's usual rules.
+breaks its key). Otherwise the writer first asks the graph which of their traces it has and which of their access
+spans (:data:`traces.PRESENT`): a row change or an incident may have made a placeholder of an access span before its
+trace came, and no other span is in the graph without its trace (each is created with its OF edge, and retention
+deletes a Trace only once it has no span). Only for the traces the graph has (a replay, a late fragment) does a
+second read look up their other spans. A span missed all the same is caught by its unique key, as a span made
+meanwhile by another writer is. The rows none of whose spans are there are written with ``traces.FRESH`` (or
+``traces.CREATED`` for a trace the graph does not have either: :func:`traces.fresh_parts`), the others with the
+lookup form (``schema.UPSERTS``). A statement of new spans the graph refuses (a span made meanwhile by another
+writer, too big, a row's content) is written again with the lookup form, under the writer's usual rules.
 
 ``settled`` tells :meth:`GraphWriter.adopt` which traces need no adoption: those whose rows were all written the
 FRESH way, new to the graph, with each span's parent in its row.
@@ -42,14 +43,17 @@ async def write(writer: GraphWriter, name: str, rows: list[Any], dead: list[Dead
     ids = [p[0] for row in rows for p in row[_SPANS] or ()]
     if not writer.create_fresh or not ids:
         return await writer.write_rows(name, schema.UPSERTS[name], rows, dead)
-    if accessed is None:  # every span id looked up
-        statement, asked = traces.PRESENT, [ids, [r[0] for r in rows]]
-    else:
-        statement, asked = traces.PRESENT_ACCESSED, [[i for i in ids if i in accessed], [
-            [r[0], [p[0] for p in r[_SPANS] or () if p[0] not in accessed]] for r in rows]]  # fmt: skip
     present: list[list[Any]] = []
     try:
-        await writer._statement("present", statement, asked, present, shrinkable=False)
+        if accessed is None:  # every span id looked up
+            await writer._statement("present", traces.PRESENT, [ids, [r[0] for r in rows]], present, shrinkable=False)
+        else:
+            asked = [[i for i in ids if i in accessed], [r[0] for r in rows]]
+            await writer._statement("present", traces.PRESENT, asked, present, shrinkable=False)
+            begun = {i for k, i in present if k == 1}
+            others = [p[0] for r in rows if r[0] in begun for p in r[_SPANS] or () if p[0] not in accessed]
+            if others:  # a replay, a late fragment: the other spans of the traces the graph has
+                await writer._statement("present", traces.PRESENT, [others, []], present, shrinkable=False)
     except Refused:  # an id the graph will not read: write every row as if its spans were there
         present = [[0, i] for i in ids]
     known, begun = {i for k, i in present if k == 0}, {i for k, i in present if k == 1}

@@ -136,16 +136,6 @@ PRESENT = (
     "UNWIND $rows[0] AS id MATCH (:Span {id: id}) RETURN 0 AS k, id UNION ALL "
     "UNWIND $rows[1] AS id MATCH (:Trace {id: id}) RETURN 1 AS k, id"
 )
-# The same answer when only the spans that may be in the graph before their trace are named in ``rows[0]`` (those a
-# row change or an incident can make a placeholder of: the batch's access spans); ``rows[1]`` has, per row, its
-# trace id and its other span ids, which are looked up only where the graph has that trace (no other span is there
-# without its trace: each is created with its OF edge, and retention deletes a Trace only once it has no span).
-PRESENT_ACCESSED = (
-    "UNWIND $rows[0] AS id MATCH (:Span {id: id}) RETURN 0 AS k, id UNION ALL "
-    "UNWIND $rows[1] AS r MATCH (:Trace {id: r[0]}) WITH r UNWIND r[1] AS id MATCH (:Span {id: id}) "
-    "RETURN 0 AS k, id UNION ALL "
-    "UNWIND $rows[1] AS r MATCH (:Trace {id: r[0]}) RETURN 1 AS k, r[0] AS id"
-)
 UPSERTS = {"traces": traces("MERGE"), "late_traces": traces("MATCH")}
 MERGING = {"traces": merging("MERGE"), "late_traces": merging("MATCH")}
 FRESH = {"traces": fresh("MERGE"), "late_traces": fresh("MATCH")}
