@@ -34,7 +34,7 @@ from bench.otlp_gen import generate_run
 from bench.procfs import proc_cpu_s
 from bench.run import OUT, run_stage, settings_env
 from processors.model.graph import GraphBatch
-from sinks.graph import GraphWriter, schema
+from sinks.graph import GraphWriter
 from sinks.graph.schema import traces
 from streamer import config
 from streamer.engines import Layout, LocalEngines
@@ -43,13 +43,6 @@ from streamer.runtime import collector
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
 VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}, "merged": {},
                                        "full": {}, "noend": {}, "allids": {}}  # fmt: skip
-# ``perrow``: the access upserts with their Entity merged and stamped once per row, as before it was once per entity.
-_PER_ROW = (
-    "UNWIND $rows AS r MERGE (e:Entity {key: r.entity}) SET e.table = r.table, "
-    "e.seen = CASE WHEN e.seen IS NULL OR r.at > e.seen THEN r.at ELSE e.seen END "
-    "WITH e, r MATCH (s:Span {id: r.span}) "
-)
-VARIANTS["perrow"] = {k: schema.UPSERTS[k].replace(schema.ENTITY, _PER_ROW) for k in ("reads", "writes", "predicates")}
 # Variants whose graph lacks one of the schema's indexes (dropped after the bootstrap): ``noend``, no ``Span.end``.
 DROPPED = {"noend": (("Span", "end"),)}
 # Variants whose rows store a span's empty details ("" and 0) as properties, as before they were sent as null: their
@@ -119,8 +112,8 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
     writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
-    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids", "perrow")
-    writer.create_traces = variant in ("fresh", "noend", "allids", "perrow")
+    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids")
+    writer.create_traces = variant in ("fresh", "noend", "allids")
     writer.present_every_span = variant in ("before", "after", "full", "merged", "allids")
     writer.empty_details = variant in FULL
     await writer.bootstrap()

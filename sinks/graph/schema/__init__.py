@@ -77,12 +77,10 @@ _NEWER = "(e.lsn IS NULL OR r.lsn >= e.lsn)"  # a change row at least as new as 
 _SEEN_MAX = "{n}.seen = CASE WHEN {n}.seen IS NULL OR {at} > {n}.seen THEN {at} ELSE {n}.seen END"
 
 # An access row names its span and its Entity: the Entity is merged (as the entity's first access creates it, whether
-# or not its span is in the graph), once per entity of the statement with its latest access (a table's scope entity
-# has hundreds of predicate rows in one), then each row's edge is merged from its span.
-ENTITY = (
-    "UNWIND $rows AS r WITH r.entity AS key, r.table AS table, max(r.at) AS at, collect(r) AS rs "
-    f"MERGE (e:Entity {{key: key}}) SET e.table = table, {_SEEN_MAX.format(n='e', at='at')} "
-    "WITH e, rs UNWIND rs AS r MATCH (s:Span {id: r.span}) "
+# or not its span is in the graph), then the edge is merged from the span.
+_ENTITY = (
+    f"UNWIND $rows AS r MERGE (e:Entity {{key: r.entity}}) SET e.table = r.table, {_SEEN_MAX.format(n='e', at='r.at')} "
+    "WITH e, r MATCH (s:Span {id: r.span}) "
 )
 
 UPSERTS: dict[str, str] = {
@@ -103,17 +101,17 @@ UPSERTS: dict[str, str] = {
         + traces.AWAIT.format(parent="r[1]", node="p", child="c")
     ),
     "reads": (
-        f"{ENTITY}MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, "
+        f"{_ENTITY}MERGE (s)-[x:READ]->(e) SET x.at = r.at, x.lock = r.lock, x.version = r.version, "
         "x.params = r.params, x.function = r.function, x.file = r.file, x.predicate = r.predicate, "
         "x.keying = r.keying"
     ),
     "writes": (
-        f"{ENTITY}MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
+        f"{_ENTITY}MERGE (s)-[x:WROTE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
         "x.function = r.function, x.file = r.file, x.predicate = r.predicate, x.keying = r.keying"
     ),
     # A statement that named no row by its key: an edge to the table's scope (``orders:*``) with its predicate.
     "predicates": (
-        f"{ENTITY}MERGE (s)-[x:PREDICATE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
+        f"{_ENTITY}MERGE (s)-[x:PREDICATE]->(e) SET x.at = r.at, x.lock = r.lock, x.op = r.op, x.params = r.params, "
         "x.function = r.function, x.file = r.file, x.predicate = r.predicate, x.keying = r.keying"
     ),
     "windows": "UNWIND $rows AS r MERGE (w:Window {id: r.id}) SET w.start = r.start, w.end = r.end",
