@@ -32,12 +32,10 @@ _SPANS = traces.TRACE_COLUMNS.index("spans")  # a trace row's kept spans
 
 
 async def write(writer: GraphWriter, name: str, rows: list[Any], dead: list[DeadRow] | None,
-                settled: dict[str, bool], accessed: set[str] | None = None,
-                created: set[str] | None = None) -> int:  # fmt: skip
+                settled: dict[str, bool], accessed: set[str] | None = None) -> int:  # fmt: skip
     """Write one chunk of trace rows of upsert ``name`` (module docstring); returns the rows written. Settled: FRESH,
     a new trace, each span's parent in the row. ``accessed``: the span ids of the batch's access rows and row
-    changes (the only spans that can be in the graph before their trace), or None to look every span up;
-    ``created`` gets the ids of the spans the FRESH statements created."""
+    changes (the only spans that can be in the graph before their trace), or None to look every span up."""
     before = {row[0]: settled.get(row[0], True) for row in rows}
     settled.update(dict.fromkeys(before, False))  # until written with FRESH
     if repeats_span(rows):
@@ -67,8 +65,6 @@ async def write(writer: GraphWriter, name: str, rows: list[Any], dead: list[Dead
             await writer._statement(name, statement, part, None, shrinkable=True)
     except Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
         return written + await writer.write_rows(name, schema.UPSERTS[name], new, dead)
-    if created is not None:
-        created.update(p[0] for r in new for p in r[_SPANS] or ())
     good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}
     unsettled = {r[0] for r in rows if id(r) not in good}
     settled.update({t: was and t not in unsettled for t, was in before.items()})

@@ -36,7 +36,6 @@ import contextlib
 import json
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -111,7 +110,6 @@ class GraphWriter:
         # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored;
         self.create_fresh, self.create_traces, self.empty_details = True, True, False
         self.present_every_span = False  # the read of present spans naming every span, not only access spans
-        self.create_accesses = True  # the READ and PREDICATE edges of spans created in the batch CREATEd
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -259,21 +257,13 @@ class GraphWriter:
         accessed = None if self.present_every_span else {
             r["span"] for rows in (batch.reads, batch.writes, batch.predicates, batch.changes) for r in rows
             if r.get("span")}  # fmt: skip
-        created: set[str] = set()  # spans the FRESH statements created: their READ and PREDICATE edges are new
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name, empty=self.empty_details)
-            if name in schema.CREATED_ACCESSES and created and self.create_accesses:
-                once = Counter((r["span"], r["entity"]) for r in rows)  # an edge named twice is merged
-                new = [r for r in rows if r["span"] in created and once[(r["span"], r["entity"])] == 1]
-                rows = [r for r in rows if not (r["span"] in created and once[(r["span"], r["entity"])] == 1)]
-                for start in range(0, len(new), self.batch_rows):
-                    chunk = new[start : start + self.batch_rows]
-                    written += await self.write_rows(name, schema.CREATED_ACCESSES[name], chunk, dead)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
                 if name in traces.MERGING:
                     written += await trace_writes.write(
-                        self, name, chunk, dead, {} if settled is None else settled, accessed, created
+                        self, name, chunk, dead, {} if settled is None else settled, accessed
                     )
                 else:
                     written += await self.write_rows(name, statement, chunk, dead)

@@ -10,14 +10,12 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from falkordb import FalkorDB
 
 from processors.graph.rows import trace_rows
-from processors.model.events import Access, DbOperation
 from processors.model.graph import GraphBatch
 from processors.model.trace import ClosedTrace
 from sinks.graph import schema
@@ -39,24 +37,14 @@ def _request(tid: str, base: int) -> ClosedTrace:
     ))  # fmt: skip
 
 
-def _accesses(db: Any) -> list[Access]:
-    """The DB span's write, a read of another row, a read of a third named twice (one edge, merged), and a
-    predicate on the table."""
-    write = update_of(db)
-    read = replace(write, entity="orders:7", operation=DbOperation.READ, read_version="3")
-    again = replace(read, entity="orders:9")
-    scope = replace(write, entity="orders:*", operation=DbOperation.READ, keyed=False, keying="predicate")
-    return [write, read, again, again, scope]
-
-
 def _batches() -> list[GraphBatch]:
-    """A trace written, then a batch with its replay, a new trace (with reads and a predicate), and another written
-    in two fragments (the children's row before the root's, in one statement)."""
+    """A trace written, then a batch with its replay, a new trace, and another written in two fragments (the
+    children's row before the root's, in one statement)."""
     a, b, c = _request("a" * 32, 10), _request("b" * 32, 20), _request("c" * 32, 30)
     first, second = GraphBatch(), GraphBatch()
     trace_rows(a, [update_of(a.spans[0])], "paths", first)
     trace_rows(a, [update_of(a.spans[0])], "paths", second)
-    trace_rows(b, _accesses(b.spans[0]), "paths", second)
+    trace_rows(b, [update_of(b.spans[0])], "paths", second)
     trace_rows(ClosedTrace(c.trace_id, c.spans[:4]), [update_of(c.spans[0])], "paths", second)
     trace_rows(ClosedTrace(c.trace_id, c.spans[4:], late=True), [], "paths", second)
     return [first, second]
@@ -125,18 +113,14 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
             await sink.close()
         # the read found every span there (the replay's: its trace is there): no statement was refused
         assert "refused" not in statements
-        # the form under test was the one written: new traces CREATEd, the late fragment's Trace matched, the new
-        # span's read and predicate edges CREATEd
-        assert (schema.CREATED_ACCESSES["reads"] in statements) is (schema.CREATED_ACCESSES["predicates"] in
-                                                                       statements) is fresh  # fmt: skip
+        # the form under test was the one written: new traces CREATEd, the late fragment's Trace matched
         assert (traces.CREATED in statements) is (traces.FRESH["late_traces"] in statements) is fresh
         # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
         # are in another row, a fragment of a trace already there); a new trace whose parents are in its row is not.
         assert sorted(adopted) == ["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
     assert digests[0] == digests[1]
     # each trace's kept path (db -> capture_payment -> server): OF and CHILD_OF; the DB spans' writes, the route
-    assert digests[0][1] == [["CHILD_OF", 3 * 2], ["EXPOSES", 1], ["OF", 3 * 3], ["PREDICATE", 1], ["READ", 2],
-                             ["WROTE", 3]]  # fmt: skip
+    assert digests[0][1] == [["CHILD_OF", 3 * 2], ["EXPOSES", 1], ["OF", 3 * 3], ["WROTE", 3]]
 
 
 async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs: tuple[str, list[str]]) -> None:

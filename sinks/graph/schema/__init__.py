@@ -163,18 +163,6 @@ UPSERTS: dict[str, str] = {
     "tables": "UNWIND $rows AS r MERGE (t:Table {name: r.name}) SET t.key = r.key",
 }
 
-# The READ and PREDICATE edges of spans the same batch created (``traces.FRESH``): none can be there yet, so each is
-# CREATEd with its properties instead of MERGEd and SET (a null one is not stored, as a SET of null removes it).
-# Not WROTE: stage 2 MERGEs that edge from a row change credited to the span, at any time.
-_ACCESS = (
-    "at: r.at, lock: r.lock, {what}params: r.params, function: r.function, file: r.file, predicate: r.predicate, "
-    "keying: r.keying"
-)
-CREATED_ACCESSES: dict[str, str] = {
-    "reads": f"{_ENTITY}CREATE (s)-[:READ {{{_ACCESS.format(what='version: r.version, ')}}}]->(e)",
-    "predicates": f"{_ENTITY}CREATE (s)-[:PREDICATE {{{_ACCESS.format(what='op: r.op, ')}}}]->(e)",
-}
-
 
 # After every batch, for the traces it wrote: their spans that wait for a parent (it came in a later fragment, or on
 # another replica after a rebalance) are linked to it if it is in the graph now. ``WITH t`` makes the plan start at
