@@ -8,12 +8,13 @@ own execution time, and checks that every variant leaves the same graph (every n
 
 A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
 before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
-asks the graph which spans are there and creates the rest with ``traces.FRESH``; ``merged``: ``fresh`` with
-every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's empty details stored as
-``""`` and ``0``, as before they were sent as null; ``allids``: ``fresh`` with the read of present spans naming every
-span, as before it named only the access spans; ``noend``: ``fresh`` without the ``Span.end`` index), and its rows
-per statement (``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
-that wrote four polls' rows at once; its graph may differ, as windowed rows of several polls then share a statement).
+asks the graph which of the traces and their access spans are there and creates the rest with ``traces.FRESH``;
+``merged``: ``fresh`` with every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's
+empty details stored as ``""`` and ``0``, as before they were sent as null; ``allids``: ``fresh`` with the read of
+present spans naming every span, as before it named only the access spans; ``noend``: ``fresh`` without the
+``Span.end`` index), and its rows per statement (``fresh@4000``), and how many of the stage's batches it writes as
+one (``fresh*4``: the statements of a runtime that wrote four polls' rows at once; its graph may differ, as windowed
+rows of several polls then share a statement).
 """
 
 from __future__ import annotations
