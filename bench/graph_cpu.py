@@ -8,11 +8,13 @@ own execution time, and checks that every variant leaves the same graph (every n
 
 A variant is a set of statements in place of the writer's (``before``: the trace upserts that merge every span, as
 before issue 37; ``after``: the schema's, each span looked up in the statement; ``fresh``: the writer's own, which
-asks the graph which spans are there and creates the rest with ``traces.FRESH``; ``merged``: ``fresh`` with
-every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's empty details stored as
-``""`` and ``0``, as before they were sent as null), and its rows per statement
-(``fresh@4000``), and how many of the stage's batches it writes as one (``fresh*4``: the statements of a runtime
-that wrote four polls' rows at once; its graph may differ, as windowed rows of several polls then share a statement).
+asks the graph which of the traces and their access spans are there and creates the rest with ``traces.FRESH``;
+``merged``: ``fresh`` with every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's
+empty details stored as ``""`` and ``0``, as before they were sent as null; ``allids``: ``fresh`` with the read of
+present spans naming every span, as before it named only the access spans; ``noend``: ``fresh`` without the
+``Span.end`` index), and its rows per statement (``fresh@4000``), and how many of the stage's batches it writes as
+one (``fresh*4``: the statements of a runtime that wrote four polls' rows at once; its graph may differ, as windowed
+rows of several polls then share a statement).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from streamer.runtime import collector
 
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
 VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}, "merged": {},
-                                       "full": {}}  # fmt: skip
+                                       "full": {}, "noend": {}, "allids": {}}  # fmt: skip
+# Variants whose graph lacks one of the schema's indexes (dropped after the bootstrap): ``noend``, no ``Span.end``.
+DROPPED = {"noend": (("Span", "end"),)}
 # Variants whose rows store a span's empty details ("" and 0) as properties, as before they were sent as null: their
 # graphs are compared with each other, the others' with each other (the two forms hold the same values otherwise).
 FULL = {"before", "after", "full"}
@@ -110,10 +114,13 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
     writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
-    writer.create_fresh = variant in ("fresh", "full", "merged")
-    writer.create_traces = variant == "fresh"
+    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids")
+    writer.create_traces = variant in ("fresh", "noend", "allids")
+    writer.present_every_span = variant in ("before", "after", "full", "merged", "allids")
     writer.empty_details = variant in FULL
     await writer.bootstrap()
+    for label, prop in DROPPED.get(variant, ()):
+        await writer.query(f"DROP INDEX FOR (n:{label}) ON (n.{prop})")
     cpu0, wall0 = proc_cpu_s(pid) or 0.0, time.perf_counter()
     for batch in batches:
         await writer.write(batch)

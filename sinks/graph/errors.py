@@ -94,3 +94,13 @@ def classify(exc: BaseException) -> Handling:
         if rule.matches(exc, text):
             return rule.handling
     return Handling.UNKNOWN
+
+
+class Refused(Exception):
+    """Internal to the writer: the statement failed in a way that splitting the rows may help (``handling`` says
+    how)."""
+
+    def __init__(self, handling: Handling, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.handling = handling
+        self.cause = cause

@@ -45,8 +45,8 @@ def stamp(row: Mapping[str, Any]) -> str:
 
 
 def bare(s: list[Any]) -> list[Any]:
-    """A positional span (either form) with its empty details (:data:`BARE`) as null: a new list (spelt out: a
-    loop over the columns cost the daemon 2.2 µs per span, this 0.24)."""
+    """A positional span (either form) with its empty details (:data:`BARE`) as null: a new list, spelt out (it runs
+    for every kept span, and a loop over the columns cost the daemon several times as much: bench/RESULTS.md)."""
     return [*s[:_AT], s[_AT] or None, s[_AT + 1] or None, s[_AT + 2] or None, s[_AT + 3] or None,
             s[_AT + 4] or None, s[_AT + 5] or None, s[_AT + 6] or None]  # fmt: skip
 

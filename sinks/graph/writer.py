@@ -1,7 +1,8 @@
 """The FalkorDB graph writer: schema bootstrap, batched idempotent upserts, retries, retention.
 
 Every statement is ``UNWIND $rows AS r MERGE ...`` on an indexed key (or, for spans, a read of those there and a
-CREATE of the others: :mod:`sinks.graph.schema.traces`), so replaying input changes nothing.
+CREATE of the others: :mod:`sinks.graph.schema.traces`, written by :mod:`sinks.graph.trace_writes`), so replaying
+input changes nothing.
 Indexes and unique constraints are created before the first write and polled until OPERATIONAL (FalkorDB builds
 them in the background, and MERGE on an unindexed label scans the whole label per row).
 
@@ -44,33 +45,22 @@ from falkordb.asyncio import FalkorDB
 
 from processors.api.telemetry import Telemetry
 from processors.model.graph import UPSERTS, GraphBatch
-from sinks.graph import rows as row_forms
-from sinks.graph import schema
+from sinks.graph import schema, trace_writes
 from sinks.graph.endpoint import Endpoint
-from sinks.graph.errors import CAUGHT, Handling, classify
+from sinks.graph.errors import CAUGHT, Handling, Refused, classify
 from sinks.graph.params import positional, render
-from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, repeats_span, rows_for, split, trimmed
+from sinks.graph.rows import TRIM_FLOOR, DeadRow, longest_text, rows_for, split, trimmed
 from sinks.graph.schema import traces
 
 log = structlog.get_logger("trace_repro.graph")
 
 __all__ = ["DeadRow", "GraphWriter", "Handling", "WriteAborted", "classify"]
 
-_SPANS = traces.TRACE_COLUMNS.index("spans")  # a trace row's kept spans
 STALLED_UNHEALTHY_S = 10.0  # a statement failing this long makes the health check fail (an alert, /readyz)
 
 
 class WriteAborted(RuntimeError):
     """The daemon is stopping while FalkorDB cannot take a write: give up; the input is replayed after restart."""
-
-
-class _Refused(Exception):
-    """Internal: the statement failed in a way that splitting the rows may help (``handling`` says how)."""
-
-    def __init__(self, handling: Handling, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.handling = handling
-        self.cause = cause
 
 
 def _with_rows(statement: str, rows: list[Any]) -> tuple[str, int]:
@@ -117,8 +107,9 @@ class GraphWriter:
         self._failing: dict[int, float] = {}  # statements being retried: id -> when they first failed (monotonic)
         self.ready = False
         self.connected = False
-        # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored
+        # for the bench's A/Bs: rows of new spans with ``traces.FRESH``, new traces CREATEd, empty details stored;
         self.create_fresh, self.create_traces, self.empty_details = True, True, False
+        self.present_every_span = False  # the read of present spans naming every span, not only access spans
 
     def __repr__(self) -> str:
         return f"GraphWriter({self.endpoint}, graph={self.graph_name!r})"
@@ -153,7 +144,7 @@ class GraphWriter:
 
     async def _retrying(self, what: str, action: Callable[[], Awaitable[Any]], *, shrinkable: bool = False) -> Any:
         """Run ``action`` until it succeeds, retrying transient and unknown errors (module docstring). Raises
-        ``_Refused`` for a content error or (when ``shrinkable``) a statement too big for the server;
+        ``Refused`` for a content error or (when ``shrinkable``) a statement too big for the server;
         :class:`WriteAborted` when the daemon stops during a retry."""
         attempt = 0
         token = id(action)
@@ -167,11 +158,11 @@ class GraphWriter:
                 except CAUGHT as exc:
                     handling = classify(exc)
                     if handling is Handling.CONTENT:
-                        raise _Refused(handling, exc) from exc
+                        raise Refused(handling, exc) from exc
                     if handling is Handling.SHRINK and shrinkable:
                         self._on_retry(what)
                         log.warning("graph.shrink", op=what, error=str(exc)[:200])
-                        raise _Refused(handling, exc) from exc
+                        raise Refused(handling, exc) from exc
                     if handling is Handling.RECONNECT:
                         self.connected = False
                         self._graph = None
@@ -263,44 +254,20 @@ class GraphWriter:
         """Write every statement's rows in chunks of ``batch_rows``; returns the rows written. ``settled`` gets, for
         each trace of a trace row, whether all its rows left no span that :data:`ADOPT` could link."""
         written = 0
+        accessed = None if self.present_every_span else {
+            r["span"] for rows in (batch.reads, batch.writes, batch.predicates, batch.changes) for r in rows
+            if r.get("span")}  # fmt: skip
         for name in UPSERTS:
             statement, rows = schema.UPSERTS[name], rows_for(batch, name, empty=self.empty_details)
             for start in range(0, len(rows), self.batch_rows):
                 chunk = rows[start : start + self.batch_rows]
                 if name in traces.MERGING:
-                    written += await self._traces(name, chunk, dead, {} if settled is None else settled)
+                    written += await trace_writes.write(
+                        self, name, chunk, dead, {} if settled is None else settled, accessed
+                    )
                 else:
                     written += await self.write_rows(name, statement, chunk, dead)
         return written
-
-    async def _traces(self, name: str, rows: list[Any], dead: list[DeadRow] | None, settled: dict[str, bool]) -> int:
-        """Trace rows: merged if they name a span twice (a span made twice breaks its key); else those of new spans
-        with ``traces.FRESH`` (refused: as the others). Settled: FRESH, a new trace, each span's parent in the row."""
-        before = {row[0]: settled.get(row[0], True) for row in rows}
-        settled.update(dict.fromkeys(before, False))  # until written with FRESH
-        if repeats_span(rows):
-            return await self.write_rows(name, traces.MERGING[name], rows, dead)
-        ids = [p[0] for row in rows for p in row[_SPANS] or ()]
-        if not self.create_fresh or not ids:
-            return await self.write_rows(name, schema.UPSERTS[name], rows, dead)
-        present: list[list[Any]] = []
-        try:
-            await self._statement("present", traces.PRESENT, [ids, [r[0] for r in rows]], present, shrinkable=False)
-        except _Refused:  # an id the graph will not read: write every row as if its spans were there
-            present = [[0, i] for i in ids]
-        known, begun = {i for k, i in present if k == 0}, {i for k, i in present if k == 1}
-        new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
-        fresh = {id(r) for r in new}
-        written = await self.write_rows(name, schema.UPSERTS[name], [r for r in rows if id(r) not in fresh], dead)
-        try:
-            for statement, part in traces.fresh_parts(name, row_forms.linked(new), begun, self.create_traces):
-                await self._statement(name, statement, part, None, shrinkable=True)
-        except _Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
-            return written + await self.write_rows(name, schema.UPSERTS[name], new, dead)
-        good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}
-        unsettled = {r[0] for r in rows if id(r) not in good}
-        settled.update({t: was and t not in unsettled for t, was in before.items()})
-        return written + len(new)
 
     async def adopt(self, batch: GraphBatch, dead: list[DeadRow] | None = None,
                     settled: dict[str, bool] | None = None) -> None:  # fmt: skip
@@ -335,7 +302,7 @@ class GraphWriter:
         try:
             await self._statement(name, statement, rows, results, shrinkable=True)
             return len(rows)
-        except _Refused as refused:
+        except Refused as refused:
             if len(rows) > 1:  # isolate the rows the graph refuses, or write a statement too big in smaller pieces
                 mid = len(rows) // 2
                 return await self._write_rows(name, statement, rows[:mid], dead, results) + await self._write_rows(
@@ -358,7 +325,7 @@ class GraphWriter:
         while limit >= TRIM_FLOOR:
             try:
                 await self._statement(name, statement, [trimmed(row, limit)], results, shrinkable=True)
-            except _Refused as refused:
+            except Refused as refused:
                 if refused.handling is Handling.CONTENT:
                     self._dead(name, row, refused.cause, dead)
                     return 0
@@ -370,7 +337,7 @@ class GraphWriter:
         # Nothing left to trim: size is not the cause (the server is overloaded): retry as transient.
         try:
             await self._statement(name, statement, [trimmed(row, TRIM_FLOOR)], results, shrinkable=False)
-        except _Refused as refused:
+        except Refused as refused:
             self._dead(name, row, refused.cause, dead)
             return 0
         return 1
@@ -396,7 +363,7 @@ class GraphWriter:
         """:meth:`_retrying`, raising the original error of a refusal (for callers that do not split rows)."""
         try:
             return await self._retrying(what, action)
-        except _Refused as refused:
+        except Refused as refused:
             raise refused.cause from None
 
     async def expire(self, cutoffs: dict[str, float], limit: int = 5000) -> dict[str, int]:

@@ -92,7 +92,11 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
             _out[0].append(statement)
             if statement == schema.ADOPT:
                 _out[1].extend(rows)
-            await _query(op, statement, rows, *args, **kwargs)
+            try:
+                await _query(op, statement, rows, *args, **kwargs)
+            except Exception:
+                _out[0].append("refused")
+                raise
 
         writer._statement = noted  # type: ignore[method-assign]
         sink = GraphSink(writer, clock_ms=lambda: 1.0)
@@ -107,6 +111,8 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
             assert waiting == [[0]]
         finally:
             await sink.close()
+        # the read found every span there (the replay's: its trace is there): no statement was refused
+        assert "refused" not in statements
         # the form under test was the one written: new traces CREATEd, the late fragment's Trace matched
         assert (traces.CREATED in statements) is (traces.FRESH["late_traces"] in statements) is fresh
         # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
@@ -146,7 +152,7 @@ async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs:
         trace_rows(t, [update_of(t.spans[0])], "paths", batch)
         dead: list[Any] = []
         assert await sink.write_batch(batch, dead) >= 1
-        assert dead == [] and refused == ["_Refused"]
+        assert dead == [] and refused == ["Refused"]
         counts = await sink.query(
             "MATCH (s:Span) OPTIONAL MATCH (s)-[o:OF]->(:Trace) WITH s, count(o) AS o "
             "OPTIONAL MATCH (s)-[c:CHILD_OF]->(:Span) RETURN count(s), sum(o), count(c), "
@@ -155,3 +161,64 @@ async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs:
         assert counts == [[3, 3, 2, 0]]  # the kept path: db -> capture_payment (the placeholder) -> server
     finally:
         await sink.close()
+
+
+async def _written_without_refusal(url: str, name: str, batches: list[GraphBatch], before: str = "",
+                                   **params: Any) -> list[list[Any]]:  # fmt: skip
+    """Write ``batches`` (after the statement ``before``) and return the kept spans' counts: spans, OF edges,
+    CHILD_OF edges, spans without a name; asserts that no statement was refused and no row went dead."""
+    writer = GraphWriter(url, name)
+    query = writer._statement
+    refused: list[str] = []
+
+    async def noting(op: str, statement: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            await query(op, statement, *args, **kwargs)
+        except Exception as exc:
+            refused.append(type(exc).__name__)
+            raise
+
+    writer._statement = noting  # type: ignore[method-assign]
+    sink = GraphSink(writer, clock_ms=lambda: 1.0)
+    await sink.start()
+    try:
+        if before:
+            await writer.query(before, params)
+        dead: list[Any] = []
+        for batch in batches:
+            assert await sink.write_batch(batch, dead) >= 1
+        assert dead == [] and refused == []
+        return await sink.query(
+            "MATCH (s:Span) OPTIONAL MATCH (s)-[o:OF]->(:Trace) WITH s, count(o) AS o "
+            "OPTIONAL MATCH (s)-[c:CHILD_OF]->(:Span) RETURN count(s), sum(o), count(c), "
+            "sum(CASE WHEN s.name IS NULL THEN 1 ELSE 0 END)"
+        )
+    finally:
+        await sink.close()
+
+
+async def test_a_placeholder_of_an_access_span_made_before_its_trace_is_found_by_the_read(
+    graphs: tuple[str, list[str]],
+) -> None:
+    """A row change credited to the DB span before its trace is written makes a placeholder of it: the writer's read
+    finds it (an access span of the batch) and its row is written the lookup way, nothing refused, nothing dead."""
+    url, names = graphs
+    t = _request("e" * 32, 50)
+    batch = GraphBatch()
+    trace_rows(t, [update_of(t.spans[0])], "paths", batch)
+    placeholder = "MERGE (s:Span {id: $id}) ON CREATE SET s.seen = 1"
+    counts = await _written_without_refusal(url, names[0], [batch], placeholder, id=t.spans[0].span_id)
+    assert counts == [[3, 3, 2, 0]]  # the kept path: db (the placeholder) -> capture_payment -> server
+
+
+async def test_a_replayed_fragment_without_access_spans_is_found_by_the_read(graphs: tuple[str, list[str]]) -> None:
+    """A late fragment with no access span, written again (a replay): its trace is in the graph, so the read looks
+    its spans up and finds them; the row is written the lookup way, nothing refused."""
+    url, names = graphs
+    t = _request("f" * 32, 60)
+    batches = [GraphBatch(), GraphBatch(), GraphBatch()]
+    trace_rows(ClosedTrace(t.trace_id, t.spans[:4]), [update_of(t.spans[0])], "paths", batches[0])
+    for batch in batches[1:]:
+        trace_rows(ClosedTrace(t.trace_id, t.spans[4:], late=True), [], "paths", batch)
+    counts = await _written_without_refusal(url, names[0], batches)
+    assert counts == [[3, 3, 2, 0]]  # the first fragment's kept db span, the late one's capture_payment and server
