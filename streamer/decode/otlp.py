@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 from sys import intern
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
@@ -30,6 +30,7 @@ from streamer.decode._attrs import (
     LOG_KEYS,
     MAX_DEPTH,
     NO_FIELDS,
+    OWN_SLOTS,
     QUERY_PARAM,
     RESOURCE_KEYS,
     SPAN_SLOTS,
@@ -41,6 +42,7 @@ from streamer.decode._attrs import (
     is_db,
     sampling_of,
 )
+from streamer.decode._lite import KEPT_ATTRIBUTE_BYTES, DetailTraces, Shared, SizedTraces, kept_attributes, skipped
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
 
@@ -89,11 +91,16 @@ def _pick(attributes: Iterable[KeyValue], keys: dict[str, int]) -> list[Any] | N
     return vals
 
 
-def _query_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
-    """``db.query.parameter.<key>`` attributes as (key, plain value)."""
-    for kv in attributes:
-        if kv.key.startswith(QUERY_PARAM):
-            yield kv.key[len(QUERY_PARAM) :], _value(kv.value)
+_QUERY_PARAM = QUERY_PARAM.encode()
+
+
+def _query_params(attributes: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
+    """``db.query.parameter.<key>`` attributes (each encoded) as (key, plain value)."""
+    for raw in attributes:
+        if _QUERY_PARAM in raw:  # only such a key's KeyValue holds these bytes
+            kv = KeyValue.FromString(raw)
+            if kv.key.startswith(QUERY_PARAM):
+                yield kv.key[len(QUERY_PARAM) :], _value(kv.value)
 
 
 def _parse(msg: Any, data: bytes, opts: DecodeOptions) -> None:
@@ -112,38 +119,13 @@ def _bad_id(what: str, value: bytes) -> DecodeError:
     return DecodeError("otlp_invalid_id", f"{what} has {len(value)} bytes: {value[:32].hex()}")
 
 
-def _lite_pool() -> Any:
-    """``TracesData`` with each span kept as its bytes: a cheap second parse that sizes every span (and reads a
-    message whose spans upb cannot all parse, one by one: ``_salvage``)."""
-    fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
-    field = descriptor_pb2.FieldDescriptorProto
-    for name, number, kind, type_name in (
-        ("TracesData", 1, field.TYPE_MESSAGE, ".trace_repro_lite.ResourceSpans"),
-        ("ResourceSpans", 2, field.TYPE_MESSAGE, ".trace_repro_lite.ScopeSpans"),
-        ("ScopeSpans", 2, field.TYPE_BYTES, ""),
-    ):
-        message = fd.message_type.add(name=name)
-        f = message.field.add(name="items", number=number, type=kind)
-        f.label = field.LABEL_REPEATED
-        if type_name:
-            f.type_name = type_name
-        if name == "ResourceSpans":  # the Resource, as its bytes too (read again by ``_salvage``)
-            message.field.add(name="resource", number=1, type=field.TYPE_BYTES, label=field.LABEL_OPTIONAL)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trace_repro_lite.TracesData"))
-
-
-_SizedTraces = _lite_pool()
-
-
 def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None:
     """A ``TracesData`` (and its bytes) of the spans of ``data`` that parse one by one, when upb refused the message
     whole; None when its framing does not hold either. A span (or a resource) upb cannot parse is left out and
     counted (``unreadable_spans``): nested deeper than upb's depth limit (the collector's is far higher) or holding a
     string that is not UTF-8. The other spans of the message are kept, as with any other hostile value."""
     try:
-        lite = _SizedTraces.FromString(data)
+        lite = SizedTraces.FromString(data)
     except _ProtoDecodeError:
         return None
     msg, unreadable = TracesData(), 0
@@ -167,35 +149,63 @@ def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None
     return msg, bytes(msg.SerializeToString())
 
 
-def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
-    """The attribute- and event-derived fields of the upb ``Span`` ``sp`` (only the kept keys are read)."""
-    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
+def _attribute(ext: _Extractor, raw: bytes) -> tuple[int, Any] | None:
+    """(slot, value) of the encoded ``KeyValue`` ``raw`` when its key is kept, else None; kept for the next span
+    that carries the same bytes when its value was not clipped and is neither a list, a dict nor one a span's own
+    (parameters, transaction ids, row versions, idempotency keys)."""
+    kv = KeyValue.FromString(raw)  # parses: upb parsed it already, as a part of the whole message
+    slot = ext.keys.get(kv.key)
+    if slot is None:
+        return None
+    av = kv.value
+    v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
+    if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
+        v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
+    if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
+        if len(v) > ext.quarter:
+            return slot, ext.clip(v)  # a cut is counted for each span: never kept
+        if slot in INTERNED_SLOTS:
+            v = intern(v)
+    hit = (slot, v)
+    if len(raw) <= KEPT_ATTRIBUTE_BYTES and slot not in OWN_SLOTS and type(v) is not list and type(v) is not dict:
+        ext.kept.values.put(raw, hit)
+    return hit
+
+
+def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
+    """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
+    those of a kept key (``_attribute``), each distinct one once."""
+    prefixes, known = ext.kept.prefixes, ext.kept.values.data
     vals: list[Any] | None = None
     for kv in sp.attributes:
-        slot = keys.get(kv.key)
-        if slot is not None:
-            if vals is None:
-                vals = [None] * SPAN_SLOTS
-            av = kv.value
-            v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
-            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
-                v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
-                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
-            vals[slot] = v
+        hit = known.get(kv)
+        if hit is None:
+            n = len(kv)  # skipped(kv, prefixes), spelt out for a key and a value of under 128 bytes each
+            if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
+                if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
+                    continue
+            elif skipped(kv, prefixes):
+                continue
+            hit = _attribute(ext, kv)
+            if hit is None:
+                continue
+        if vals is None:
+            vals = [None] * SPAN_SLOTS
+        vals[hit[0]] = hit[1]
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = exc_stack = ""
     events = sp.events
     if events:
-        for ev in events:
+        for raw in events:
+            ev = PbSpan.Event.FromString(raw)
             if ev.name == EXCEPTION_EVENT:
                 exc = _pick(ev.attributes, EXCEPTION_KEYS)
                 if exc is not None:
                     exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
                 break
     pb_links = sp.links
-    links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
+    links = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in pb_links]) if pb_links else ()
     trace_state = sp.trace_state
     if vals is None and not exc_type and not exc_stack and not links and not trace_state:
         return NO_DETAIL
@@ -223,39 +233,23 @@ def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
     )
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Shared(Generic[K, V]):
-    """Decoded values that many spans share (a service's resource, a route's detail): one object each, so that
-    open traces hold one copy and a message skips their decoding. At most ``bound`` entries, then it starts again
-    (a reset is counted: ``dropped{component=decode, reason=shared_cache_reset}``, see :func:`shared_resets`)."""
-
-    __slots__ = ("bound", "data", "resets")
-
-    def __init__(self, bound: int) -> None:
-        self.bound = bound
-        self.data: dict[K, V] = {}
-        self.resets = 0
-
-    def put(self, key: K, value: V) -> V:
-        if len(self.data) >= self.bound:
-            self.data.clear()
-            self.resets += 1
-        self.data[key] = value
-        return value
-
-
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 SHARED_RESOURCES = 1024  # distinct resources (by their encoded bytes and the attribute bound)
-_SHARED_DETAILS: _Shared[tuple[Any, ...], SpanDetail] = _Shared(SHARED_DETAILS)
-_RESOURCES: _Shared[tuple[int, bytes], Resource] = _Shared(SHARED_RESOURCES)
+_SHARED_DETAILS: Shared[tuple[Any, ...], SpanDetail] = Shared(SHARED_DETAILS)
+_RESOURCES: Shared[tuple[int, bytes], Resource] = Shared(SHARED_RESOURCES)
 
 
 def shared_resets() -> int:
     """How many times the shared-value caches of this process started again (a monotonic count)."""
-    return _SHARED_DETAILS.resets + _RESOURCES.resets
+    return Shared.total
+
+
+class _Extractor(Extractor):
+    __slots__ = ("kept",)
+
+    def __init__(self, opts: DecodeOptions, stats: DecodeStats | None) -> None:
+        super().__init__(opts, stats)
+        self.kept = kept_attributes(opts)
 
 
 def _resource(ext: Extractor, pb: Any) -> Resource:
@@ -282,7 +276,7 @@ class _ProtoDetail:
     __slots__ = ("ext",)
 
     def __init__(self, opts: DecodeOptions) -> None:
-        self.ext = Extractor(opts, None)
+        self.ext = _Extractor(opts, None)
 
     def span_detail(self, source: Any) -> SpanDetail:
         return _span_detail(self.ext, source)
@@ -318,10 +312,11 @@ def decode_traces_proto(
         if salvaged is None:
             raise
         msg, data = salvaged
-    ext = Extractor(opts, stats)
+    ext = _Extractor(opts, stats)
     reader = _reader(opts)
+    detail = DetailTraces.FromString(data).items  # each span's attributes, events and links as their bytes
     small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
-    sized = _SizedTraces.FromString(data).items if len(data) > small else None
+    sized = SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
@@ -331,7 +326,7 @@ def decode_traces_proto(
         for j, ss in enumerate(rs.scope_spans):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
-            for k, sp in enumerate(ss.spans):
+            for k, (sp, lite) in enumerate(zip(ss.spans, detail[i].items[j].items, strict=True)):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
                     raise _bad_id("trace_id", trace_id)
@@ -366,9 +361,9 @@ def decode_traces_proto(
                     resource,
                 )
                 if eager and raw_spans is not None and len(raw_spans[k]) > small:
-                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
+                    append(Span(*core, **_as_kwargs(_span_detail(ext, lite))))
                 else:
-                    append(lazy_span(*core, reader, sp))
+                    append(lazy_span(*core, reader, lite))
     if stats is not None:
         stats.spans += len(out)
     return out
