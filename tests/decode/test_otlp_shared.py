@@ -63,3 +63,52 @@ def test_the_bound_starts_again_and_is_counted() -> None:
     decode(Record("otlp_spans", 0, 0, None, _message("svc-0", 7)))
     assert telemetry.dropped["shared_cache_reset"] == otlp.shared_resets() - before
     assert len(otlp._RESOURCES.data) <= otlp.SHARED_RESOURCES
+
+
+def _kv(key: str, value: str) -> bytes:
+    return bytes(KeyValue(key=key, value=AnyValue(string_value=value)).SerializeToString())
+
+
+def _field(number: int, raw: bytes) -> bytes:
+    """A length-delimited field, encoded by hand (a serializer would write a KeyValue in its usual order)."""
+    size, n = b"", len(raw)
+    while n >= 128:
+        size, n = size + bytes((n & 127 | 128,)), n >> 7
+    return bytes((number << 3 | 2,)) + size + bytes((n,)) + raw
+
+
+def _with_attributes(*encoded: bytes, trace: int = 9) -> bytes:
+    """A one-span message whose attributes are ``encoded`` as given (field 9 of the span, in this order)."""
+    msg = TracesData.FromString(_message("svc", trace))
+    rs = msg.resource_spans[0]
+    sp = bytes(rs.scope_spans[0].spans[0].SerializeToString()) + b"".join(_field(9, kv) for kv in encoded)
+    return _field(1, _field(1, bytes(rs.resource.SerializeToString())) + _field(2, _field(2, sp)))
+
+
+def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> None:
+    """A ``KeyValue`` is read from its bytes, a key the detail does not keep skipped by its key field: one whose key
+    field is repeated (the last wins), comes after its value or holds no value reads as upb reads it."""
+    route = _kv("http.route", "/orders")
+    key_only = _field(1, b"http.route")  # a KeyValue of no value
+    value_first = _kv("", "/late") + key_only  # the value field, then the key
+    repeated_key = _field(1, b"url.path") + route  # a skipped key, then a kept one
+    key_last = _kv("url.path", "/last") + key_only  # a skipped key and its value, then a kept key
+    for attrs, expected in (((route,), "/orders"), ((value_first,), "/late"), ((repeated_key,), "/orders"),
+                            ((key_last,), "/last"), ((route, key_only), "")):  # fmt: skip
+        upb = TracesData.FromString(_with_attributes(*attrs)).resource_spans[0].scope_spans[0].spans[0]
+        assert {kv.key: kv.value.string_value for kv in upb.attributes}["http.route"] == expected
+        [span] = decode_traces_proto(_with_attributes(*attrs))
+        assert span.route == expected, attrs
+
+
+def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
+    """The same attribute under options with a smaller ``max_attribute_bytes`` is cut (and counted) in every message
+    that carries it, though it was read whole, and kept, under the defaults."""
+    statement = _kv("db.query.text", "SELECT " + "x, " * 40 + "y FROM t")  # under 256 bytes: kept
+    system = _kv("db.system.name", "postgresql")
+    assert decode_traces_proto(_with_attributes(system, statement))[0].db.statement.endswith("FROM t")  # type: ignore[union-attr]
+    small = DecodeOptions(max_attribute_bytes=64)
+    for trace in (1, 2):
+        stats = DecodeStats()
+        [span] = decode_traces_proto(_with_attributes(system, statement, trace=trace), small, stats)
+        assert stats.truncated_attributes == 1 and span.db is not None and len(span.db.statement) == 64
