@@ -116,14 +116,16 @@ KEPT_ATTRIBUTE_BYTES = 256  # an attribute encoded in more bytes is read again i
 
 
 class KeptAttributes:
-    """A set of options' kept keys as encoded key fields (``key_prefixes``), and the kept attributes read so far:
-    encoded ``KeyValue`` → (slot, value), see ``streamer.decode.otlp``."""
+    """A set of options' kept keys as encoded key fields (``key_prefixes``), the kept attributes read so far
+    (encoded ``KeyValue`` → (slot, value)) and the shared details of spans of no events, links nor trace state (their
+    kept attributes' bytes → ``SpanDetail``), see ``streamer.decode.otlp``."""
 
-    __slots__ = ("prefixes", "values")
+    __slots__ = ("details", "prefixes", "values")
 
     def __init__(self, keys: dict[str, int]) -> None:
         self.prefixes = key_prefixes(keys)
         self.values: Shared[bytes, tuple[int, Any]] = Shared(KEPT_ATTRIBUTES)
+        self.details: Shared[tuple[bytes, ...], Any] = Shared(KEPT_ATTRIBUTES)
 
 
 @functools.lru_cache(maxsize=16)

@@ -174,9 +174,14 @@ def _attribute(ext: _Extractor, raw: bytes) -> tuple[int, Any] | None:
 
 def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
     """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
-    those of a kept key (``_attribute``), each distinct one once."""
-    prefixes, known = ext.kept.prefixes, ext.kept.values.data
-    vals: list[Any] | None = None
+    those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
+    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail."""
+    kept = ext.kept
+    prefixes, known = kept.prefixes, kept.values.data
+    events, pb_links, trace_state = sp.events, sp.links, sp.trace_state
+    parts: list[bytes] = []  # the kept attributes, as their bytes
+    hits: list[tuple[int, Any]] = []
+    fresh = False  # an attribute was read here, not known already
     for kv in sp.attributes:
         hit = known.get(kv)
         if hit is None:
@@ -189,13 +194,26 @@ def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
             hit = _attribute(ext, kv)
             if hit is None:
                 continue
-        if vals is None:
-            vals = [None] * SPAN_SLOTS
-        vals[hit[0]] = hit[1]
+            fresh = True
+        parts.append(kv)
+        hits.append(hit)
+    same: tuple[bytes, ...] | None = None  # the kept attributes, when each was known
+    if not events and not pb_links and not trace_state:
+        if not parts:
+            return NO_DETAIL
+        if not fresh:
+            same = tuple(parts)
+            known_detail = kept.details.data.get(same)
+            if known_detail is not None:
+                return known_detail  # type: ignore[no-any-return]
+    vals: list[Any] | None = None
+    if hits:
+        vals = [None] * SPAN_SLOTS
+        for slot, v in hits:
+            vals[slot] = v
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
     exc_type = exc_message = exc_stack = ""
-    events = sp.events
     if events:
         for raw in events:
             ev = PbSpan.Event.FromString(raw)
@@ -204,9 +222,7 @@ def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
                 if exc is not None:
                     exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
                 break
-    pb_links = sp.links
     links = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in pb_links]) if pb_links else ()
-    trace_state = sp.trace_state
     if vals is None and not exc_type and not exc_stack and not links and not trace_state:
         return NO_DETAIL
     sampling = sampling_of(trace_state, vals)
@@ -216,21 +232,11 @@ def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
         if shared is None:
             shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
                                                          sampling=sampling))  # fmt: skip
+        if same is not None and sum(map(len, same)) <= (ext.limit - _TEXT_SLACK) // _TEXT_PER_BYTE:  # none cut
+            kept.details.put(same, shared)
         return shared
-    return SpanDetail(
-        fields[0],
-        fields[1],
-        exc_type,
-        exc_message,
-        fields[2],
-        fields[3],
-        fields[4],
-        db,
-        links,
-        fields[5],
-        exc_stack,
-        sampling,
-    )
+    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
+                      fields[5], exc_stack, sampling)  # fmt: skip
 
 
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)

@@ -4,6 +4,7 @@ Collector's kafka exporter writes them, repeats it in every message), within a b
 from __future__ import annotations
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.api.telemetry import Telemetry
@@ -77,11 +78,12 @@ def _field(number: int, raw: bytes) -> bytes:
     return bytes((number << 3 | 2,)) + size + bytes((n,)) + raw
 
 
-def _with_attributes(*encoded: bytes, trace: int = 9) -> bytes:
-    """A one-span message whose attributes are ``encoded`` as given (field 9 of the span, in this order)."""
+def _with_attributes(*encoded: bytes, trace: int = 9, extra: bytes = b"") -> bytes:
+    """A one-span message whose attributes are ``encoded`` as given (field 9 of the span, in this order), then the
+    encoded span fields ``extra``."""
     msg = TracesData.FromString(_message("svc", trace))
     rs = msg.resource_spans[0]
-    sp = bytes(rs.scope_spans[0].spans[0].SerializeToString()) + b"".join(_field(9, kv) for kv in encoded)
+    sp = bytes(rs.scope_spans[0].spans[0].SerializeToString()) + b"".join(_field(9, kv) for kv in encoded) + extra
     return _field(1, _field(1, bytes(rs.resource.SerializeToString())) + _field(2, _field(2, sp)))
 
 
@@ -112,3 +114,21 @@ def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
         stats = DecodeStats()
         [span] = decode_traces_proto(_with_attributes(system, statement, trace=trace), small, stats)
         assert stats.truncated_attributes == 1 and span.db is not None and len(span.db.statement) == 64
+
+
+def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and_trace_state() -> None:
+    """Spans of the same kept attributes (byte for byte) share one detail; one that also has an exception event, a
+    link or a trace state, or another kept attribute, has its own."""
+    route, status = _kv("http.route", "/pay"), _kv("http.response.status_code", "500")
+    plain = [decode_traces_proto(_with_attributes(route, status, trace=t))[0] for t in (11, 12, 13)]
+    assert plain[1].detail is plain[2].detail and (plain[2].route, plain[2].http_status) == ("/pay", 500)
+    event = PbSpan.Event(
+        name="exception", attributes=[KeyValue(key="exception.type", value=AnyValue(string_value="E"))]
+    )
+    link = PbSpan.Link(trace_id=(7).to_bytes(16, "big"), span_id=(8).to_bytes(8, "big"))
+    for extra, check in ((_field(11, event.SerializeToString()), lambda s: s.exception_type == "E"),
+                         (_field(13, link.SerializeToString()), lambda s: s.links == ((7).to_bytes(16, "big").hex(),)),
+                         (_field(3, b"ot=th:8"), lambda s: s.sampling != plain[0].sampling),
+                         (_field(9, _kv("http.route", "/other")), lambda s: s.route == "/other")):  # fmt: skip
+        [span] = decode_traces_proto(_with_attributes(route, status, trace=14, extra=extra))
+        assert check(span) and span.http_status == 500, extra
