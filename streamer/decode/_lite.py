@@ -37,9 +37,9 @@ _FIELDS: dict[str, tuple[tuple[str, int, int, str], ...]] = {
 _SINGLE = frozenset({"resource", "trace_state", "name"})
 
 
-def _lite_classes() -> tuple[Any, Any]:
-    """(``SizedTraces``, ``DetailTraces``): see the module's text. Their strings are read only from messages upb
-    has parsed as the OTLP ``TracesData`` (which checks that each is UTF-8)."""
+def _lite_classes() -> tuple[Any, Any, Any]:
+    """(``SizedTraces``, ``DetailTraces``, its ``DetailSpan``): see the module's text. Their strings are read only
+    from messages upb has parsed as the OTLP ``TracesData`` (which checks that each is UTF-8)."""
     fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
     for name, fields in _FIELDS.items():
         message = fd.message_type.add(name=name)
@@ -51,11 +51,11 @@ def _lite_classes() -> tuple[Any, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     find = pool.FindMessageTypeByName
-    return (message_factory.GetMessageClass(find("trace_repro_lite.TracesData")),
-            message_factory.GetMessageClass(find("trace_repro_lite.DetailTraces")))  # fmt: skip
+    return tuple(message_factory.GetMessageClass(find(f"trace_repro_lite.{name}"))
+                 for name in ("TracesData", "DetailTraces", "DetailSpan"))  # fmt: skip
 
 
-SizedTraces, DetailTraces = _lite_classes()
+SizedTraces, DetailTraces, DetailSpan = _lite_classes()
 
 
 def skipped(kv: bytes, prefixes: dict[bytes, int]) -> bool:

@@ -2,47 +2,38 @@
 ``streamer.decode.otlp_json`` (re-exported).
 
 Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
-events on first use (``processors.model.span.lazy_span``); each attribute is skipped by its key alone, only the
-few kept keys have their value read, and a ``db.statement.parameters`` tuple repr is parsed without ``ast``.
+events on first use (``processors.model.span.lazy_span``), from their encoded bytes (``streamer.decode._lite``): an
+attribute is skipped by its encoded key alone, a kept one read once for all spans that carry it byte for byte, and a
+``db.statement.parameters`` tuple repr is parsed without ``ast``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 from sys import intern
 from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
-from processors.model.span import DETAIL_FIELDS, NO_DETAIL, Span, SpanDetail, lazy_span
+from processors.model.span import DETAIL_FIELDS, Span, SpanDetail, lazy_span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
-    EXCEPTION_EVENT,
-    EXCEPTION_KEYS,
-    INTERNED_SLOTS,
     KINDS,
     LOG_KEYS,
-    MAX_DEPTH,
-    NO_FIELDS,
-    OWN_SLOTS,
-    QUERY_PARAM,
     RESOURCE_KEYS,
-    SPAN_SLOTS,
     STATUSES,
-    TEXT_SLOTS,
     DecodeOptions,
     DecodeStats,
     Extractor,
-    is_db,
-    sampling_of,
 )
-from streamer.decode._lite import KEPT_ATTRIBUTE_BYTES, DetailTraces, Shared, SizedTraces, kept_attributes, skipped
+from streamer.decode._detail import TEXT_PER_BYTE, TEXT_SLACK, SpanExtractor
+from streamer.decode._detail import pick as _pick
+from streamer.decode._detail import span_detail as _span_detail
+from streamer.decode._detail import value_of as _value
+from streamer.decode._lite import DetailTraces, Shared, SizedTraces, kept_attributes
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
 
@@ -54,53 +45,6 @@ __all__ = [
     "decode_traces_json",
     "decode_traces_proto",
 ]
-
-
-def _value(av: AnyValue, depth: int = 0) -> Any:
-    """An ``AnyValue`` as a plain value: arrays/kvlists → lists/dicts, bytes → hex, unset → None."""
-    s = av.string_value
-    if s:
-        return s
-    which = av.WhichOneof("value")
-    if which == "string_value":
-        return s
-    if which == "int_value":
-        return av.int_value
-    if which == "bool_value":
-        return av.bool_value
-    if which == "double_value":
-        return av.double_value
-    if which == "bytes_value":
-        return av.bytes_value.hex()
-    if which is None or depth >= MAX_DEPTH:
-        return None
-    if which == "array_value":
-        return [_value(v, depth + 1) for v in av.array_value.values]
-    return {kv.key: _value(kv.value, depth + 1) for kv in av.kvlist_value.values}
-
-
-def _pick(attributes: Iterable[KeyValue], keys: dict[str, int]) -> list[Any] | None:
-    """Plain values of the wanted keys by slot, or None when none is present."""
-    vals: list[Any] | None = None
-    for kv in attributes:
-        slot = keys.get(kv.key)
-        if slot is not None:
-            if vals is None:
-                vals = [None] * len(keys)
-            vals[slot] = _value(kv.value)
-    return vals
-
-
-_QUERY_PARAM = QUERY_PARAM.encode()
-
-
-def _query_params(attributes: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
-    """``db.query.parameter.<key>`` attributes (each encoded) as (key, plain value)."""
-    for raw in attributes:
-        if _QUERY_PARAM in raw:  # only such a key's KeyValue holds these bytes
-            kv = KeyValue.FromString(raw)
-            if kv.key.startswith(QUERY_PARAM):
-                yield kv.key[len(QUERY_PARAM) :], _value(kv.value)
 
 
 def _parse(msg: Any, data: bytes, opts: DecodeOptions) -> None:
@@ -149,113 +93,13 @@ def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None
     return msg, bytes(msg.SerializeToString())
 
 
-def _attribute(ext: _Extractor, raw: bytes) -> tuple[int, Any] | None:
-    """(slot, value) of the encoded ``KeyValue`` ``raw`` when its key is kept, else None; kept for the next span
-    that carries the same bytes when its value was not clipped and is neither a list, a dict nor one a span's own
-    (parameters, transaction ids, row versions, idempotency keys)."""
-    kv = KeyValue.FromString(raw)  # parses: upb parsed it already, as a part of the whole message
-    slot = ext.keys.get(kv.key)
-    if slot is None:
-        return None
-    av = kv.value
-    v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
-    if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
-        v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-    if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
-        if len(v) > ext.quarter:
-            return slot, ext.clip(v)  # a cut is counted for each span: never kept
-        if slot in INTERNED_SLOTS:
-            v = intern(v)
-    hit = (slot, v)
-    if len(raw) <= KEPT_ATTRIBUTE_BYTES and slot not in OWN_SLOTS and type(v) is not list and type(v) is not dict:
-        ext.kept.values.put(raw, hit)
-    return hit
-
-
-def _span_detail(ext: _Extractor, sp: Any) -> SpanDetail:
-    """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
-    those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
-    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail."""
-    kept = ext.kept
-    prefixes, known = kept.prefixes, kept.values.data
-    events, pb_links, trace_state = sp.events, sp.links, sp.trace_state
-    parts: list[bytes] = []  # the kept attributes, as their bytes
-    hits: list[tuple[int, Any]] = []
-    fresh = False  # an attribute was read here, not known already
-    for kv in sp.attributes:
-        hit = known.get(kv)
-        if hit is None:
-            n = len(kv)  # skipped(kv, prefixes), spelt out for a key and a value of under 128 bytes each
-            if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
-                if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
-                    continue
-            elif skipped(kv, prefixes):
-                continue
-            hit = _attribute(ext, kv)
-            if hit is None:
-                continue
-            fresh = True
-        parts.append(kv)
-        hits.append(hit)
-    same: tuple[bytes, ...] | None = None  # the kept attributes, when each was known
-    if not events and not pb_links and not trace_state:
-        if not parts:
-            return NO_DETAIL
-        if not fresh:
-            same = tuple(parts)
-            known_detail = kept.details.data.get(same)
-            if known_detail is not None:
-                return known_detail  # type: ignore[no-any-return]
-    vals: list[Any] | None = None
-    if hits:
-        vals = [None] * SPAN_SLOTS
-        for slot, v in hits:
-            vals[slot] = v
-    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
-    db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
-    exc_type = exc_message = exc_stack = ""
-    if events:
-        for raw in events:
-            ev = PbSpan.Event.FromString(raw)
-            if ev.name == EXCEPTION_EVENT:
-                exc = _pick(ev.attributes, EXCEPTION_KEYS)
-                if exc is not None:
-                    exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
-                break
-    links = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in pb_links]) if pb_links else ()
-    if vals is None and not exc_type and not exc_stack and not links and not trace_state:
-        return NO_DETAIL
-    sampling = sampling_of(trace_state, vals)
-    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
-        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
-        shared = _SHARED_DETAILS.data.get(key)
-        if shared is None:
-            shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
-                                                         sampling=sampling))  # fmt: skip
-        if same is not None and sum(map(len, same)) <= (ext.limit - _TEXT_SLACK) // _TEXT_PER_BYTE:  # none cut
-            kept.details.put(same, shared)
-        return shared
-    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
-                      fields[5], exc_stack, sampling)  # fmt: skip
-
-
-SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 SHARED_RESOURCES = 1024  # distinct resources (by their encoded bytes and the attribute bound)
-_SHARED_DETAILS: Shared[tuple[Any, ...], SpanDetail] = Shared(SHARED_DETAILS)
 _RESOURCES: Shared[tuple[int, bytes], Resource] = Shared(SHARED_RESOURCES)
 
 
 def shared_resets() -> int:
     """How many times the shared-value caches of this process started again (a monotonic count)."""
     return Shared.total
-
-
-class _Extractor(Extractor):
-    __slots__ = ("kept",)
-
-    def __init__(self, opts: DecodeOptions, stats: DecodeStats | None) -> None:
-        super().__init__(opts, stats)
-        self.kept = kept_attributes(opts)
 
 
 def _resource(ext: Extractor, pb: Any) -> Resource:
@@ -282,7 +126,7 @@ class _ProtoDetail:
     __slots__ = ("ext",)
 
     def __init__(self, opts: DecodeOptions) -> None:
-        self.ext = _Extractor(opts, None)
+        self.ext = SpanExtractor(opts, None, kept_attributes(opts))
 
     def span_detail(self, source: Any) -> SpanDetail:
         return _span_detail(self.ext, source)
@@ -293,10 +137,7 @@ def _reader(opts: DecodeOptions) -> _ProtoDetail:
     return _ProtoDetail(opts)
 
 
-# A value read from a span's attributes or events takes at most this many times the span's encoded size as text
-# (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
-_TEXT_PER_BYTE = 8
-_TEXT_SLACK = 16
+_LITE_BYTES = 4096  # a message this big is parsed a second time for its spans' details (~3 µs a message)
 
 
 def decode_traces_proto(
@@ -306,7 +147,8 @@ def decode_traces_proto(
 
     The whole message is parsed (and refused) here, span by span when upb refuses it whole (``_salvage``); each
     span's core fields are read here and the rest
-    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the kept upb span. A span
+    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the span's ``DetailSpan``
+    (a second, lite parse of the message: its attributes, events and links as their bytes). A span
     whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
     counted in ``stats`` before this returns, exactly as an eager decoder counts them.
     """
@@ -318,10 +160,11 @@ def decode_traces_proto(
         if salvaged is None:
             raise
         msg, data = salvaged
-    ext = _Extractor(opts, stats)
     reader = _reader(opts)
-    detail = DetailTraces.FromString(data).items  # each span's attributes, events and links as their bytes
-    small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
+    ext = SpanExtractor(opts, stats, reader.ext.kept)
+    # each span's attributes, events and links as their bytes (a small message's spans are read from upb's)
+    detail = DetailTraces.FromString(data).items if len(data) >= _LITE_BYTES else None
+    small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
@@ -332,7 +175,8 @@ def decode_traces_proto(
         for j, ss in enumerate(rs.scope_spans):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
-            for k, (sp, lite) in enumerate(zip(ss.spans, detail[i].items[j].items, strict=True)):
+            lite = None if detail is None else detail[i].items[j].items
+            for k, sp in enumerate(ss.spans):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
                     raise _bad_id("trace_id", trace_id)
@@ -367,9 +211,9 @@ def decode_traces_proto(
                     resource,
                 )
                 if eager and raw_spans is not None and len(raw_spans[k]) > small:
-                    append(Span(*core, **_as_kwargs(_span_detail(ext, lite))))
+                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp if lite is None else lite[k]))))
                 else:
-                    append(lazy_span(*core, reader, lite))
+                    append(lazy_span(*core, reader, sp if lite is None else lite[k]))
     if stats is not None:
         stats.spans += len(out)
     return out

@@ -3,6 +3,7 @@ Collector's kafka exporter writes them, repeats it in every message), within a b
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
@@ -87,6 +88,13 @@ def _with_attributes(*encoded: bytes, trace: int = 9, extra: bytes = b"") -> byt
     return _field(1, _field(1, bytes(rs.resource.SerializeToString())) + _field(2, _field(2, sp)))
 
 
+@pytest.fixture
+def from_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every message's details read from its attributes' bytes (not only those of ``_LITE_BYTES``)."""
+    monkeypatch.setattr(otlp, "_LITE_BYTES", 0)
+
+
+@pytest.mark.usefixtures("from_bytes")
 def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> None:
     """A ``KeyValue`` is read from its bytes, a key the detail does not keep skipped by its key field: one whose key
     field is repeated (the last wins), comes after its value or holds no value reads as upb reads it."""
@@ -103,6 +111,7 @@ def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> 
         assert span.route == expected, attrs
 
 
+@pytest.mark.usefixtures("from_bytes")
 def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
     """The same attribute under options with a smaller ``max_attribute_bytes`` is cut (and counted) in every message
     that carries it, though it was read whole, and kept, under the defaults."""
@@ -116,6 +125,7 @@ def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
         assert stats.truncated_attributes == 1 and span.db is not None and len(span.db.statement) == 64
 
 
+@pytest.mark.usefixtures("from_bytes")
 def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and_trace_state() -> None:
     """Spans of the same kept attributes (byte for byte) share one detail; one that also has an exception event, a
     link or a trace state, or another kept attribute, has its own."""
