@@ -127,14 +127,59 @@ def _keptvalue_of(ext: Extractor, slot: int, av: AnyValue) -> tuple[Any, bool]:
 
 
 def _upb_detail(ext: Extractor, sp: Any) -> SpanDetail:
-    """``_span_detail`` of a upb span (of a small message, not parsed a second time)."""
-    keys, hits = ext.keys, []
+    """``span_detail`` of a upb span (of a small message, not parsed a second time), each kept attribute read."""
+    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
+    vals: list[Any] | None = None
     for kv in sp.attributes:
         slot = keys.get(kv.key)
         if slot is not None:
-            hits.append((slot, _keptvalue_of(ext, slot, kv.value)[0]))
-    links = tuple([link.trace_id.hex() for link in sp.links]) if sp.links else ()
-    return _detail_of(ext, hits, None, lambda: _upb_params(sp.attributes), sp.events, links, sp.trace_state)
+            if vals is None:
+                vals = [None] * SPAN_SLOTS
+            av = kv.value
+            v = av.string_value or value_of(av)  # bytes become hex text, twice their size: clipped too
+            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
+                v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
+            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
+                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
+            vals[slot] = v
+    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
+    db = ext.db_call(vals, _upb_params(sp.attributes)) if vals and is_db(vals) else None
+    exc_type = exc_message = exc_stack = ""
+    events = sp.events
+    if events:
+        for ev in events:
+            if ev.name == EXCEPTION_EVENT:
+                exc = pick(ev.attributes, EXCEPTION_KEYS)
+                if exc is not None:
+                    exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
+                break
+    pb_links = sp.links
+    links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
+    trace_state = sp.trace_state
+    if vals is None and not exc_type and not exc_message and not exc_stack and not links and not trace_state:
+        return NO_DETAIL
+    sampling = sampling_of(trace_state, vals)
+    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
+        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
+        shared = _SHARED_DETAILS.data.get(key)
+        if shared is None:
+            shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
+                                                         sampling=sampling))  # fmt: skip
+        return shared
+    return SpanDetail(
+        fields[0],
+        fields[1],
+        exc_type,
+        exc_message,
+        fields[2],
+        fields[3],
+        fields[4],
+        db,
+        links,
+        fields[5],
+        exc_stack,
+        sampling,
+    )
 
 
 def _upb_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
@@ -202,7 +247,7 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
             if exc is not None:
                 exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
             break
-    if vals is None and not exc_type and not exc_stack and not links and not trace_state:
+    if vals is None and not exc_type and not exc_message and not exc_stack and not links and not trace_state:
         return NO_DETAIL
     sampling = sampling_of(trace_state, vals)
     if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:

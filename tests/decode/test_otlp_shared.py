@@ -142,3 +142,14 @@ def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and
                          (_field(9, _kv("http.route", "/other")), lambda s: s.route == "/other")):  # fmt: skip
         [span] = decode_traces_proto(_with_attributes(route, status, trace=14, extra=extra))
         assert check(span) and span.http_status == 500, extra
+
+
+@pytest.mark.parametrize("lite_bytes", [0, 1 << 30])
+def test_an_exception_message_alone_is_kept(monkeypatch: pytest.MonkeyPatch, lite_bytes: int) -> None:
+    """A span whose only detail is its exception event's message keeps it (it was read, then dropped as no detail),
+    read from the attributes' bytes or from upb's span."""
+    monkeypatch.setattr(otlp, "_LITE_BYTES", lite_bytes)
+    attrs = [KeyValue(key="exception.message", value=AnyValue(string_value="boom"))]
+    event = _field(11, PbSpan.Event(name="exception", attributes=attrs).SerializeToString())
+    [span] = decode_traces_proto(_with_attributes(trace=21, extra=event))
+    assert (span.exception_type, span.exception_message) == ("", "boom")
