@@ -2,9 +2,10 @@
 ``streamer.decode.otlp_json`` (re-exported).
 
 Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
-events on first use (``processors.model.span.lazy_span``), from their encoded bytes (``streamer.decode._lite``): an
-attribute is skipped by its encoded key alone, a kept one read once for all spans that carry it byte for byte, and a
-``db.statement.parameters`` tuple repr is parsed without ``ast``.
+events on first use (``processors.model.span.lazy_span``, ``streamer.decode._detail``); in a message of 4 KiB or
+more from their encoded bytes (``streamer.decode._lite``): an attribute is skipped by its encoded key alone, a kept
+one read once for all spans that carry it byte for byte. A ``db.statement.parameters`` tuple repr is parsed without
+``ast``.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def decode_traces_proto(
     The whole message is parsed (and refused) here, span by span when upb refuses it whole (``_salvage``); each
     span's core fields are read here and the rest
     (``SpanDetail``: attributes by key, the exception event, links) on first use, from the span's ``DetailSpan``
-    (a second, lite parse of the message: its attributes, events and links as their bytes). A span
+    (a second, lite parse of a message of ``_LITE_BYTES`` or more: its attributes, events and links as their
+    bytes) or, in a smaller message, from the upb span. A span
     whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
     counted in ``stats`` before this returns, exactly as an eager decoder counts them.
     """
