@@ -56,6 +56,7 @@ DB_SYSTEM, DB_TEXT, DB_NS, DB_COLL, DB_OP, DB_PARAMS, TX_ID, ROW_VERSION, IDEM_K
 SAMPLER_TYPE, SAMPLER_PARAM = 15, 16  # Jaeger clients' sampler attributes (processors.model.sampling)
 N = 17
 SPAN_SLOTS = 2 * N
+OWN_SLOTS = frozenset({DB_PARAMS, TX_ID, ROW_VERSION, IDEM_KEY})  # values of one span each (not shared)
 # Slots whose value is text even when sent as bytes (psycopg2's ``execute_values`` statement is ``bytes``).
 TEXT_SLOTS = frozenset({DB_TEXT, DB_TEXT + N})
 # Slots of a few distinct values (routes, code locations, statements with placeholders): their text is interned, since

@@ -2,45 +2,39 @@
 ``streamer.decode.otlp_json`` (re-exported).
 
 Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
-events on first use (``processors.model.span.lazy_span``); each attribute is skipped by its key alone, only the
-few kept keys have their value read, and a ``db.statement.parameters`` tuple repr is parsed without ``ast``.
+events on first use (``processors.model.span.lazy_span``, ``streamer.decode._detail``); in a message of 4 KiB or
+more from their encoded bytes (``streamer.decode._lite``): an attribute is skipped by its encoded key alone, a kept
+one read once for all spans that carry it byte for byte. A ``db.statement.parameters`` tuple repr is parsed without
+``ast``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 from sys import intern
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
-from processors.model.span import DETAIL_FIELDS, NO_DETAIL, Span, SpanDetail, lazy_span
+from processors.model.span import DETAIL_FIELDS, Span, SpanDetail, lazy_span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
-    EXCEPTION_EVENT,
-    EXCEPTION_KEYS,
-    INTERNED_SLOTS,
     KINDS,
     LOG_KEYS,
-    MAX_DEPTH,
-    NO_FIELDS,
-    QUERY_PARAM,
     RESOURCE_KEYS,
-    SPAN_SLOTS,
     STATUSES,
-    TEXT_SLOTS,
     DecodeOptions,
     DecodeStats,
     Extractor,
-    is_db,
-    sampling_of,
 )
+from streamer.decode._detail import TEXT_PER_BYTE, TEXT_SLACK, SpanExtractor
+from streamer.decode._detail import pick as _pick
+from streamer.decode._detail import span_detail as _span_detail
+from streamer.decode._detail import value_of as _value
+from streamer.decode._lite import DetailTraces, Shared, SizedTraces, kept_attributes
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
 
@@ -52,48 +46,6 @@ __all__ = [
     "decode_traces_json",
     "decode_traces_proto",
 ]
-
-
-def _value(av: AnyValue, depth: int = 0) -> Any:
-    """An ``AnyValue`` as a plain value: arrays/kvlists → lists/dicts, bytes → hex, unset → None."""
-    s = av.string_value
-    if s:
-        return s
-    which = av.WhichOneof("value")
-    if which == "string_value":
-        return s
-    if which == "int_value":
-        return av.int_value
-    if which == "bool_value":
-        return av.bool_value
-    if which == "double_value":
-        return av.double_value
-    if which == "bytes_value":
-        return av.bytes_value.hex()
-    if which is None or depth >= MAX_DEPTH:
-        return None
-    if which == "array_value":
-        return [_value(v, depth + 1) for v in av.array_value.values]
-    return {kv.key: _value(kv.value, depth + 1) for kv in av.kvlist_value.values}
-
-
-def _pick(attributes: Iterable[KeyValue], keys: dict[str, int]) -> list[Any] | None:
-    """Plain values of the wanted keys by slot, or None when none is present."""
-    vals: list[Any] | None = None
-    for kv in attributes:
-        slot = keys.get(kv.key)
-        if slot is not None:
-            if vals is None:
-                vals = [None] * len(keys)
-            vals[slot] = _value(kv.value)
-    return vals
-
-
-def _query_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
-    """``db.query.parameter.<key>`` attributes as (key, plain value)."""
-    for kv in attributes:
-        if kv.key.startswith(QUERY_PARAM):
-            yield kv.key[len(QUERY_PARAM) :], _value(kv.value)
 
 
 def _parse(msg: Any, data: bytes, opts: DecodeOptions) -> None:
@@ -112,38 +64,13 @@ def _bad_id(what: str, value: bytes) -> DecodeError:
     return DecodeError("otlp_invalid_id", f"{what} has {len(value)} bytes: {value[:32].hex()}")
 
 
-def _lite_pool() -> Any:
-    """``TracesData`` with each span kept as its bytes: a cheap second parse that sizes every span (and reads a
-    message whose spans upb cannot all parse, one by one: ``_salvage``)."""
-    fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
-    field = descriptor_pb2.FieldDescriptorProto
-    for name, number, kind, type_name in (
-        ("TracesData", 1, field.TYPE_MESSAGE, ".trace_repro_lite.ResourceSpans"),
-        ("ResourceSpans", 2, field.TYPE_MESSAGE, ".trace_repro_lite.ScopeSpans"),
-        ("ScopeSpans", 2, field.TYPE_BYTES, ""),
-    ):
-        message = fd.message_type.add(name=name)
-        f = message.field.add(name="items", number=number, type=kind)
-        f.label = field.LABEL_REPEATED
-        if type_name:
-            f.type_name = type_name
-        if name == "ResourceSpans":  # the Resource, as its bytes too (read again by ``_salvage``)
-            message.field.add(name="resource", number=1, type=field.TYPE_BYTES, label=field.LABEL_OPTIONAL)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fd)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("trace_repro_lite.TracesData"))
-
-
-_SizedTraces = _lite_pool()
-
-
 def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None:
     """A ``TracesData`` (and its bytes) of the spans of ``data`` that parse one by one, when upb refused the message
     whole; None when its framing does not hold either. A span (or a resource) upb cannot parse is left out and
     counted (``unreadable_spans``): nested deeper than upb's depth limit (the collector's is far higher) or holding a
     string that is not UTF-8. The other spans of the message are kept, as with any other hostile value."""
     try:
-        lite = _SizedTraces.FromString(data)
+        lite = SizedTraces.FromString(data)
     except _ProtoDecodeError:
         return None
     msg, unreadable = TracesData(), 0
@@ -167,95 +94,13 @@ def _salvage(data: bytes, stats: DecodeStats | None) -> tuple[Any, bytes] | None
     return msg, bytes(msg.SerializeToString())
 
 
-def _span_detail(ext: Extractor, sp: Any) -> SpanDetail:
-    """The attribute- and event-derived fields of the upb ``Span`` ``sp`` (only the kept keys are read)."""
-    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
-    vals: list[Any] | None = None
-    for kv in sp.attributes:
-        slot = keys.get(kv.key)
-        if slot is not None:
-            if vals is None:
-                vals = [None] * SPAN_SLOTS
-            av = kv.value
-            v = av.string_value or _value(av)  # bytes become hex text, twice their size: clipped too
-            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
-                v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
-                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
-            vals[slot] = v
-    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
-    db = ext.db_call(vals, _query_params(sp.attributes)) if vals and is_db(vals) else None
-    exc_type = exc_message = exc_stack = ""
-    events = sp.events
-    if events:
-        for ev in events:
-            if ev.name == EXCEPTION_EVENT:
-                exc = _pick(ev.attributes, EXCEPTION_KEYS)
-                if exc is not None:
-                    exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
-                break
-    pb_links = sp.links
-    links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
-    trace_state = sp.trace_state
-    if vals is None and not exc_type and not exc_stack and not links and not trace_state:
-        return NO_DETAIL
-    sampling = sampling_of(trace_state, vals)
-    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
-        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
-        shared = _SHARED_DETAILS.data.get(key)
-        if shared is None:
-            shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
-                                                         sampling=sampling))  # fmt: skip
-        return shared
-    return SpanDetail(
-        fields[0],
-        fields[1],
-        exc_type,
-        exc_message,
-        fields[2],
-        fields[3],
-        fields[4],
-        db,
-        links,
-        fields[5],
-        exc_stack,
-        sampling,
-    )
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Shared(Generic[K, V]):
-    """Decoded values that many spans share (a service's resource, a route's detail): one object each, so that
-    open traces hold one copy and a message skips their decoding. At most ``bound`` entries, then it starts again
-    (a reset is counted: ``dropped{component=decode, reason=shared_cache_reset}``, see :func:`shared_resets`)."""
-
-    __slots__ = ("bound", "data", "resets")
-
-    def __init__(self, bound: int) -> None:
-        self.bound = bound
-        self.data: dict[K, V] = {}
-        self.resets = 0
-
-    def put(self, key: K, value: V) -> V:
-        if len(self.data) >= self.bound:
-            self.data.clear()
-            self.resets += 1
-        self.data[key] = value
-        return value
-
-
-SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 SHARED_RESOURCES = 1024  # distinct resources (by their encoded bytes and the attribute bound)
-_SHARED_DETAILS: _Shared[tuple[Any, ...], SpanDetail] = _Shared(SHARED_DETAILS)
-_RESOURCES: _Shared[tuple[int, bytes], Resource] = _Shared(SHARED_RESOURCES)
+_RESOURCES: Shared[tuple[int, bytes], Resource] = Shared(SHARED_RESOURCES)
 
 
 def shared_resets() -> int:
     """How many times the shared-value caches of this process started again (a monotonic count)."""
-    return _SHARED_DETAILS.resets + _RESOURCES.resets
+    return Shared.total
 
 
 def _resource(ext: Extractor, pb: Any) -> Resource:
@@ -282,7 +127,7 @@ class _ProtoDetail:
     __slots__ = ("ext",)
 
     def __init__(self, opts: DecodeOptions) -> None:
-        self.ext = Extractor(opts, None)
+        self.ext = SpanExtractor(opts, None, kept_attributes(opts))
 
     def span_detail(self, source: Any) -> SpanDetail:
         return _span_detail(self.ext, source)
@@ -293,10 +138,7 @@ def _reader(opts: DecodeOptions) -> _ProtoDetail:
     return _ProtoDetail(opts)
 
 
-# A value read from a span's attributes or events takes at most this many times the span's encoded size as text
-# (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
-_TEXT_PER_BYTE = 8
-_TEXT_SLACK = 16
+_LITE_BYTES = 4096  # a message this big is parsed a second time for its spans' details (~3 µs a message)
 
 
 def decode_traces_proto(
@@ -306,7 +148,9 @@ def decode_traces_proto(
 
     The whole message is parsed (and refused) here, span by span when upb refuses it whole (``_salvage``); each
     span's core fields are read here and the rest
-    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the kept upb span. A span
+    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the span's ``DetailSpan``
+    (a second, lite parse of a message of ``_LITE_BYTES`` or more: its attributes, events and links as their
+    bytes) or, in a smaller message, from the upb span. A span
     whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
     counted in ``stats`` before this returns, exactly as an eager decoder counts them.
     """
@@ -318,10 +162,12 @@ def decode_traces_proto(
         if salvaged is None:
             raise
         msg, data = salvaged
-    ext = Extractor(opts, stats)
     reader = _reader(opts)
-    small = (opts.max_attribute_bytes - _TEXT_SLACK) // _TEXT_PER_BYTE  # a span of this many bytes is read lazily
-    sized = _SizedTraces.FromString(data).items if len(data) > small else None
+    ext = SpanExtractor(opts, stats, reader.ext.kept)
+    # each span's attributes, events and links as their bytes (a small message's spans are read from upb's)
+    detail = DetailTraces.FromString(data).items if len(data) >= _LITE_BYTES else None
+    small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
+    sized = SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
@@ -331,6 +177,7 @@ def decode_traces_proto(
         for j, ss in enumerate(rs.scope_spans):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
+            lite = None if detail is None else detail[i].items[j].items
             for k, sp in enumerate(ss.spans):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
@@ -366,9 +213,9 @@ def decode_traces_proto(
                     resource,
                 )
                 if eager and raw_spans is not None and len(raw_spans[k]) > small:
-                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
+                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp if lite is None else lite[k]))))
                 else:
-                    append(lazy_span(*core, reader, sp))
+                    append(lazy_span(*core, reader, sp if lite is None else lite[k]))
     if stats is not None:
         stats.spans += len(out)
     return out

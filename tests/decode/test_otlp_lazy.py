@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from sys import intern
 from typing import Any
 
 import pytest
@@ -19,10 +20,26 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from bench.otlp_gen import generate
 from processors.model.events import Resource, SpanKind, StatusCode
-from processors.model.span import Span
-from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto
-from streamer.decode._attrs import KINDS, RESOURCE_KEYS, STATUSES, Extractor, literal_params, literal_params_ast
-from streamer.decode.otlp import _bad_id, _parse, _pick, _salvage, _span_detail
+from processors.model.span import Span, SpanDetail
+from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto, otlp
+from streamer.decode._attrs import (
+    EXCEPTION_EVENT,
+    EXCEPTION_KEYS,
+    INTERNED_SLOTS,
+    KINDS,
+    NO_FIELDS,
+    QUERY_PARAM,
+    RESOURCE_KEYS,
+    SPAN_SLOTS,
+    STATUSES,
+    TEXT_SLOTS,
+    Extractor,
+    is_db,
+    literal_params,
+    literal_params_ast,
+    sampling_of,
+)
+from streamer.decode.otlp import _bad_id, _parse, _pick, _salvage, _value
 
 # Keys the decoder keeps (current, older and configured names) and a few it skips.
 KEYS = [
@@ -102,6 +119,37 @@ def _message(draw: st.DrawFn) -> bytes:
     return bytes(msg.SerializeToString())
 
 
+def _upb_detail(ext: Extractor, sp: PbSpan) -> SpanDetail:
+    """A span's detail read from upb's objects (each attribute's ``KeyValue``), as the decoder read it before it read
+    attributes from their bytes (issue 37)."""
+    vals: list[Any] | None = None
+    for kv in sp.attributes:
+        slot = ext.keys.get(kv.key)
+        if slot is not None:
+            vals = vals or [None] * SPAN_SLOTS
+            av = kv.value
+            v = av.string_value or _value(av)
+            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
+                v = av.bytes_value.decode("utf-8", "replace")
+            if type(v) is str:
+                v = ext.clip(v) if len(v) > ext.quarter else intern(v) if slot in INTERNED_SLOTS else v
+            vals[slot] = v
+    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
+    params = ((kv.key[len(QUERY_PARAM) :], _value(kv.value)) for kv in sp.attributes
+              if kv.key.startswith(QUERY_PARAM))  # fmt: skip
+    db = ext.db_call(vals, params) if vals and is_db(vals) else None
+    exc = [""] * 3
+    for ev in sp.events:
+        if ev.name == EXCEPTION_EVENT:
+            picked = _pick(ev.attributes, EXCEPTION_KEYS)
+            if picked is not None:
+                exc = [ext.text(v) for v in picked]
+            break
+    links = tuple(link.trace_id.hex() for link in sp.links)
+    return SpanDetail(fields[0], fields[1], exc[0], exc[1], fields[2], fields[3], fields[4], db, links, fields[5],
+                      exc[2], sampling_of(sp.trace_state, vals))  # fmt: skip
+
+
 def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -> list[Span]:
     """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded (the
     span's name is bounded like an attribute)."""
@@ -127,7 +175,7 @@ def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -
                 for link in sp.links:
                     if len(link.trace_id) != 16:
                         raise _bad_id("link trace_id", link.trace_id)
-                d = _span_detail(ext, sp)
+                d = _upb_detail(ext, sp)
                 out.append(Span(sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), ext.clip(sp.name),
                                 KINDS.get(sp.kind, SpanKind.UNSPECIFIED), sp.start_time_unix_nano,
                                 sp.end_time_unix_nano, STATUSES.get(sp.status.code, StatusCode.UNSET), resource,
@@ -149,11 +197,14 @@ def _outcome(decode: Any, data: bytes, opts: DecodeOptions) -> tuple[Any, ...]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_message(), st.sampled_from([16, 64, 300, 600, 1200, 65536]))
-def test_lazy_decoder_matches_eager(data: bytes, limit: int) -> None:
-    """On varied messages (every kept key, every value type, duplicates, events, links), spans and counts match."""
+@given(_message(), st.sampled_from([16, 64, 300, 600, 1200, 65536]), st.booleans())
+def test_lazy_decoder_matches_eager(data: bytes, limit: int, from_bytes: bool) -> None:
+    """On varied messages (every kept key, every value type, duplicates, events, links), spans and counts match,
+    whether the details are read from the attributes' bytes (a message of ``_LITE_BYTES``) or from upb's spans."""
     opts = DecodeOptions(max_attribute_bytes=limit)
-    assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(otlp, "_LITE_BYTES", 0 if from_bytes else 1 << 30)
+        assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
 
 
 @settings(max_examples=200, deadline=None)

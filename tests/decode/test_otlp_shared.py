@@ -3,7 +3,9 @@ Collector's kafka exporter writes them, repeats it in every message), within a b
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.api.telemetry import Telemetry
@@ -63,3 +65,91 @@ def test_the_bound_starts_again_and_is_counted() -> None:
     decode(Record("otlp_spans", 0, 0, None, _message("svc-0", 7)))
     assert telemetry.dropped["shared_cache_reset"] == otlp.shared_resets() - before
     assert len(otlp._RESOURCES.data) <= otlp.SHARED_RESOURCES
+
+
+def _kv(key: str, value: str) -> bytes:
+    return bytes(KeyValue(key=key, value=AnyValue(string_value=value)).SerializeToString())
+
+
+def _field(number: int, raw: bytes) -> bytes:
+    """A length-delimited field, encoded by hand (a serializer would write a KeyValue in its usual order)."""
+    size, n = b"", len(raw)
+    while n >= 128:
+        size, n = size + bytes((n & 127 | 128,)), n >> 7
+    return bytes((number << 3 | 2,)) + size + bytes((n,)) + raw
+
+
+def _with_attributes(*encoded: bytes, trace: int = 9, extra: bytes = b"") -> bytes:
+    """A one-span message whose attributes are ``encoded`` as given (field 9 of the span, in this order), then the
+    encoded span fields ``extra``."""
+    msg = TracesData.FromString(_message("svc", trace))
+    rs = msg.resource_spans[0]
+    sp = bytes(rs.scope_spans[0].spans[0].SerializeToString()) + b"".join(_field(9, kv) for kv in encoded) + extra
+    return _field(1, _field(1, bytes(rs.resource.SerializeToString())) + _field(2, _field(2, sp)))
+
+
+@pytest.fixture
+def from_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every message's details read from its attributes' bytes (not only those of ``_LITE_BYTES``)."""
+    monkeypatch.setattr(otlp, "_LITE_BYTES", 0)
+
+
+@pytest.mark.usefixtures("from_bytes")
+def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> None:
+    """A ``KeyValue`` is read from its bytes, a key the detail does not keep skipped by its key field: one whose key
+    field is repeated (the last wins), comes after its value or holds no value reads as upb reads it."""
+    route = _kv("http.route", "/orders")
+    key_only = _field(1, b"http.route")  # a KeyValue of no value
+    value_first = _kv("", "/late") + key_only  # the value field, then the key
+    repeated_key = _field(1, b"url.path") + route  # a skipped key, then a kept one
+    key_last = _kv("url.path", "/last") + key_only  # a skipped key and its value, then a kept key
+    for attrs, expected in (((route,), "/orders"), ((value_first,), "/late"), ((repeated_key,), "/orders"),
+                            ((key_last,), "/last"), ((route, key_only), "")):  # fmt: skip
+        upb = TracesData.FromString(_with_attributes(*attrs)).resource_spans[0].scope_spans[0].spans[0]
+        assert {kv.key: kv.value.string_value for kv in upb.attributes}["http.route"] == expected
+        [span] = decode_traces_proto(_with_attributes(*attrs))
+        assert span.route == expected, attrs
+
+
+@pytest.mark.usefixtures("from_bytes")
+def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
+    """The same attribute under options with a smaller ``max_attribute_bytes`` is cut (and counted) in every message
+    that carries it, though it was read whole, and kept, under the defaults."""
+    statement = _kv("db.query.text", "SELECT " + "x, " * 40 + "y FROM t")  # under 256 bytes: kept
+    system = _kv("db.system.name", "postgresql")
+    assert decode_traces_proto(_with_attributes(system, statement))[0].db.statement.endswith("FROM t")  # type: ignore[union-attr]
+    small = DecodeOptions(max_attribute_bytes=64)
+    for trace in (1, 2):
+        stats = DecodeStats()
+        [span] = decode_traces_proto(_with_attributes(system, statement, trace=trace), small, stats)
+        assert stats.truncated_attributes == 1 and span.db is not None and len(span.db.statement) == 64
+
+
+@pytest.mark.usefixtures("from_bytes")
+def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and_trace_state() -> None:
+    """Spans of the same kept attributes (byte for byte) share one detail; one that also has an exception event, a
+    link or a trace state, or another kept attribute, has its own."""
+    route, status = _kv("http.route", "/pay"), _kv("http.response.status_code", "500")
+    plain = [decode_traces_proto(_with_attributes(route, status, trace=t))[0] for t in (11, 12, 13)]
+    assert plain[1].detail is plain[2].detail and (plain[2].route, plain[2].http_status) == ("/pay", 500)
+    event = PbSpan.Event(
+        name="exception", attributes=[KeyValue(key="exception.type", value=AnyValue(string_value="E"))]
+    )
+    link = PbSpan.Link(trace_id=(7).to_bytes(16, "big"), span_id=(8).to_bytes(8, "big"))
+    for extra, check in ((_field(11, event.SerializeToString()), lambda s: s.exception_type == "E"),
+                         (_field(13, link.SerializeToString()), lambda s: s.links == ((7).to_bytes(16, "big").hex(),)),
+                         (_field(3, b"ot=th:8"), lambda s: s.sampling != plain[0].sampling),
+                         (_field(9, _kv("http.route", "/other")), lambda s: s.route == "/other")):  # fmt: skip
+        [span] = decode_traces_proto(_with_attributes(route, status, trace=14, extra=extra))
+        assert check(span) and span.http_status == 500, extra
+
+
+@pytest.mark.parametrize("lite_bytes", [0, 1 << 30])
+def test_an_exception_message_alone_is_kept(monkeypatch: pytest.MonkeyPatch, lite_bytes: int) -> None:
+    """A span whose only detail is its exception event's message keeps it (it was read, then dropped as no detail),
+    read from the attributes' bytes or from upb's span."""
+    monkeypatch.setattr(otlp, "_LITE_BYTES", lite_bytes)
+    attrs = [KeyValue(key="exception.message", value=AnyValue(string_value="boom"))]
+    event = _field(11, PbSpan.Event(name="exception", attributes=attrs).SerializeToString())
+    [span] = decode_traces_proto(_with_attributes(trace=21, extra=event))
+    assert (span.exception_type, span.exception_message) == ("", "boom")
