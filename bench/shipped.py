@@ -12,9 +12,10 @@ fresh spans topic:
    in the end-to-end phase) until stage 1 has committed the end of the spans topic (every trace closed, and the
    60 s windows that pinned their input), and the CPU of each second meanwhile (``cpu_series``);
 3. idle with open windows: the CPU while it waits for its 60 s windows after the messages' work is done: from when
-   every trace has closed (idleness + trace gap after the last message was consumed, ``CLOSED_S`` more) and stage 2
-   has read its input to the end, until that commit (``waiting_cores``); and again over ``idle_s`` after the commit
-   (``idle_after_commit_cores``: what is left open is the proof desk's slices and the rows held for late changes).
+   every trace has closed (its ``trace_repro_open_traces`` gauge at 0, and no sooner than idleness + trace gap after
+   the last message was consumed, ``CLOSED_S`` more) and stage 2 has read its input to the end, until that commit
+   (``waiting_cores``); and again over ``idle_s`` after the commit (``idle_after_commit_cores``: what is left open
+   is the proof desk's slices and the rows held for late changes).
 
 Targets (issue 37): idle below ``IDLE_TARGET`` of a core in both, peak RSS at most ``RSS_TARGET_MB`` on 300k spans.
 Reported, not asserted.
@@ -57,13 +58,16 @@ def _metric_sum(text: str, name: str, topic: str) -> float | None:
 
 
 def _progress(port: int, spans_topic: str) -> dict[str, float]:
-    """From the daemon's /metrics: spans messages consumed and committed by stage 1, and stage 2's lag on its
-    input topic (absent while unknown)."""
+    """From the daemon's /metrics: spans messages consumed and committed by stage 1, the traces it holds open (or due
+    and not yet closed), and stage 2's lag on its input topic (each absent while unknown)."""
     text = fetch_metrics(port, timeout_s=5)
     if text is None:
         return {}
     out = {"consumed": _metric_sum(text, "trace_repro_consumed_messages_total", spans_topic) or 0.0,
            "committed": _metric_sum(text, "trace_repro_committed_offset", spans_topic) or 0.0}  # fmt: skip
+    open_traces = re.findall(r"^trace_repro_open_traces(?:\{[^}]*\})? (\S+)$", text, re.M)
+    if open_traces:
+        out["open_traces"] = sum(float(v) for v in open_traces)
     internal = re.search(r'^trace_repro_consumer_lag_messages\{[^}]*topic="(bench-accesses-[^"]+)"', text, re.M)
     lag = _metric_sum(text, "trace_repro_consumer_lag_messages", internal.group(1)) if internal else None
     if lag is not None:
@@ -178,7 +182,7 @@ async def measure(
                 if seen.get("consumed", 0) >= len(gen.messages):
                     out.setdefault("consumed_s", now)
                 if (waiting_from is None and "consumed_s" in out and now >= out["consumed_s"] + CLOSED_S
-                        and seen.get("stage2_lag") == 0):  # fmt: skip
+                        and seen.get("open_traces") == 0 and seen.get("stage2_lag") == 0):  # fmt: skip
                     waiting_from = (now, cpu, len(series))
                     if spy is not None:  # what it does while it waits (sampled for idle_s, in the background)
                         sampling = asyncio.ensure_future(_idle(proc.pid, idle_s, spy.with_suffix(".waiting.txt")))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+import bench.shipped
 from bench.run import targets as bench_targets
-from bench.shipped import _metric_sum, report, shipped_env, targets
+from bench.shipped import _metric_sum, _progress, report, shipped_env, targets
 from streamer import config
 
 METRICS = """\
@@ -13,6 +16,7 @@ trace_repro_committed_offset{partition="0",topic="bench-spans-shipped-t"} 40.0
 trace_repro_committed_offset{partition="1",topic="bench-spans-shipped-t"} 2.0
 trace_repro_committed_offset{partition="0",topic="bench-spans-shipped-tt"} 7.0
 trace_repro_consumer_lag_messages{partition="0",topic="bench-accesses-shippedt"} 0.0
+trace_repro_open_traces 3.0
 """
 
 
@@ -22,6 +26,15 @@ def test_the_daemon_runs_with_the_shipped_windows_and_its_own_topics() -> None:
     shipped = config.load(None, env={})
     assert settings.windows == shipped.windows and settings.windows.window_s == 60
     assert settings.kafka.spans_topic == "bench-spans-shipped-t" and settings.kafka.group_id == "bench-shippedt"
+
+
+def test_progress_reads_the_traces_still_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for the 60 s windows starts only once every trace has closed: a burst's closing work is not idle."""
+    monkeypatch.setattr(bench.shipped, "fetch_metrics", lambda port, timeout_s: METRICS)
+    assert _progress(0, "bench-spans-shipped-t") == {"consumed": 0.0, "committed": 42.0, "open_traces": 3.0,
+                                                     "stage2_lag": 0.0}  # fmt: skip
+    monkeypatch.setattr(bench.shipped, "fetch_metrics", lambda port, timeout_s: METRICS.replace(" 3.0", " 0.0"))
+    assert _progress(0, "bench-spans-shipped-t")["open_traces"] == 0.0
 
 
 def test_a_metric_is_summed_over_the_partitions_of_its_topic_only() -> None:
