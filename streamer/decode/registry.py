@@ -78,20 +78,23 @@ class _Traces:
         self.options = _options(config)
         telemetry.declare("truncated_attributes", "unreadable_spans", "shared_cache_reset")
         self.resets = shared_resets()  # seen so far
+        self.stats = DecodeStats()  # every message's, added up: a message's are the difference (no object each)
 
     def __call__(self, record: Record) -> Sequence[Any]:
         if not record.value:
             raise DecodeError("empty_value", "span message has no value")
-        stats = DecodeStats()
+        stats = self.stats
+        truncated, unreadable = stats.truncated_attributes, stats.unreadable_spans
         out = self.decode(record.value, self.options, stats)
+        truncated, unreadable = stats.truncated_attributes - truncated, stats.unreadable_spans - unreadable
         telemetry = self.telemetry
-        if stats.truncated_attributes:
+        if truncated:
             if self.config.oversize == "dlq":
-                raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "
+                raise DecodeError("oversize_attribute", f"{truncated} attribute(s) over "
                                   f"{self.options.max_attribute_bytes} bytes")  # fmt: skip
-            telemetry.drop("truncated_attributes", stats.truncated_attributes)
-        if stats.unreadable_spans:
-            telemetry.drop("unreadable_spans", stats.unreadable_spans)
+            telemetry.drop("truncated_attributes", truncated)
+        if unreadable:
+            telemetry.drop("unreadable_spans", unreadable)
         telemetry.count("spans", len(out))
         return out  # type: ignore[no-any-return]
 

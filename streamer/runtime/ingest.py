@@ -133,7 +133,7 @@ class IngestStage(Stage):
         if not spans:
             return
         run = self._run
-        if run is None or run.tp != (record.topic, record.partition):
+        if run is None or run.tp[1] != record.partition or run.tp[0] != record.topic:
             self._assemble(out, record.source)
             run = self._run = SpanRun(record)
         run.add(record, spans)
