@@ -93,6 +93,12 @@ class SpanExtractor(Extractor):
         Extractor.__init__(self, opts, stats)
         self.kept = kept
 
+    def with_stats(self, stats: DecodeStats | None) -> SpanExtractor:
+        """This extractor counting into ``stats`` (a message's): its options' tables not looked up again."""
+        ext = SpanExtractor.__new__(SpanExtractor)
+        ext.keys, ext.limit, ext.quarter, ext.stats, ext.kept = self.keys, self.limit, self.quarter, stats, self.kept
+        return ext
+
 
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 _SHARED_DETAILS: Shared[tuple[Any, ...], SpanDetail] = Shared(SHARED_DETAILS)

@@ -69,33 +69,44 @@ def _options(config: DecodeConfig) -> DecodeOptions:
     )
 
 
-def _traces(decode: Callable[..., Any]) -> DecoderFactory:
-    def factory(config: DecodeConfig, telemetry: Telemetry) -> Decode:
-        options = _options(config)
+class _Traces:
+    """A traces decoder (protobuf or JSON). The shared-value caches' resets (theirs are process-wide; a detail read
+    after its message was decoded may reset one) are counted once a batch, at :meth:`batch_done`."""
+
+    def __init__(self, decode: Callable[..., Any], config: DecodeConfig, telemetry: Telemetry) -> None:
+        self.decode, self.config, self.telemetry = decode, config, telemetry
+        self.options = _options(config)
         telemetry.declare("truncated_attributes", "unreadable_spans", "shared_cache_reset")
-        resets = [shared_resets()]  # the shared-value caches' resets seen so far (theirs are process-wide)
+        self.resets = shared_resets()  # seen so far
+        self.stats = DecodeStats()  # every message's, added up: a message's are the difference (no object each)
 
-        def spans(record: Record) -> Sequence[Any]:
-            if not record.value:
-                raise DecodeError("empty_value", "span message has no value")
-            stats = DecodeStats()
-            out = decode(record.value, options, stats)
-            now = shared_resets()  # counted at the next message when a detail read after this one reset it
-            if now != resets[0]:
-                telemetry.drop("shared_cache_reset", now - resets[0])
-                resets[0] = now
-            if stats.truncated_attributes:
-                if config.oversize == "dlq":
-                    raise DecodeError("oversize_attribute", f"{stats.truncated_attributes} attribute(s) over "
-                                      f"{options.max_attribute_bytes} bytes")  # fmt: skip
-                telemetry.drop("truncated_attributes", stats.truncated_attributes)
-            telemetry.drop("unreadable_spans", stats.unreadable_spans)
-            telemetry.count("spans", len(out))
-            return out  # type: ignore[no-any-return]
+    def __call__(self, record: Record) -> Sequence[Any]:
+        if not record.value:
+            raise DecodeError("empty_value", "span message has no value")
+        stats = self.stats
+        truncated, unreadable = stats.truncated_attributes, stats.unreadable_spans
+        out = self.decode(record.value, self.options, stats)
+        truncated, unreadable = stats.truncated_attributes - truncated, stats.unreadable_spans - unreadable
+        telemetry = self.telemetry
+        if truncated:
+            if self.config.oversize == "dlq":
+                raise DecodeError("oversize_attribute", f"{truncated} attribute(s) over "
+                                  f"{self.options.max_attribute_bytes} bytes")  # fmt: skip
+            telemetry.drop("truncated_attributes", truncated)
+        if unreadable:
+            telemetry.drop("unreadable_spans", unreadable)
+        telemetry.count("spans", len(out))
+        return out  # type: ignore[no-any-return]
 
-        return spans
+    def batch_done(self) -> None:
+        now = shared_resets()
+        if now != self.resets:
+            self.telemetry.drop("shared_cache_reset", now - self.resets)
+            self.resets = now
 
-    return factory
+
+def _traces(decode: Callable[..., Any]) -> DecoderFactory:
+    return lambda config, telemetry: _Traces(decode, config, telemetry)
 
 
 def _logs(decode: Callable[..., Any]) -> DecoderFactory:
@@ -205,6 +216,7 @@ class Inputs:
         # The decoders that need something fetched before a batch (a schema registry's schemas): none, unless one
         # is configured, and then the batch is not walked at all.
         self._preparing = {name for name, d in self._decode.items() if getattr(d, "registry", None) is not None}
+        self._batch_done = [done for d in self._decode.values() if (done := getattr(d, "batch_done", None))]
         self._patterns = [(re.compile(i.pattern), i) for i in inputs if i.pattern]
         self._by_topic: dict[str, Input | None] = {t: i for i in inputs for t in i.topics}
 
@@ -226,6 +238,11 @@ class Inputs:
 
     def decode(self, source: Input, record: Record) -> Sequence[Any]:
         return self._decode[source.decoder](record)
+
+    def batch_done(self) -> None:
+        """After a batch's records: what a decoder counts once a batch."""
+        for done in self._batch_done:
+            done()
 
     async def prepare(self, records: Sequence[Record]) -> None:
         """Before a batch is decoded: what its decoders need from other services (a schema registry's schemas);

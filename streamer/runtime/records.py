@@ -79,4 +79,5 @@ class SpanRun:
         self.records.append(record)
         self.spans.extend(spans)
         self.bytes += len(record.value or b"")
-        self.ends.append((max(s.end_ns for s in spans), len(spans)))
+        n = len(spans)
+        self.ends.append((spans[0].end_ns if n == 1 else max([s.end_ns for s in spans]), n))  # most: one span

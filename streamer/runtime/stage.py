@@ -94,19 +94,22 @@ class Stage:
         out = StageOutput()
         self._quarantined = 0
         consumed: dict[str, int] = {}  # per topic, counted once per batch
+        lookup, feeding, decode, handlers = self.inputs.lookup, self.tracker.feeding, self.inputs.decode, self.handlers
         for record in records:
-            consumed[record.topic] = consumed.get(record.topic, 0) + 1
-            source = self.inputs.lookup(record.topic)
+            topic = record.topic
+            consumed[topic] = consumed.get(topic, 0) + 1
+            source = lookup(topic)
             if source is None:
                 continue
-            self.tracker.feeding(record.source)
+            feeding(record.source)
             try:
-                self.handlers[source.signal](record, self.inputs.decode(source, record), out)
+                handlers[source.signal](record, decode(source, record), out)
             except DecodeError as exc:
                 self._dead_letter(record, exc.reason, str(exc), out)
             except Exception as exc:
                 self.record_failed(record, self.name, exc, out)
         self.records_done(out)
+        self.inputs.batch_done()
         self.tracker.feeding(None)
         for topic, n in consumed.items():
             self.metrics.consumed.labels(topic).inc(n)

@@ -11,7 +11,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from processors.api.telemetry import Telemetry
 from streamer.decode import DecodeOptions, DecodeStats, decode_traces_proto, otlp
 from streamer.decode.config import DecodeConfig
-from streamer.decode.registry import DECODERS, Record
+from streamer.decode.registry import Input, Inputs, Record
 
 
 def _message(service: str, trace: int, version: str = "1.0.0") -> bytes:
@@ -55,14 +55,21 @@ def test_a_resource_cut_by_the_bound_is_counted_in_every_message() -> None:
 
 
 def test_the_bound_starts_again_and_is_counted() -> None:
-    """Past ``SHARED_RESOURCES`` distinct resources the cache starts again; the span decoder counts each reset."""
+    """Past ``SHARED_RESOURCES`` distinct resources the cache starts again; the span decoder counts each reset, once
+    a batch (at ``Inputs.batch_done``, which a stage calls after a batch's records)."""
     telemetry = Telemetry("decode")
-    decode = DECODERS["otlp_proto.traces"](DecodeConfig(), telemetry)
+    inputs = Inputs([Input("spans", "otlp_proto.traces", topics=("otlp_spans",))], DecodeConfig(), lambda _: telemetry)
+    source = inputs.lookup("otlp_spans")
+    assert source is not None
     before = otlp.shared_resets()
     for i in range(otlp.SHARED_RESOURCES + 1):
-        decode(Record("otlp_spans", 0, i, None, _message(f"svc-{i}", i + 1)))
+        inputs.decode(source, Record("otlp_spans", 0, i, None, _message(f"svc-{i}", i + 1)))
     assert otlp.shared_resets() > before
-    decode(Record("otlp_spans", 0, 0, None, _message("svc-0", 7)))
+    assert telemetry.dropped["shared_cache_reset"] == 0  # not yet: the batch goes on
+    inputs.batch_done()
+    assert telemetry.dropped["shared_cache_reset"] == otlp.shared_resets() - before
+    inputs.decode(source, Record("otlp_spans", 0, 0, None, _message("svc-0", 7)))
+    inputs.batch_done()
     assert telemetry.dropped["shared_cache_reset"] == otlp.shared_resets() - before
     assert len(otlp._RESOURCES.data) <= otlp.SHARED_RESOURCES
 
