@@ -148,44 +148,9 @@ def _upb_detail(ext: Extractor, sp: Any) -> SpanDetail:
             if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
                 v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
             vals[slot] = v
-    fields = NO_FIELDS if vals is None else ext.span_fields(vals)
-    db = ext.db_call(vals, _upb_params(sp.attributes)) if vals and is_db(vals) else None
-    exc_type = exc_message = exc_stack = ""
-    events = sp.events
-    if events:
-        for ev in events:
-            if ev.name == EXCEPTION_EVENT:
-                exc = pick(ev.attributes, EXCEPTION_KEYS)
-                if exc is not None:
-                    exc_type, exc_message, exc_stack = ext.text(exc[0]), ext.text(exc[1]), ext.text(exc[2])
-                break
     pb_links = sp.links
     links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
-    trace_state = sp.trace_state
-    if vals is None and not exc_type and not exc_message and not exc_stack and not links and not trace_state:
-        return NO_DETAIL
-    sampling = sampling_of(trace_state, vals)
-    if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
-        key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
-        shared = _SHARED_DETAILS.data.get(key)
-        if shared is None:
-            shared = _SHARED_DETAILS.put(key, SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4],
-                                                         sampling=sampling))  # fmt: skip
-        return shared
-    return SpanDetail(
-        fields[0],
-        fields[1],
-        exc_type,
-        exc_message,
-        fields[2],
-        fields[3],
-        fields[4],
-        db,
-        links,
-        fields[5],
-        exc_stack,
-        sampling,
-    )
+    return _detail_of(ext, vals, None, lambda: _upb_params(sp.attributes), sp.events, links, sp.trace_state)
 
 
 def _upb_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
@@ -233,17 +198,19 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
                 return known_detail  # type: ignore[no-any-return]
     links = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in pb_links]) if pb_links else ()
     parsed = map(PbSpan.Event.FromString, events) if events else ()
-    return _detail_of(ext, hits, same, lambda: _query_params(sp.attributes), parsed, links, trace_state)
-
-
-def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, ...] | None,
-               params: Callable[[], Iterable[tuple[str, Any]]], events: Iterable[Any], links: tuple[str, ...],
-               trace_state: str) -> SpanDetail:  # fmt: skip
     vals: list[Any] | None = None
     if hits:
         vals = [None] * SPAN_SLOTS
         for slot, v in hits:
             vals[slot] = v
+    return _detail_of(ext, vals, same, lambda: _query_params(sp.attributes), parsed, links, trace_state)
+
+
+def _detail_of(ext: Extractor, vals: list[Any] | None, same: tuple[bytes, ...] | None,
+               params: Callable[[], Iterable[tuple[str, Any]]], events: Iterable[Any], links: tuple[str, ...],
+               trace_state: str) -> SpanDetail:  # fmt: skip
+    """A span's detail from its kept attributes' values by slot (None: none), its query parameters, events, links
+    and trace state; shared when it holds only fields many spans have (and kept for its attributes' bytes ``same``)."""
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = ext.db_call(vals, params()) if vals and is_db(vals) else None
     exc_type = exc_message = exc_stack = ""
