@@ -142,7 +142,7 @@ _last: tuple[DecodeOptions, _ProtoDetail] | None = None  # the options of the pr
 
 
 def _reader(opts: DecodeOptions) -> _ProtoDetail:
-    """The reader of ``opts``; the previous message's found by identity (hashing the options costs ~0.4 µs)."""
+    """The reader of ``opts``; the previous message's found by identity (cheaper than hashing the options)."""
     global _last
     last = _last
     if last is not None and last[0] is opts:
@@ -152,7 +152,7 @@ def _reader(opts: DecodeOptions) -> _ProtoDetail:
     return reader
 
 
-_LITE_BYTES = 4096  # a message this big is parsed a second time for its spans' details (~3 µs a message)
+_LITE_BYTES = 4096  # a message this big is parsed again for its details (smaller: costs more than it saves)
 
 
 def decode_traces_proto(
