@@ -151,13 +151,14 @@ def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChan
     """Back to events, every field checked against its declared type (the topic may carry anything: a record
     that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed). With
     ``shared``, an access's repeated strings are the table's copies (see ``streamer.decode.strings``)."""
-    for prefix, field_name, adapter in _FAST:
-        if data.startswith(prefix):
-            try:
-                event = adapter.validate_json(data)[field_name]
-            except ValidationError:
-                break  # the checked path refuses it with its own message, or reads what only it reads
-            return _share(event, shared) if shared is not None and field_name == "access" else event
+    if type(data) is bytes:  # (anything else, the checked path reads or refuses as it always did)
+        for prefix, field_name, adapter in _FAST:
+            if data.startswith(prefix):
+                try:
+                    event = adapter.validate_json(data)[field_name]
+                except ValidationError:
+                    break  # the checked path refuses it with its own message, or reads what only it reads
+                return _share(event, shared) if shared is not None and field_name == "access" else event
     return _checked(data, shared)
 
 
