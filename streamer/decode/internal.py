@@ -113,10 +113,11 @@ def _share(access: Access, shared: SharedStrings) -> Access:
 
 
 # The read path of what stage 1 writes, in pydantic-core: the JSON parsed and every field checked in one pass, strict
-# (a JSON string is no int, a number no string), the envelope's fields only these. What it refuses goes the checked
-# path below: read by ``json``, checked by field, lax as it has always been, so that it is refused with the message
-# it always was, or read as it always was (an integer written 1.0, an envelope field of a newer stage 1). What it
-# accepts, the checked path accepts as an equal event (tests/decode/test_internal_fast.py compares them).
+# (a JSON string is no int, a number no string; pydantic builds the recursive WHERE tree's union lax, where each JSON
+# value is taken as its own type), the envelope's fields only these. What it refuses goes the checked path below:
+# read by ``json``, checked by field, lax as it has always been, so that it is refused with the message it always
+# was, or read as it always was (an integer written 1.0, an envelope field of a newer stage 1). What it accepts, the
+# checked path accepts as an equal event (tests/decode/test_internal_fast.py compares them).
 _STRICT = ConfigDict(strict=True, extra="forbid")
 
 
