@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from pydantic_core import CoreConfig, SchemaValidator
+from typing_extensions import TypedDict
 
 from processors.model.events import ACCESS_FIELDS, Access, Relay, RowChange, access_values
 from streamer.decode.jsontext import loads
@@ -78,31 +80,91 @@ _EVENTS: dict[str, tuple[str, TypeAdapter[Any], frozenset[str]]] = {
 _WATERMARK: TypeAdapter[Watermark] = TypeAdapter(Watermark)
 
 
-# An access's strings that repeat across accesses (one per statement, table, code site, ...), and its lists whose
-# items (or items' items: a predicate's column and operator) do; never its span id, its own.
+# An access's strings that repeat across accesses (one per statement, table, code site, ...); never its span id, its
+# own. And those of its tuples: parameter values, set columns and values, predicates' columns and operators.
 _SHARED_FIELDS = ("entity", "table", "service", "version", "statement", "route", "function", "file", "trace_exception")
-_SHARED_LISTS = ("params", "set_values", "predicates", "set_exprs")
+_shared_values = operator.attrgetter(*_SHARED_FIELDS)
+_tuples = operator.attrgetter("params", "set_values", "predicates", "set_exprs")
 
 
-def _share(body: dict[str, Any], shared: SharedStrings) -> None:
+def _share(access: Access, shared: SharedStrings) -> Access:
+    """The access with its repeated strings the table's copies (see ``streamer.decode.strings``), then the table
+    bounded. The access was just made by the decoder and nobody else holds it yet: its fields are replaced in place
+    (a frozen dataclass refuses ``setattr``, not ``object.__setattr__``), a string only where the table holds
+    another copy of it. Its tuples are of the types just checked: scalars, pairs, triples, strings."""
     share = shared.table.setdefault
-    for name in _SHARED_FIELDS:
-        value = body.get(name)
-        if type(value) is str:
-            body[name] = share(value, value)
-    for name in _SHARED_LISTS:
-        items = body.get(name)
-        if type(items) is list:
-            body[name] = [share(x, x) if type(x) is str else
-                          [share(y, y) if type(y) is str else y for y in x] if type(x) is list else x
-                          for x in items]  # fmt: skip
+    for name, value in zip(_SHARED_FIELDS, _shared_values(access), strict=True):
+        kept = share(value, value)
+        if kept is not value:
+            object.__setattr__(access, name, kept)
+    params, set_values, predicates, set_exprs = _tuples(access)
+    if params:
+        object.__setattr__(access, "params", tuple([share(x, x) if type(x) is str else x for x in params]))
+    if set_values:
+        pairs = [(share(c, c), share(x, x) if type(x) is str else x) for c, x in set_values]
+        object.__setattr__(access, "set_values", tuple(pairs))
+    if predicates:
+        terms = [(share(c, c), share(o, o), share(x, x) if type(x) is str else x) for c, o, x in predicates]
+        object.__setattr__(access, "predicates", tuple(terms))
+    if set_exprs:
+        object.__setattr__(access, "set_exprs", tuple([share(x, x) for x in set_exprs]))
     shared.bound()
+    return access
+
+
+# The read path of what stage 1 writes, in pydantic-core: the JSON parsed and every field checked in one pass, strict
+# (a JSON string is no int, a number no string; pydantic builds the recursive WHERE tree's union lax, where each JSON
+# value is taken as its own type), the envelope's fields only these. What it refuses goes the checked path below:
+# read by ``json``, checked by field, lax as it has always been, so that it is refused with the message it always
+# was, or read as it always was (an integer written 1.0, an envelope field of a newer stage 1). What it accepts, the
+# checked path accepts as an equal event (tests/decode/test_internal_fast.py compares them).
+_STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+@with_config(_STRICT)
+class _AccessMessage(TypedDict):
+    v: Literal[1]
+    kind: Literal["access"]
+    access: Access
+
+
+@with_config(_STRICT)
+class _ChangeMessage(TypedDict):
+    v: Literal[1]
+    kind: Literal["row_change"]
+    change: RowChange
+
+
+# What a message starts with as stage 1 writes it (``json`` keeps the keys in their order, with these separators)
+# only chooses the read tried first; anything else is read the checked way. The validators go without pydantic-core's
+# process-wide string cache: a value is its own string, as ``json`` makes it, unless ``_share`` makes it the table's
+# copy (a span id never is).
+_FAST: tuple[tuple[bytes, str, SchemaValidator], ...] = tuple(
+    (prefix, name, SchemaValidator(TypeAdapter(message).core_schema, CoreConfig(cache_strings=False)))
+    for prefix, name, message in (
+        (b'{"v": 1, "kind": "access", ', "access", _AccessMessage),
+        (b'{"v": 1, "kind": "row_change", ', "change", _ChangeMessage),
+    )
+)
 
 
 def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChange | Watermark | Relay:
     """Back to events, every field checked against its declared type (the topic may carry anything: a record
     that does not validate raises ``ValueError``, so it is dead-lettered, never passed on half-typed). With
     ``shared``, an access's repeated strings are the table's copies (see ``streamer.decode.strings``)."""
+    if type(data) is bytes:  # (anything else, the checked path reads or refuses as it always did)
+        for prefix, field_name, adapter in _FAST:
+            if data.startswith(prefix):
+                try:
+                    event = adapter.validate_json(data)[field_name]
+                except ValidationError:
+                    break  # the checked path refuses it with its own message, or reads what only it reads
+                return _share(event, shared) if shared is not None and field_name == "access" else event
+    return _checked(data, shared)
+
+
+def _checked(data: bytes, shared: SharedStrings | None) -> Access | RowChange | Watermark | Relay:
+    """``decode`` by ``json`` and a check of every field (lax: an integer written 1.0 or "1" is read as one)."""
     msg = _object(loads(data, "internal_invalid", "internal event"), "internal event")
     if msg.get("v") != SCHEMA_VERSION:
         raise ValueError(f"unsupported internal schema version {msg.get('v')!r}")
@@ -118,11 +180,9 @@ def decode(data: bytes, shared: SharedStrings | None = None) -> Access | RowChan
         unknown = sorted(set(body) - known)
         if unknown:
             raise ValueError(f"{kind}: unknown field(s) {unknown[:5]}")
-        if shared is not None and kind == "access":
-            _share(body, shared)
         event: Access | RowChange = adapter.validate_python(body)
     except KeyError:
         raise ValueError(f"unknown internal event kind {kind!r}") from None
     except ValidationError as exc:
         raise ValueError(f"{kind}: {exc.error_count()} invalid field(s): {str(exc)[:300]}") from None
-    return event
+    return _share(event, shared) if shared is not None and isinstance(event, Access) else event

@@ -6,13 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from processors.model.base import Published
+from processors.model.fast import maker
 from processors.model.graph import GraphBatch
 from processors.model.span import Span
 from sinks.kafka.producer import Message
 from streamer.decode.registry import Record
 from streamer.runtime.pins import Source
 
-__all__ = ["Message", "Record", "SpanRun", "StageOutput", "dead_letter"]
+__all__ = ["Message", "Record", "SpanRun", "StageOutput", "dead_letter", "new_record"]
+
+# ``Record(...)`` at half the cost (``processors.model.fast``): the runner makes one for every message it consumes.
+new_record = maker(Record)
 
 
 @dataclass(slots=True)

@@ -50,7 +50,7 @@ from streamer.decode.registry import Record
 from streamer.runtime.consumers import stop_consumer
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import Source
-from streamer.runtime.records import StageOutput
+from streamer.runtime.records import StageOutput, new_record
 
 log = structlog.get_logger("trace_repro.runtime")
 FETCH_MAX_WAIT_MS = 500  # a caught-up partition's long poll answers at least this often
@@ -216,11 +216,13 @@ class StageRunner:
 
     async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
         begin = time.perf_counter()
-        records = []
+        records: list[Record] = []
         positions = {}
         for tp, messages in batch.items():
-            for m in messages:
-                records.append(Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp, tuple(m.headers)))
+            records += [
+                new_record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp, tuple(m.headers))
+                for m in messages
+            ]
             if messages:
                 positions[tp] = messages[-1].offset + 1
                 assert self.consumer is not None
