@@ -212,8 +212,9 @@ class TraceAssembler:
         budget = None
         if spread:
             budget, self._added = self._added + SPREAD_SPANS, 0
+        get = self._open.getter
         for tid in self._deadlines.pop_due(watermark_ns):
-            trace = self._open.get(tid)
+            trace = get(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
@@ -226,13 +227,15 @@ class TraceAssembler:
                     return
 
     def oldest_start(self) -> int | None:
-        """The earliest span start of any open trace (windows must not close before it), or None."""
-        while self._starts:
-            start, tid = self._starts[0]
-            trace = self._open.get(tid)
+        """The earliest span start of any open trace (windows must not close before it), or None. (Every closed
+        trace's entries are popped here, after each batch: a loop of locals.)"""
+        starts, get, pop = self._starts, self._open.getter, heapq.heappop
+        while starts:
+            start, tid = starts[0]
+            trace = get(tid)
             if trace is not None and trace.first_ns == start:
                 return start
-            heapq.heappop(self._starts)
+            pop(starts)
         return None
 
     def discard(self, tid: str) -> bool:
