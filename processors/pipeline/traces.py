@@ -111,6 +111,9 @@ class TraceAssembler:
             share = SPAN_OVERHEAD_BYTES + wire_bytes // max(1, len(spans))
         grown: dict[str, int] = {}  # bytes added to each trace by this message
         fed: set[str] = set()  # traces this message already feeds: retained once per message, not once per span
+        # Traces opened or started earlier by this message: their start goes on the heap once, after it (spans
+        # come children first, each parent starting earlier: a push each was four for every trace).
+        started: set[str] = set()
         added = 0
         get, set_deadline = self._open.getter, self._deadlines.set
         gap, max_request = self.gap_ns, self.max_request_ns
@@ -123,7 +126,7 @@ class TraceAssembler:
                 trace.first_ns, trace.last_ns, trace.trace_id = span.start_ns, span.end_ns, tid
                 # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
                 self._deadlines.set(tid, span.end_ns + self.gap_ns)
-                heapq.heappush(self._starts, (span.start_ns, tid))
+                started.add(tid)
                 trace.truncated = tid in self._lossy
                 if tid in self._closed_recently:
                     trace.late = True
@@ -149,7 +152,7 @@ class TraceAssembler:
                 share_trace_id(span, trace.trace_id)
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
-                heapq.heappush(self._starts, (span.start_ns, tid))
+                started.add(tid)
             added += 1
             if not trace.truncated:
                 awaited = trace.awaited
@@ -169,6 +172,10 @@ class TraceAssembler:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
         self._added += added
+        for tid in started:  # (a trace the bounds closed meanwhile is not there, or is a new one: its start then)
+            trace = get(tid)
+            if trace is not None:
+                heapq.heappush(self._starts, (trace.first_ns, tid))
         if sized:  # after the message: the byte bound may close a trace it fed, with the spans that took it there
             for tid, size in grown.items():
                 if tid in self._open:
