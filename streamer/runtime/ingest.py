@@ -347,8 +347,11 @@ class IngestStage(Stage):
             self.metrics.late.labels("trace").inc()
         self.calls.add(trace)
         self.metrics.sampled.add(trace)  # kept vs represented traffic (processors.pipeline.sampled_traffic)
-        for processor in self.processors:
-            self.call(processor, processor.on_trace, trace, accesses)
+        for processor in self.processors:  # (``call``, spelt out: it runs for each processor of every closed trace)
+            try:
+                processor.on_trace(trace, accesses)
+            except Exception as exc:
+                self.failed(processor, "on_trace", exc)
 
     def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int:
         """What this instance promises for the spans and CDC partitions it owns: every access of a trace that could
