@@ -250,7 +250,8 @@ class IngestStage(Stage):
         if counter is None:
             if len(self._unkeyed) >= self.settings.sql.max_tables:
                 table = "_other"
-            counter = self._unkeyed.get(table) or self._unkeyed.setdefault(table, self.metrics.unkeyed.labels(table))
+            if (counter := self._unkeyed.get(table)) is None:
+                counter = self._unkeyed[table] = self.metrics.unkeyed.labels(table)
         counter.inc()
 
     async def sync(self) -> None:

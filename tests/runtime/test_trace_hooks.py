@@ -1,5 +1,6 @@
-"""Every closed trace goes to each processor's ``on_trace``; one that raises is counted against that processor
-(``trace_repro_dropped_total{component, reason="error"}``) and the others still get the trace."""
+"""What the ingest stage does with every closed trace besides its rows: each processor's ``on_trace`` (one that
+raises is counted against that processor, ``trace_repro_dropped_total{component, reason="error"}``, and the others
+still get the trace) and the count of its statements that named no row by its key, per table up to a bound."""
 
 from __future__ import annotations
 
@@ -68,3 +69,25 @@ def test_a_processor_that_raises_on_a_trace_is_counted_and_the_others_still_get_
     assert after.traces == failing.traces
     assert errors(metrics) == {"failing": 2}
     assert out.graph.traces or out.graph.operations  # the trace's own rows were made, not rolled back
+
+
+def unkeyed(metrics: Metrics) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for sample in family.samples:
+            if sample.name == "trace_repro_unkeyed_statements_total":
+                out[sample.labels["table"]] = sample.value
+    return out
+
+
+def test_unkeyed_statements_are_counted_per_table_up_to_the_bound_then_as_other() -> None:
+    settings = config.load(None, env={**ENV, "TRACE_REPRO_SQL__MAX_TABLES": "2"})
+    metrics, clock, tracker = Metrics(), FakeClock(T0), PinTracker()
+    stage = IngestStage(settings, metrics, clock, tracker=tracker)
+    shop = ShopTelemetry()
+    tables = ("orders", "orders", "items", "carts", "users", "carts", "orders")
+    for offset, table in enumerate((*tables, None)):  # the last request's watermark closes the others
+        statements = () if table is None else ((f"UPDATE {table} SET note = %s WHERE region = %s", "('x', 'eu')"),)
+        shop.request("/orders/{id}", statements=statements, start_ns=T0 + (1 + offset) * S * (5 if table else 10))
+        stage.process([Record("otlp_spans", 0, offset, None, to_proto(shop.take()))])
+    assert unkeyed(metrics) == {"orders": 3, "items": 1, "_other": 3}
