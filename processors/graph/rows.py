@@ -28,6 +28,7 @@ from pydantic import Field
 
 from processors.api.component import Section
 from processors.correlation.engine import Correlation
+from processors.lib.json_text import one_shot
 from processors.model.events import Access, DbOperation, RowChange, SpanKind, StatusCode
 from processors.model.graph import GraphBatch, Row
 from processors.model.span import Span, SpanDetail
@@ -140,12 +141,12 @@ def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
          _STATUS[s.status]]
         for s in sorted(spans, key=_START)
     ]  # fmt: skip
-    return _COMPACT.encode(rows)
+    return _compact(rows)
 
 
 _START = operator.attrgetter("start_ns")
 # ``json.dumps(rows, separators=(",", ":"), ensure_ascii=False)`` without a new encoder per trace
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_compact = one_shot(json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False))
 
 
 def omitted_spans(text: str | None) -> list[dict[str, Any]]:

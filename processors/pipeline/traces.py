@@ -110,20 +110,22 @@ class TraceAssembler:
             spans = spans if isinstance(spans, Sequence) else list(spans)
             share = SPAN_OVERHEAD_BYTES + wire_bytes // max(1, len(spans))
         grown: dict[str, int] = {}  # bytes added to each trace by this message
-        fed: set[str] = set()  # traces this message already feeds: retained once per message, not once per span
+        # Traces this message already feeds: retained once per message, not once per span (in the order they came:
+        # their deadlines are set in it, so that traces due at the same time close in it).
+        fed: dict[str, None] = {}
+        # Traces opened or started earlier by this message: their start goes on the heap once, after it (spans
+        # come children first, each parent starting earlier: a push each was four for every trace).
+        started: set[str] = set()
         added = 0
-        get, set_deadline = self._open.getter, self._deadlines.set
-        gap, max_request = self.gap_ns, self.max_request_ns
+        get = self._open.getter
         for span in spans:
             tid = span.trace_id
             trace = get(tid)
             if trace is None:
                 trace = self._open.retain(tid)
-                fed.add(tid)
+                fed[tid] = None
                 trace.first_ns, trace.last_ns, trace.trace_id = span.start_ns, span.end_ns, tid
-                # Every open trace gets a deadline, even when its first span has no end time (end_ns 0).
-                self._deadlines.set(tid, span.end_ns + self.gap_ns)
-                heapq.heappush(self._starts, (span.start_ns, tid))
+                started.add(tid)
                 trace.truncated = tid in self._lossy
                 if tid in self._closed_recently:
                     trace.late = True
@@ -132,7 +134,7 @@ class TraceAssembler:
                 count("duplicate_spans")
                 if tid not in fed:  # a replayed message still feeds this open trace: pin it too
                     self._open.retain(tid)
-                    fed.add(tid)
+                    fed[tid] = None
                 continue
             if len(trace.spans) >= self.max_spans:
                 self.telemetry.drop("max_spans_per_trace")
@@ -143,13 +145,13 @@ class TraceAssembler:
                 continue
             if tid not in fed:  # this message feeds the trace (an evicted one came back through the branch above)
                 self._open.retain(tid)
-                fed.add(tid)
+                fed[tid] = None
             trace.spans[span.span_id] = span
             if tid is not trace.trace_id:  # the trace came in several messages: one copy of its id for its spans
                 share_trace_id(span, trace.trace_id)
             if span.start_ns < trace.first_ns:
                 trace.first_ns = span.start_ns
-                heapq.heappush(self._starts, (span.start_ns, tid))
+                started.add(tid)
             added += 1
             if not trace.truncated:
                 awaited = trace.awaited
@@ -163,12 +165,21 @@ class TraceAssembler:
                     trace.awaited = None  # an empty set keeps its table
             if span.end_ns > trace.last_ns:
                 trace.last_ns = span.end_ns
-            quiet = trace.last_ns + gap  # self._deadline(trace), inline
-            set_deadline(tid, quiet if not trace.awaited or trace.late else max(quiet, trace.first_ns + max_request))
             if sized:
                 grown[tid] = grown.get(tid, 0) + (share if share is not None else span_bytes(span))
         count("spans", added)
         self._added += added
+        # Each trace fed gets its deadline once, after the message (every open trace has one, even when its first
+        # span has no end time); a trace the bounds closed meanwhile is not there, or is a new one: its own then.
+        set_deadline, deadline = self._deadlines.set, self._deadline
+        for tid in fed:
+            trace = get(tid)
+            if trace is not None:
+                set_deadline(tid, deadline(trace))
+        for tid in started:
+            trace = get(tid)
+            if trace is not None:
+                heapq.heappush(self._starts, (trace.first_ns, tid))
         if sized:  # after the message: the byte bound may close a trace it fed, with the spans that took it there
             for tid, size in grown.items():
                 if tid in self._open:
@@ -212,8 +223,9 @@ class TraceAssembler:
         budget = None
         if spread:
             budget, self._added = self._added + SPREAD_SPANS, 0
+        get = self._open.getter
         for tid in self._deadlines.pop_due(watermark_ns):
-            trace = self._open.get(tid)
+            trace = get(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
@@ -226,13 +238,15 @@ class TraceAssembler:
                     return
 
     def oldest_start(self) -> int | None:
-        """The earliest span start of any open trace (windows must not close before it), or None."""
-        while self._starts:
-            start, tid = self._starts[0]
-            trace = self._open.get(tid)
+        """The earliest span start of any open trace (windows must not close before it), or None. (Every closed
+        trace's entries are popped here, after each batch: a loop of locals.)"""
+        starts, get, pop = self._starts, self._open.getter, heapq.heappop
+        while starts:
+            start, tid = starts[0]
+            trace = get(tid)
             if trace is not None and trace.first_ns == start:
                 return start
-            heapq.heappop(self._starts)
+            pop(starts)
         return None
 
     def discard(self, tid: str) -> bool:

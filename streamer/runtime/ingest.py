@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
-from dataclasses import replace
+from typing import Any
 
 import structlog
 
@@ -108,7 +108,7 @@ class IngestStage(Stage):
         # commits an active CDC partition has yet to deliver (a backlog, a lagging connector).
         self.cdc_marks = Watermarks(0, s_to_ns(w.idle_s), clock)
         self._keys_loaded_ns: int | None = None
-        self._unkeyed_tables: set[str] = set()
+        self._unkeyed: dict[str, Any] = {}  # table -> its unkeyed statements' counter (see _count_unkeyed)
         self.handlers = {"spans": self._spans, "logs": self._logs, "row_changes": self._row_changes,
                          "events": self._events}  # fmt: skip
         self._forced: list[ClosedTrace] = []
@@ -244,12 +244,15 @@ class IngestStage(Stage):
             out.produce.append(Message(topic, self._routing_key(change).encode(), internal.encode_row_change(change)))
 
     def _count_unkeyed(self, table: str) -> None:
-        """``trace_repro_unkeyed_statements_total{table}``, at most ``sql.max_tables`` tables (then ``_other``)."""
-        if table not in self._unkeyed_tables:
-            if len(self._unkeyed_tables) >= self.settings.sql.max_tables:
+        """``trace_repro_unkeyed_statements_total{table}``, at most ``sql.max_tables`` tables (then ``_other``); each
+        table's counter is looked up once (``labels`` costs more than the count, and most accesses count here)."""
+        counter = self._unkeyed.get(table)
+        if counter is None:
+            if len(self._unkeyed) >= self.settings.sql.max_tables:
                 table = "_other"
-            self._unkeyed_tables.add(table)
-        self.metrics.unkeyed.labels(table).inc()
+            if (counter := self._unkeyed.get(table)) is None:
+                counter = self._unkeyed[table] = self.metrics.unkeyed.labels(table)
+        counter.inc()
 
     async def sync(self) -> None:
         """Before a batch: the table keys other instances and earlier runs learned (at start, then every 30 s)."""
@@ -272,11 +275,6 @@ class IngestStage(Stage):
         if identity and all(c in image for c in identity):
             return identity_entity_key(bare, identity, [image[c] for c in identity])
         return change.entity_key
-
-    def _home(self, trace_id: str) -> str:
-        """The input partition a trace came from (the first, when its spans came from several)."""
-        parts = sorted(f"{tp[0]}/{tp[1]}" for tp, _ in self.tracker.held("traces", trace_id) if isinstance(tp, tuple))
-        return parts[0] if parts else ""
 
     def assign(self, tps: Iterable[tuple[str, int]]) -> None:
         tps = list(tps)
@@ -309,10 +307,10 @@ class IngestStage(Stage):
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         forced, self._forced = self._forced, []
         for trace in itertools.chain(forced, self.traces.closing(watermark_ns, spread=True)):  # see closing
-            self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
+            held = self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
             mark = out.mark()
             try:
-                self._closed_trace(replace(trace, part=self._home(trace.trace_id)), out)
+                self._closed_trace(ClosedTrace(trace.trace_id, trace.spans, trace.late, trace.forced, _home(held)), out)
             except Exception as exc:  # its rows and messages go; its input is released with the closed trace's
                 out.rollback(mark)
                 self.quarantine("traces", f"trace {trace.trace_id}", exc, [("traces", trace.trace_id)])
@@ -350,8 +348,11 @@ class IngestStage(Stage):
             self.metrics.late.labels("trace").inc()
         self.calls.add(trace)
         self.metrics.sampled.add(trace)  # kept vs represented traffic (processors.pipeline.sampled_traffic)
-        for processor in self.processors:
-            self.call(processor, processor.on_trace, trace, accesses)
+        for processor in self.processors:  # (``call``, spelt out: it runs for each processor of every closed trace)
+            try:
+                processor.on_trace(trace, accesses)
+            except Exception as exc:
+                self.failed(processor, "on_trace", exc)
 
     def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int:
         """What this instance promises for the spans and CDC partitions it owns: every access of a trace that could
@@ -405,6 +406,12 @@ class IngestStage(Stage):
             self._last_retention_ns = watermark_ns
             now_ms = min(watermark_ns, self.clock()) / MS_NS
             out.expire_before_ms = now_ms - self.settings.graph_policy.span_retention_s * 1000
+
+
+def _home(held: Sequence[Source]) -> str:
+    """The input partition a trace came from (the first, when its spans came from several), of the input it held."""
+    parts = sorted(f"{tp[0]}/{tp[1]}" for tp, _ in held if isinstance(tp, tuple))
+    return parts[0] if parts else ""
 
 
 __all__ = ["IngestStage", "ingest_inputs"]

@@ -101,9 +101,16 @@ class PinTracker(StateEvents):
         """The record at ``source`` is being processed now (None: nothing, e.g. watermark work)."""
         self._current = (source,) if source is not None else ()
 
-    def inherit(self, store: str, key: Hashable) -> None:
-        """The content of ``key`` of ``store`` is being passed on: what it feeds holds the input it held."""
-        self._current = tuple(self.held(store, key))
+    def inherit(self, store: str, key: Hashable) -> tuple[Source, ...]:
+        """The content of ``key`` of ``store`` is being passed on: what it feeds holds the input it held (returned).
+        A key released once in this batch (a closed trace, the usual case) held what it released."""
+        name = (store, key)
+        released = self._released_sets.get(name)
+        if released is not None and len(released) == 1 and name not in self._held:
+            self._current = tuple(released)
+        else:
+            self._current = tuple(self.held(store, key))
+        return self._current
 
     # ---- StateEvents -----------------------------------------------------------------------------------------
 

@@ -190,12 +190,16 @@ class Stage:
         try:
             hook(*args)
         except Exception as exc:
-            self.metrics.telemetry(processor.name).drop("error")
-            if self._failures.add((processor.name, hook.__name__, type(exc).__name__)):  # log each kind once
-                log.error("processor.failed", stage=self.name, processor=processor.name, hook=hook.__name__,
-                          error=type(exc).__name__, detail=str(exc)[:200], exc_info=exc)  # fmt: skip
+            self.failed(processor, hook.__name__, exc)
             return False
         return True
+
+    def failed(self, processor: Processor, hook: str, exc: Exception) -> None:
+        """``processor``'s ``hook`` raised ``exc`` (see :meth:`call`)."""
+        self.metrics.telemetry(processor.name).drop("error")
+        if self._failures.add((processor.name, hook, type(exc).__name__)):  # log each kind once
+            log.error("processor.failed", stage=self.name, processor=processor.name, hook=hook,
+                      error=type(exc).__name__, detail=str(exc)[:200], exc_info=exc)  # fmt: skip
 
     def on_event(self, event: Published, part: str = "") -> None:
         """An event from an output topic (partition ``part``), to the processors subscribed to its role."""

@@ -392,3 +392,25 @@ def test_a_trace_over_several_messages_holds_one_copy_of_its_id() -> None:
     trace = only(asm.close_until(200 * S))
     assert all(s.trace_id is first.trace_id for s in trace.spans)
     assert hash(second) == before and second == span(A, 2, 100.2, 100.4, parent=1)
+
+
+def test_the_oldest_start_is_the_earliest_span_of_an_open_trace_whatever_order_its_spans_come_in() -> None:
+    asm = TraceAssembler(GAP, max_open=10, max_spans=100)
+    # Children first, each parent starting earlier (as exporters send them); two traces in one message.
+    asm.add(
+        [span(A, 3, 3.0, 3.5, parent=2), span(B, 1, 2.5, 9.0), span(A, 2, 2.0, 4.0, parent=1), span(A, 1, 1.0, 5.0)]
+    )
+    assert asm.oldest_start() == 1 * S
+    asm.add([span(B, 2, 1.5, 2.0, parent=1)])  # a later message starts B earlier
+    assert asm.oldest_start() == 1 * S
+    assert [t.trace_id for t in asm.close_until(8 * S)] == [A]
+    assert asm.oldest_start() == int(1.5 * S)
+    asm.close_until(12 * S)
+    assert asm.oldest_start() is None
+
+
+def test_a_trace_closed_by_the_bound_and_opened_again_in_one_message_starts_at_its_new_spans() -> None:
+    asm = TraceAssembler(GAP, max_open=1, max_spans=100)
+    forced = asm.add([span(A, 2, 2.0, 3.0, parent=1), span(B, 1, 5.0, 6.0), span(A, 1, 1.0, 4.0)])
+    assert [t.trace_id for t in forced] == [A, B]  # B made A close early, A's root then made B close
+    assert asm.oldest_start() == 1 * S
