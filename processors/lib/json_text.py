@@ -23,17 +23,20 @@ def one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     if _C_MAKE_ENCODER is None:
         return encoder.encode
     strings = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else json.encoder.encode_basestring
-    chunks = _C_MAKE_ENCODER(
-        None,
-        encoder.default,
-        strings,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
+    try:  # the arguments ``JSONEncoder.iterencode`` gives it (CPython's private API: on a change, ``encode`` itself)
+        chunks = _C_MAKE_ENCODER(
+            None,
+            encoder.default,
+            strings,
+            None,
+            encoder.key_separator,
+            encoder.item_separator,
+            encoder.sort_keys,
+            encoder.skipkeys,
+            encoder.allow_nan,
+        )
+    except TypeError:
+        return encoder.encode
 
     def encode(value: Any) -> str:
         return "".join(chunks(value, 0))
