@@ -196,11 +196,14 @@ class ServiceStats:
         ops = parts.setdefault(trace.part, {})
         requests = requests_of(trace)
         self.telemetry.count("requests", len(requests))
+        replaced = 0  # samples replaced (by design: the reservoir keeps a uniform sample), counted once a trace
         for req in requests:
-            self._count(ops, req, trace)
+            replaced += self._count(ops, req, trace)
+        self.telemetry.count("samples_replaced", replaced)
         return True
 
-    def _count(self, ops: Ops, req: Request, trace: ClosedTrace) -> None:
+    def _count(self, ops: Ops, req: Request, trace: ClosedTrace) -> int:
+        """Count one request; 1 when its latency replaced a sample of the full reservoir (else 0)."""
         key = (req.service, req.operation, req.version)
         op = ops.get(key)
         if op is None:
@@ -222,8 +225,7 @@ class ServiceStats:
         duration = req.end_ns - start_ns
         ms = duration / MS_NS  # (``Request.duration_ms``)
         op.latency.add(ms)
-        if not op.samples.add(ms, self._rng):
-            self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
+        replaced = 0 if op.samples.add(ms, self._rng) else 1
         slow, span_id = op.slow, req.span_id
         if slow.wants(duration, span_id):
             facts = trace.facts
@@ -242,6 +244,7 @@ class ServiceStats:
                 places[where] = places.get(where, 0) + 1
             else:
                 self.telemetry.drop("max_sites")
+        return replaced
 
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[StatsWindow]:
         """Close windows past ``end + grace``, but none that a still-open trace (started at ``open_since_ns``)
