@@ -70,8 +70,9 @@ def calls_of(trace: ClosedTrace, learned: CountedLRU[tuple[str, str], str]) -> l
         else:
             callee = learned.get((service, span.name)) or span.name
         hop = (service, _operation(span, by_id), callee)
-        out.append(_new_call(hop, span.resource.version, trace.trace_id, span.start_ns, span.end_ns, span.is_error,
-                        timed_out(span), span.span_id in answered or db is not None))  # fmt: skip
+        error = span.is_error  # (``timed_out`` only for a failed call: most are not)
+        out.append(_new_call(hop, span.resource.version, trace.trace_id, span.start_ns, span.end_ns, error,
+                             error and timed_out(span), span.span_id in answered or db is not None))  # fmt: skip
     return out
 
 
