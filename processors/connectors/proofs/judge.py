@@ -114,8 +114,8 @@ class ProofJudge:
             t.requests += 1
             if self._bump(t.sampled, label := req.sampling.label) and req.error:  # see proofs.sampling
                 t.sampled_errors[label] = t.sampled_errors.get(label, 0) + 1
-            if self._bump(t.routes, (req.label, req.operation)):
-                buckets = t.latency.setdefault((req.label, req.operation), {})
+            if self._bump(t.routes, route := (req.label, req.operation)):
+                buckets = t.latency.setdefault(route, {})
                 bucket = latency_bucket(req.end_ns - req.start_ns)
                 buckets[bucket] = buckets.get(bucket, 0) + 1
             if req.error:

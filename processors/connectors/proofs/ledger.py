@@ -57,7 +57,7 @@ class Ledger:
         own = self._own.get(key)
         if own is None:
             own = self._contribution(build, part)
-        if self._taken and end <= self._taken.get(key, 0):
+        if end <= self._taken.get(key, 0):
             # Replayed input of a slice the stored contribution we took over already holds (a restart, a
             # rebalance, a replay from zero): counting it again would double it.
             self.telemetry.count("already_counted")

@@ -71,9 +71,9 @@ def calls_of(trace: ClosedTrace, learned: CountedLRU[tuple[str, str], str]) -> l
         else:
             callee = db.system if db is not None else learned.get((service, span.name)) or span.name
         hop = (service, _operation(span, by_id), callee)
-        error = span.is_error  # (``timed_out`` only for a failed call: most are not)
-        out.append(_new_call(hop, resource.version, trace_id, span.start_ns, span.end_ns, error,
-                             error and timed_out(span), answer))  # fmt: skip
+        error = span.is_error
+        timeout = error and timed_out(span)  # (read only of a failed call: most are not)
+        out.append(_new_call(hop, resource.version, trace_id, span.start_ns, span.end_ns, error, timeout, answer))
     return out
 
 
