@@ -126,7 +126,10 @@ def servers_below(spans: Iterable[Span]) -> dict[str, Span]:
 
 def failed(call: Span) -> bool:
     """A call that failed: status ERROR, or an HTTP status of 5xx or 429 (told to come back later)."""
-    return call.is_error or call.http_status >= 500 or call.http_status == 429
+    if call.is_error:
+        return True
+    status = call.http_status  # (read once: a property, and this runs for every call of every trace)
+    return status >= 500 or status == 429
 
 
 def held_ns(calls: Iterable[Span], path: dict[str, int], spans: Iterable[Span]) -> int:

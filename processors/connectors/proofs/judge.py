@@ -106,15 +106,16 @@ class ProofJudge:
     def on_trace(self, trace: ClosedTrace) -> None:
         """Count the trace's requests (and spans named after a must-start event) under their own builds."""
         part = trace.part
-        for req in requests_of(trace):
-            self.telemetry.count("requests", 1)
+        requests = requests_of(trace)
+        self.telemetry.count("requests", len(requests))
+        for req in requests:
             build = self._build(req.service, req.version, req.start_ns, req.revision, req.identified_by)
             t = self.ledger.slice(build, req.start_ns, part)
             t.requests += 1
             if self._bump(t.sampled, label := req.sampling.label) and req.error:  # see proofs.sampling
                 t.sampled_errors[label] = t.sampled_errors.get(label, 0) + 1
-            if self._bump(t.routes, (req.label, req.operation)):
-                buckets = t.latency.setdefault((req.label, req.operation), {})
+            if self._bump(t.routes, route := (req.label, req.operation)):
+                buckets = t.latency.setdefault(route, {})
                 bucket = latency_bucket(req.end_ns - req.start_ns)
                 buckets[bucket] = buckets.get(bucket, 0) + 1
             if req.error:
@@ -226,8 +227,11 @@ class ProofJudge:
         (self.marks.add if keep else self.marks.remove)(mark)
 
     def _build(self, service: str, version: str, at_ns: int, revision: str, how: str = "") -> Build:
-        version, how = identify(self.marks, service, version, how, at_ns)
-        builds = self._builds.setdefault(service, {})
+        if not version:  # (the telemetry's own build, the usual case, needs no deploy mark)
+            version, how = identify(self.marks, service, version, how, at_ns)
+        builds = self._builds.get(service)
+        if builds is None:
+            builds = self._builds[service] = {}
         build = builds.get(version)
         if build is None:
             build = builds[version] = Build(service, version, at_ns, at_ns, revision)
@@ -237,10 +241,15 @@ class ProofJudge:
                 self.telemetry.drop("max_builds")
                 for key in [k for k in self._watches if k[1] == service and k[2] == oldest.version]:
                     del self._watches[key]
-        build.first_ns = min(build.first_ns, at_ns)
-        build.last_ns = max(build.last_ns, at_ns)
-        build.revision = build.revision or revision
-        build.identified_by = build.identified_by or how
+        # Comparisons, not ``min``/``max`` calls: this runs for every request counted.
+        if at_ns < build.first_ns:
+            build.first_ns = at_ns
+        if at_ns > build.last_ns:
+            build.last_ns = at_ns
+        if not build.revision:
+            build.revision = revision
+        if not build.identified_by:
+            build.identified_by = how
         return build
 
     def contributions(self) -> list[tuple[PartKey, Contribution]]:

@@ -52,9 +52,12 @@ class Ledger:
         """The open slice of (build, partition) at ``at_ns``, holding the input being processed; a scratch tally
         for input already counted (``occurrence``: the event id of a collision or finding, remembered when it is
         counted late, straight into the contribution)."""
-        start = at_ns - at_ns % self.slice_ns
-        own = self._contribution(build, part)
-        if start + self.slice_ns <= self._taken.get((build.service, build.version, part), 0):
+        end = at_ns - at_ns % self.slice_ns + self.slice_ns
+        key = (build.service, build.version, part)
+        own = self._own.get(key)
+        if own is None:
+            own = self._contribution(build, part)
+        if end <= self._taken.get(key, 0):
             # Replayed input of a slice the stored contribution we took over already holds (a restart, a
             # rebalance, a replay from zero): counting it again would double it.
             self.telemetry.count("already_counted")
@@ -62,20 +65,21 @@ class Ledger:
         if occurrence and occurrence in own.tally.counted:  # replayed after a restart: counted before it
             self.telemetry.count("occurrence_replayed")
             return Tally()
-        if start + self.slice_ns <= max(own.settled_until_ns, self.horizon):
+        if end <= own.settled_until_ns or end <= self.horizon:
             # Late for a settled slice (a collision found after its slice settled): counted straight into the
             # contribution, written with the next one.
             self.telemetry.count("late_for_slice")
-            self._written.pop((build.service, build.version, part), None)
+            self._written.pop(key, None)
             self._stale.add((build.service, build.version))
             # A contribution counted only late (an incidents partition's: every collision arrives after its slice
             # settled) still spans its build's event time, or the graph's retention, in event time, takes it for
             # one from the epoch and deletes it: a restarted judge would then lose what was counted before.
             own.first_ns = min(own.first_ns or build.first_ns, build.first_ns)
             own.last_ns, own.revision = max(own.last_ns, build.last_ns, at_ns), build.revision
-            remember(own.tally, [occurrence] if occurrence else [])
+            if occurrence:
+                remember(own.tally, [occurrence])
             return own.tally
-        t = self._slices.retain((build.service, build.version, start, part))
+        t = self._slices.retain((build.service, build.version, end - self.slice_ns, part))
         if occurrence:
             t.counted.append(occurrence)  # joins the contribution's when the slice settles
         return t

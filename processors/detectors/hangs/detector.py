@@ -69,30 +69,33 @@ class HangDetector(Processor):
             return  # the window closed already: counted late
         hops = parts.setdefault(trace.part, {})
         per_window = self.config.per_window
+        floor_ms = self.config.min_hang_s * 1e3
+        thresholds = self._thresholds
         for call in calls:
-            w = hops.get(call.hop)
+            hop = call.hop
+            w = hops.get(hop)
             if w is None:
-                w = hops[call.hop] = HopWindow(version=call.version)
+                w = hops[hop] = HopWindow(version=call.version)
             w.calls += 1
             ms = call.duration_ms
-            example = (ms, call.start_ns, call.trace_id)
-            judged = self._thresholds.get(call.hop)
             if call.timeout:
                 w.timeout_seen = True
                 if not call.answered:
                     w.timeout_count += 1
-                    _keep(w.timeouts, example)
+                    _keep(w.timeouts, (ms, call.start_ns, call.trace_id))
                 continue
-            if judged is not None and not call.error and ms > judged[0]:
-                w.hung_count += 1
-                w.threshold_ms = judged[0]
-                _keep(w.hung, example)
-                continue
-            if judged is None and not call.error and ms > self.config.min_hang_s * 1e3:
-                if len(w.pending) < per_window:
-                    w.pending.append(example)  # judged when its window closes
+            if not call.error:  # a failed call is a duration of its hop, never a hang
+                judged = thresholds.get(hop)
+                if judged is not None and ms > judged[0]:
+                    w.hung_count += 1
+                    w.threshold_ms = judged[0]
+                    _keep(w.hung, (ms, call.start_ns, call.trace_id))
                     continue
-                self.telemetry.drop("unjudged")
+                if judged is None and ms > floor_ms:
+                    if len(w.pending) < per_window:
+                        w.pending.append((ms, call.start_ns, call.trace_id))  # judged when its window closes
+                        continue
+                    self.telemetry.drop("unjudged")
             if len(w.durations) < per_window:
                 w.durations.append(ms)
             else:  # a uniform sample of the window's calls

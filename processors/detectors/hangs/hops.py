@@ -59,19 +59,21 @@ def calls_of(trace: ClosedTrace, learned: CountedLRU[tuple[str, str], str]) -> l
         if s.kind == SpanKind.SERVER and s.parent_id in by_id:
             answered[s.parent_id] = s.resource.service
     out = []
+    trace_id = trace.trace_id
     for span in facts.clients:
-        service = span.resource.service
-        callee = answered.get(span.span_id, "")
+        resource = span.resource
+        service = resource.service
+        callee = answered.get(span.span_id)  # None: no server span answered it ("": one without a service did)
         db = span.db
+        answer = callee is not None or db is not None
         if callee:
             learned.put((service, span.name), callee)
-        elif db is not None:
-            callee = db.system
         else:
-            callee = learned.get((service, span.name)) or span.name
+            callee = db.system if db is not None else learned.get((service, span.name)) or span.name
         hop = (service, _operation(span, by_id), callee)
-        out.append(_new_call(hop, span.resource.version, trace.trace_id, span.start_ns, span.end_ns, span.is_error,
-                        timed_out(span), span.span_id in answered or db is not None))  # fmt: skip
+        error = span.is_error
+        timeout = error and timed_out(span)  # (read only of a failed call: most are not)
+        out.append(_new_call(hop, resource.version, trace_id, span.start_ns, span.end_ns, error, timeout, answer))
     return out
 
 

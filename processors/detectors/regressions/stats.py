@@ -189,59 +189,67 @@ class ServiceStats:
         return len(self._windows)
 
     def add(self, trace: ClosedTrace) -> bool:
-        """Count the trace's requests in its root's window; False (counted late) when that window has closed."""
+        """Count the trace's requests in its root's window; False (counted late) when that window has closed.
+        (One loop over the trace's requests: it runs for every request stage 1 sees.)"""
         parts = self._windows.at(trace.root.start_ns)
         if parts is None:
             return False
         ops = parts.setdefault(trace.part, {})
         requests = requests_of(trace)
         self.telemetry.count("requests", len(requests))
+        rng = self._rng
+        replaced = 0  # samples replaced (by design: the reservoir keeps a uniform sample), counted once a trace
         for req in requests:
-            self._count(ops, req, trace)
+            key = (req.service, req.operation, req.version)
+            op = ops.get(key)
+            if op is None:
+                op = ops[key] = self._new(req)
+            op.requests += 1
+            label = req.sampling.label
+            sampled = op.sampled
+            if label not in sampled and len(sampled) >= MAX_SAMPLING_LABELS:
+                self.telemetry.drop("max_sampling_labels")  # folded into one label: a mix either way
+                label = "(other)"
+            sampled[label] = sampled.get(label, 0) + 1
+            start_ns = req.start_ns
+            if start_ns < op.first_ns:
+                op.first_ns = start_ns
+            if not op.revision:
+                op.revision = req.revision
+            duration = req.end_ns - start_ns
+            ms = duration / MS_NS  # (``Request.duration_ms``)
+            op.latency.add(ms)
+            if not op.samples.add(ms, rng):
+                replaced += 1
+            slow, span_id = op.slow, req.span_id
+            if slow.wants(duration, span_id):
+                facts = trace.facts
+                start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
+                slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end))
+            if req.error:
+                self._error(op, req)
+        self.telemetry.count("samples_replaced", replaced)
         return True
 
-    def _count(self, ops: Ops, req: Request, trace: ClosedTrace) -> None:
-        key = (req.service, req.operation, req.version)
-        op = ops.get(key)
-        if op is None:
-            op = ops[key] = OpStats(req.service, req.operation, req.version, req.label, req.revision,
-                                    samples=Reservoir(self.reservoir_size), slow=SlowTraces(self.slow_traces),
-                                    first_ns=req.start_ns)  # fmt: skip
-        op.requests += 1
-        label = req.sampling.label
-        sampled = op.sampled
-        if label not in sampled and len(sampled) >= MAX_SAMPLING_LABELS:
-            self.telemetry.drop("max_sampling_labels")  # folded into one label: a mix either way
-            label = "(other)"
-        sampled[label] = sampled.get(label, 0) + 1
-        start_ns = req.start_ns
-        if start_ns < op.first_ns:
-            op.first_ns = start_ns
-        if not op.revision:
-            op.revision = req.revision
-        duration = req.end_ns - start_ns
-        ms = duration / MS_NS  # (``Request.duration_ms``)
-        op.latency.add(ms)
-        if not op.samples.add(ms, self._rng):
-            self.telemetry.count("samples_replaced")  # by design: the reservoir keeps a uniform sample
-        slow, span_id = op.slow, req.span_id
-        if slow.wants(duration, span_id):
-            facts = trace.facts
-            start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
-            slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end))
-        if req.error:
-            op.errors += 1
-            sig = req.signature
-            if sig not in op.signatures and len(op.signatures) >= self.max_signatures:
-                self.telemetry.drop("max_signatures")  # folded into "(other)"
-                sig = error_signature(req.label, OTHER, 0)
-            op.signatures[sig] = op.signatures.get(sig, 0) + 1
-            places = op.sites.setdefault(sig, {})
-            where = site(req.label, req.function)
-            if where in places or len(places) < self.max_sites:
-                places[where] = places.get(where, 0) + 1
-            else:
-                self.telemetry.drop("max_sites")
+    def _new(self, req: Request) -> OpStats:
+        return OpStats(req.service, req.operation, req.version, req.label, req.revision,
+                       samples=Reservoir(self.reservoir_size), slow=SlowTraces(self.slow_traces),
+                       first_ns=req.start_ns)  # fmt: skip
+
+    def _error(self, op: OpStats, req: Request) -> None:
+        """Count a failed request under its signature (bounded) and where it failed (bounded)."""
+        op.errors += 1
+        sig = req.signature
+        if sig not in op.signatures and len(op.signatures) >= self.max_signatures:
+            self.telemetry.drop("max_signatures")  # folded into "(other)"
+            sig = error_signature(req.label, OTHER, 0)
+        op.signatures[sig] = op.signatures.get(sig, 0) + 1
+        places = op.sites.setdefault(sig, {})
+        where = site(req.label, req.function)
+        if where in places or len(places) < self.max_sites:
+            places[where] = places.get(where, 0) + 1
+        else:
+            self.telemetry.drop("max_sites")
 
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[StatsWindow]:
         """Close windows past ``end + grace``, but none that a still-open trace (started at ``open_since_ns``)
