@@ -2,10 +2,11 @@
 
 ``SizedTraces`` keeps each span as its bytes: it sizes every span, and reads a message whose spans upb cannot all
 parse, one by one. ``DetailTraces`` keeps, of each span, what its ``SpanDetail`` is read from: its attributes,
-events and links each as its encoded bytes, its trace state and name. A span's attributes are then read from their
-bytes (``KeptAttributes``): a key the detail does not keep is skipped by its encoded bytes alone, without upb's
-per-attribute Python objects, and a kept attribute seen before (the same key and value, byte for byte) is not read
-again.
+events and links each as its encoded bytes, its trace state and name; and each resource as its encoded bytes (as
+often as the field is given: upb merges them, as their concatenation parses), the key of its decoded ``Resource``
+(cheaper than serializing upb's). A span's attributes are then read from their bytes (``KeptAttributes``): a key
+the detail does not keep is skipped by its encoded bytes alone, without upb's per-attribute Python objects, and a
+kept attribute seen before (the same key and value, byte for byte) is not read again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _FIELDS: dict[str, tuple[tuple[str, int, int, str], ...]] = {
     "ResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "ScopeSpans"), ("resource", 1, _F.TYPE_BYTES, "")),
     "ScopeSpans": (("items", 2, _F.TYPE_BYTES, ""),),
     "DetailTraces": (("items", 1, _F.TYPE_MESSAGE, "DetailResourceSpans"),),
-    "DetailResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailScopeSpans"),),
+    "DetailResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailScopeSpans"), ("resources", 1, _F.TYPE_BYTES, "")),
     "DetailScopeSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailSpan"),),
     "DetailSpan": (
         ("trace_state", 3, _F.TYPE_STRING, ""),

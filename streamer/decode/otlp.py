@@ -103,10 +103,12 @@ def shared_resets() -> int:
     return Shared.total
 
 
-def _resource(ext: Extractor, pb: Any) -> Resource:
-    """The ``Resource`` of the upb resource ``pb``: each distinct one decoded once (and shared) unless decoding it
-    cut a value, so a cut is counted for every message that carries it, as without the cache."""
-    key = (ext.limit, pb.SerializeToString())
+def _resource(ext: Extractor, pb: Any, encoded: bytes | None = None) -> Resource:
+    """The ``Resource`` of the upb resource ``pb`` (``encoded``: bytes it parses from, else serialized here): each
+    distinct one decoded once (and shared) unless decoding it cut a value, so a cut is counted for every message
+    that carries it, as without the cache. Any encoding of a resource maps to that resource, so the wire's bytes and
+    upb's serialization share the cache."""
+    key = (ext.limit, pb.SerializeToString() if encoded is None else encoded)
     resource = _RESOURCES.data.get(key)
     if resource is None:
         stats = ext.stats
@@ -152,7 +154,11 @@ def _reader(opts: DecodeOptions) -> _ProtoDetail:
     return reader
 
 
-_LITE_BYTES = 4096  # a message this big is parsed again for its details (smaller: costs more than it saves)
+# A message this big is parsed again for its details (``DetailTraces``); every message is: the second parse also
+# gives the resource's bytes (no ``SerializeToString``), and a one-trace message of the collector's kafka exporter
+# (~860 bytes) is decoded and read ~6 % faster so than from upb's objects (bench/RESULTS.md, 2026-12-06 night).
+# Tests set it past any message to read the details from upb's spans.
+_LITE_BYTES = 0
 
 
 def decode_traces_proto(
@@ -187,7 +193,7 @@ def decode_traces_proto(
     out: list[Span] = []
     append = out.append
     for i, rs in enumerate(msg.resource_spans):
-        resource = _resource(ext, rs.resource)
+        resource = _resource(ext, rs.resource, None if detail is None else b"".join(detail[i].resources))
         for j, ss in enumerate(rs.scope_spans):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small

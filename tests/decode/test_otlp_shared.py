@@ -160,3 +160,18 @@ def test_an_exception_message_alone_is_kept(monkeypatch: pytest.MonkeyPatch, lit
     event = _field(11, PbSpan.Event(name="exception", attributes=attrs).SerializeToString())
     [span] = decode_traces_proto(_with_attributes(trace=21, extra=event))
     assert (span.exception_type, span.exception_message) == ("", "boom")
+
+
+@pytest.mark.parametrize("lite_bytes", [0, 1 << 30])
+def test_a_resource_given_twice_is_merged_as_upb_merges_it(monkeypatch: pytest.MonkeyPatch, lite_bytes: int) -> None:
+    """A ``ResourceSpans`` whose resource field comes twice decodes to upb's merge of both (the shared resource is
+    found by the bytes of each, joined), not to the shared resource of either alone."""
+    monkeypatch.setattr(otlp, "_LITE_BYTES", lite_bytes)
+    span = TracesData.FromString(_message("svc", 11)).resource_spans[0].scope_spans[0].spans[0]
+    sp = _field(2, bytes(span.SerializeToString()))
+    first = _field(1, _kv("service.name", "first-only"))
+    second = _field(1, _kv("service.version", "9.9.9"))
+    alone = [decode_traces_proto(_field(1, _field(1, r) + _field(2, sp)))[0].resource for r in (first, second)]
+    assert [(r.service, r.version) for r in alone] == [("first-only", ""), ("", "9.9.9")]  # each now shared
+    resource = decode_traces_proto(_field(1, _field(1, first) + _field(1, second) + _field(2, sp)))[0].resource
+    assert (resource.service, resource.version) == ("first-only", "9.9.9")
