@@ -1,5 +1,5 @@
 """A span's ``SpanDetail`` (its attribute- and event-derived fields), read from its ``DetailSpan`` (its attributes,
-events and links as their bytes, ``streamer.decode._lite``) or, in a small message, from upb's span."""
+events and links as their bytes, ``streamer.decode._lite``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from streamer.decode._attrs import (
     sampling_of,
 )
 from streamer.decode._lite import KEPT_ATTRIBUTE_BYTES as _KEPT_BYTES
-from streamer.decode._lite import DetailSpan as _LiteSpan
 from streamer.decode._lite import KeptAttributes, Shared, skipped
 
 # A value read from a span's attributes or events takes at most this many times the span's encoded size as text
@@ -132,40 +131,10 @@ def _keptvalue_of(ext: Extractor, slot: int, av: AnyValue) -> tuple[Any, bool]:
     return v, True
 
 
-def _upb_detail(ext: Extractor, sp: Any) -> SpanDetail:
-    """``span_detail`` of a upb span (of a small message, not parsed a second time), each kept attribute read."""
-    keys, quarter, clip = ext.keys, ext.quarter, ext.clip
-    vals: list[Any] | None = None
-    for kv in sp.attributes:
-        slot = keys.get(kv.key)
-        if slot is not None:
-            if vals is None:
-                vals = [None] * SPAN_SLOTS
-            av = kv.value
-            v = av.string_value or value_of(av)  # bytes become hex text, twice their size: clipped too
-            if slot in TEXT_SLOTS and av.WhichOneof("value") == "bytes_value":
-                v = av.bytes_value.decode("utf-8", "replace")  # psycopg2's execute_values sends its SQL as bytes
-            if type(v) is str:  # the few routes, functions, files and statements: one copy each, not one a span
-                v = clip(v) if len(v) > quarter else intern(v) if slot in INTERNED_SLOTS else v
-            vals[slot] = v
-    pb_links = sp.links
-    links = tuple([link.trace_id.hex() for link in pb_links]) if pb_links else ()
-    return _detail_of(ext, vals, None, lambda: _upb_params(sp.attributes), sp.events, links, sp.trace_state)
-
-
-def _upb_params(attributes: Iterable[KeyValue]) -> Iterator[tuple[str, Any]]:
-    for kv in attributes:
-        if kv.key.startswith(QUERY_PARAM):
-            yield kv.key[len(QUERY_PARAM) :], value_of(kv.value)
-
-
 def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
     """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
     those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
-    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail. (A upb span,
-    of a small message: ``_upb_detail``.)"""
-    if type(sp) is not _LiteSpan:
-        return _upb_detail(ext, sp)
+    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail."""
     kept = ext.kept
     prefixes, known = kept.prefixes, kept.values.data
     events, pb_links, trace_state = sp.events, sp.links, sp.trace_state

@@ -1,11 +1,13 @@
 """Cheap second parses of a ``TracesData`` message that upb has parsed (and so checked) whole.
 
 ``SizedTraces`` keeps each span as its bytes: it sizes every span, and reads a message whose spans upb cannot all
-parse, one by one. ``DetailTraces`` keeps, of each span, what its ``SpanDetail`` is read from: its attributes,
-events and links each as its encoded bytes, its trace state and name. A span's attributes are then read from their
-bytes (``KeptAttributes``): a key the detail does not keep is skipped by its encoded bytes alone, without upb's
-per-attribute Python objects, and a kept attribute seen before (the same key and value, byte for byte) is not read
-again.
+parse, one by one. ``DetailTraces`` is what a span is decoded from (upb's parse of the whole message only checks
+it: walking both costs a Python object at each level of each, twice): of each span its core fields, and what its
+``SpanDetail`` is read from: its attributes, events and links each as its encoded bytes, its trace state; and each
+resource as its encoded bytes (as often as the field is given: upb merges them, as their concatenation parses),
+the key of its decoded ``Resource``. A span's attributes are then read from their bytes (``KeptAttributes``): a key
+the detail does not keep is skipped by its encoded bytes alone, without upb's per-attribute Python objects, and a
+kept attribute seen before (the same key and value, byte for byte) is not read again.
 """
 
 from __future__ import annotations
@@ -24,17 +26,28 @@ _FIELDS: dict[str, tuple[tuple[str, int, int, str], ...]] = {
     "ResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "ScopeSpans"), ("resource", 1, _F.TYPE_BYTES, "")),
     "ScopeSpans": (("items", 2, _F.TYPE_BYTES, ""),),
     "DetailTraces": (("items", 1, _F.TYPE_MESSAGE, "DetailResourceSpans"),),
-    "DetailResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailScopeSpans"),),
+    "DetailResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailScopeSpans"), ("resources", 1, _F.TYPE_BYTES, "")),
     "DetailScopeSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailSpan"),),
-    "DetailSpan": (
+    "DetailSpan": (  # the OTLP ``Span``'s numbers and wire types (an enum read as the int32 it is on the wire)
+        ("trace_id", 1, _F.TYPE_BYTES, ""),
+        ("span_id", 2, _F.TYPE_BYTES, ""),
         ("trace_state", 3, _F.TYPE_STRING, ""),
+        ("parent_span_id", 4, _F.TYPE_BYTES, ""),
         ("name", 5, _F.TYPE_STRING, ""),
+        ("kind", 6, _F.TYPE_INT32, ""),
+        ("start_time_unix_nano", 7, _F.TYPE_FIXED64, ""),
+        ("end_time_unix_nano", 8, _F.TYPE_FIXED64, ""),
         ("attributes", 9, _F.TYPE_BYTES, ""),
         ("events", 11, _F.TYPE_BYTES, ""),
         ("links", 13, _F.TYPE_BYTES, ""),
+        ("status", 15, _F.TYPE_MESSAGE, "DetailStatus"),
     ),
+    "DetailStatus": (("code", 3, _F.TYPE_INT32, ""),),
 }
-_SINGLE = frozenset({"resource", "trace_state", "name"})
+_SINGLE = frozenset(
+    {"resource", "trace_state", "name", "trace_id", "span_id", "parent_span_id", "kind", "start_time_unix_nano"}
+    | {"end_time_unix_nano", "status", "code"}
+)
 
 
 def _lite_classes() -> tuple[Any, Any, Any]:

@@ -2,9 +2,9 @@
 ``streamer.decode.otlp_json`` (re-exported).
 
 Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
-events on first use (``processors.model.span.lazy_span``, ``streamer.decode._detail``); in a message of 4 KiB or
-more from their encoded bytes (``streamer.decode._lite``): an attribute is skipped by its encoded key alone, a kept
-one read once for all spans that carry it byte for byte. A ``db.statement.parameters`` tuple repr is parsed without
+events on first use (``processors.model.span.lazy_span``, ``streamer.decode._detail``), both from a lite parse of
+the message (``streamer.decode._lite``): an attribute is skipped by its encoded key alone, a kept one read once for
+all spans that carry it byte for byte. A ``db.statement.parameters`` tuple repr is parsed without
 ``ast``.
 """
 
@@ -16,6 +16,8 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtoDecodeError  # type: ignore[import-untyped]
 from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
@@ -103,14 +105,17 @@ def shared_resets() -> int:
     return Shared.total
 
 
-def _resource(ext: Extractor, pb: Any) -> Resource:
-    """The ``Resource`` of the upb resource ``pb``: each distinct one decoded once (and shared) unless decoding it
-    cut a value, so a cut is counted for every message that carries it, as without the cache."""
-    key = (ext.limit, pb.SerializeToString())
+def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
+    """The ``Resource`` of the encoded resource ``encoded`` (``pb``: upb's parse of it, when at hand): each distinct
+    one decoded once (and shared) unless decoding it cut a value, so a cut is counted for every message that carries
+    it, as without the cache."""
+    key = (ext.limit, encoded)
     resource = _RESOURCES.data.get(key)
     if resource is None:
         stats = ext.stats
         cut = 0 if stats is None else stats.truncated_attributes
+        if pb is None:
+            pb = PbResource.FromString(encoded)  # upb parsed (and checked) it as a part of the whole message
         resource = ext.resource(_pick(pb.attributes, RESOURCE_KEYS))
         if stats is None or stats.truncated_attributes == cut:
             _RESOURCES.put(key, resource)
@@ -152,47 +157,40 @@ def _reader(opts: DecodeOptions) -> _ProtoDetail:
     return reader
 
 
-_LITE_BYTES = 4096  # a message this big is parsed again for its details (smaller: costs more than it saves)
-
-
 def decode_traces_proto(
     data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
 ) -> list[Span]:
     """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans.
 
-    The whole message is parsed (and refused) here, span by span when upb refuses it whole (``_salvage``); each
-    span's core fields are read here and the rest
-    (``SpanDetail``: attributes by key, the exception event, links) on first use, from the span's ``DetailSpan``
-    (a second, lite parse of a message of ``_LITE_BYTES`` or more: its attributes, events and links as their
-    bytes) or, in a smaller message, from the upb span. A span
-    whose encoded size could hold a value over ``max_attribute_bytes`` is read here instead, so truncations are
-    counted in ``stats`` before this returns, exactly as an eager decoder counts them.
+    The whole message is parsed (and refused) by upb here, span by span when upb refuses it whole (``_salvage``),
+    then read from a second, lite parse (``DetailTraces``: a one-trace message of the collector's kafka exporter
+    decodes faster so than walking upb's objects). Each span's core fields are read here and the rest
+    (``SpanDetail``: attributes by key, the exception event, links) on first use, from its ``DetailSpan`` (its
+    attributes, events and links as their bytes). A span whose encoded size could hold a value over
+    ``max_attribute_bytes`` is read here instead, so truncations are counted in ``stats`` before this returns,
+    exactly as an eager decoder counts them.
     """
-    msg = TracesData()
     try:
-        _parse(msg, data, opts)
+        _parse(TracesData(), data, opts)  # checks the message whole: it is read from the lite parse below
     except DecodeError as exc:
         salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
         if salvaged is None:
             raise
-        msg, data = salvaged
+        data = salvaged[1]
     reader = _reader(opts)
     ext = reader.ext.with_stats(stats)
-    # each span's attributes, events and links as their bytes (a small message's spans are read from upb's)
-    detail = DetailTraces.FromString(data).items if len(data) >= _LITE_BYTES else None
     small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
     append = out.append
-    for i, rs in enumerate(msg.resource_spans):
-        resource = _resource(ext, rs.resource)
-        for j, ss in enumerate(rs.scope_spans):
+    for i, rs in enumerate(DetailTraces.FromString(data).items):
+        resource = _resource(ext, b"".join(rs.resources))
+        for j, ss in enumerate(rs.items):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
-            lite = None if detail is None else detail[i].items[j].items
-            for k, sp in enumerate(ss.spans):
+            for k, sp in enumerate(ss.items):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
                     raise _bad_id("trace_id", trace_id)
@@ -201,9 +199,10 @@ def decode_traces_proto(
                 if parent_id and len(parent_id) != 8:
                     raise _bad_id("parent_span_id", parent_id)
                 if sp.links:
-                    for link in sp.links:
-                        if len(link.trace_id) != 16:
-                            raise _bad_id("link trace_id", link.trace_id)
+                    for raw in sp.links:
+                        link_trace = PbSpan.Link.FromString(raw).trace_id
+                        if len(link_trace) != 16:
+                            raise _bad_id("link trace_id", link_trace)
                 trace_hex = hexed.get(trace_id)
                 if trace_hex is None:
                     trace_hex = hexed[trace_id] = trace_id.hex()
@@ -227,9 +226,9 @@ def decode_traces_proto(
                     resource,
                 )
                 if eager and raw_spans is not None and len(raw_spans[k]) > small:
-                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp if lite is None else lite[k]))))
+                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
                 else:
-                    append(lazy_span(*core, reader, sp if lite is None else lite[k]))
+                    append(lazy_span(*core, reader, sp))
     if stats is not None:
         stats.spans += len(out)
     return out
@@ -249,7 +248,7 @@ def decode_logs_proto(
     text = ext.text
     out: list[LogRecord] = []
     for rl in msg.resource_logs:
-        resource = _resource(ext, rl.resource)
+        resource = _resource(ext, rl.resource.SerializeToString(), rl.resource)
         for sl in rl.scope_logs:
             for lr in sl.log_records:
                 trace_id, span_id = lr.trace_id, lr.span_id

@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from bench.otlp_gen import generate
 from processors.model.events import Resource, SpanKind, StatusCode
 from processors.model.span import Span, SpanDetail
-from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto, otlp
+from streamer.decode import DecodeError, DecodeOptions, DecodeStats, decode_traces_proto
 from streamer.decode._attrs import (
     EXCEPTION_EVENT,
     EXCEPTION_KEYS,
@@ -197,14 +197,12 @@ def _outcome(decode: Any, data: bytes, opts: DecodeOptions) -> tuple[Any, ...]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_message(), st.sampled_from([16, 64, 300, 600, 1200, 65536]), st.booleans())
-def test_lazy_decoder_matches_eager(data: bytes, limit: int, from_bytes: bool) -> None:
-    """On varied messages (every kept key, every value type, duplicates, events, links), spans and counts match,
-    whether the details are read from the attributes' bytes (a message of ``_LITE_BYTES``) or from upb's spans."""
+@given(_message(), st.sampled_from([16, 64, 300, 600, 1200, 65536]))
+def test_lazy_decoder_matches_eager(data: bytes, limit: int) -> None:
+    """On varied messages (every kept key, every value type, duplicates, events, links), spans and counts match
+    those read from upb's spans."""
     opts = DecodeOptions(max_attribute_bytes=limit)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(otlp, "_LITE_BYTES", 0 if from_bytes else 1 << 30)
-        assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
+    assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,13 +3,14 @@ Collector's kafka exporter writes them, repeats it in every message), within a b
 
 from __future__ import annotations
 
-import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.api.telemetry import Telemetry
+from processors.model.events import SpanKind, StatusCode
 from streamer.decode import DecodeOptions, DecodeStats, decode_traces_proto, otlp
+from streamer.decode._attrs import KINDS, STATUSES
 from streamer.decode.config import DecodeConfig
 from streamer.decode.registry import Input, Inputs, Record
 
@@ -95,13 +96,6 @@ def _with_attributes(*encoded: bytes, trace: int = 9, extra: bytes = b"") -> byt
     return _field(1, _field(1, bytes(rs.resource.SerializeToString())) + _field(2, _field(2, sp)))
 
 
-@pytest.fixture
-def from_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every message's details read from its attributes' bytes (not only those of ``_LITE_BYTES``)."""
-    monkeypatch.setattr(otlp, "_LITE_BYTES", 0)
-
-
-@pytest.mark.usefixtures("from_bytes")
 def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> None:
     """A ``KeyValue`` is read from its bytes, a key the detail does not keep skipped by its key field: one whose key
     field is repeated (the last wins), comes after its value or holds no value reads as upb reads it."""
@@ -118,7 +112,6 @@ def test_an_attribute_encoded_out_of_the_usual_order_reads_as_upb_reads_it() -> 
         assert span.route == expected, attrs
 
 
-@pytest.mark.usefixtures("from_bytes")
 def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
     """The same attribute under options with a smaller ``max_attribute_bytes`` is cut (and counted) in every message
     that carries it, though it was read whole, and kept, under the defaults."""
@@ -132,7 +125,6 @@ def test_a_kept_attribute_is_read_once_for_each_set_of_options() -> None:
         assert stats.truncated_attributes == 1 and span.db is not None and len(span.db.statement) == 64
 
 
-@pytest.mark.usefixtures("from_bytes")
 def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and_trace_state() -> None:
     """Spans of the same kept attributes (byte for byte) share one detail; one that also has an exception event, a
     link or a trace state, or another kept attribute, has its own."""
@@ -151,12 +143,52 @@ def test_a_span_with_the_kept_attributes_of_another_has_its_own_events_links_and
         assert check(span) and span.http_status == 500, extra
 
 
-@pytest.mark.parametrize("lite_bytes", [0, 1 << 30])
-def test_an_exception_message_alone_is_kept(monkeypatch: pytest.MonkeyPatch, lite_bytes: int) -> None:
-    """A span whose only detail is its exception event's message keeps it (it was read, then dropped as no detail),
-    read from the attributes' bytes or from upb's span."""
-    monkeypatch.setattr(otlp, "_LITE_BYTES", lite_bytes)
+def test_an_exception_message_alone_is_kept() -> None:
+    """A span whose only detail is its exception event's message keeps it (it was read, then dropped as no detail)."""
     attrs = [KeyValue(key="exception.message", value=AnyValue(string_value="boom"))]
     event = _field(11, PbSpan.Event(name="exception", attributes=attrs).SerializeToString())
     [span] = decode_traces_proto(_with_attributes(trace=21, extra=event))
     assert (span.exception_type, span.exception_message) == ("", "boom")
+
+
+def test_a_resource_given_twice_is_merged_as_upb_merges_it() -> None:
+    """A ``ResourceSpans`` whose resource field comes twice decodes to upb's merge of both (the shared resource is
+    found by the bytes of each, joined), not to the shared resource of either alone."""
+    span = TracesData.FromString(_message("svc", 11)).resource_spans[0].scope_spans[0].spans[0]
+    sp = _field(2, bytes(span.SerializeToString()))
+    first = _field(1, _kv("service.name", "first-only"))
+    second = _field(1, _kv("service.version", "9.9.9"))
+    alone = [decode_traces_proto(_field(1, _field(1, r) + _field(2, sp)))[0].resource for r in (first, second)]
+    assert [(r.service, r.version) for r in alone] == [("first-only", ""), ("", "9.9.9")]  # each now shared
+    resource = decode_traces_proto(_field(1, _field(1, first) + _field(1, second) + _field(2, sp)))[0].resource
+    assert (resource.service, resource.version) == ("first-only", "9.9.9")
+
+
+def _varint(number: int, value: int) -> bytes:
+    out, v = bytes((number << 3,)), value & (1 << 64) - 1
+    while v >= 128:
+        out, v = out + bytes((v & 127 | 128,)), v >> 7
+    return out + bytes((v,))
+
+
+def test_core_fields_given_oddly_read_as_upb_reads_them() -> None:
+    """A span's core fields are read from the lite parse as upb reads them: a kind or status code out of range or
+    negative, fields repeated (the last wins; the status given twice is merged), a time sent as a varint (another
+    wire type: an unknown field to both, so the time stays as it was)."""
+    extras = [
+        _varint(6, 99),
+        _varint(6, -3),
+        _varint(6, 2) + _varint(6, 3),
+        _varint(7, 5),
+        _field(15, _varint(3, 2)) + _field(15, b"\x12\x01x"),
+        _field(15, _varint(3, 7)),
+        _field(15, _varint(3, -1)),
+        _field(5, b"renamed") + _varint(8, 1),
+    ]
+    for extra in extras:
+        data = _with_attributes(trace=31, extra=extra)
+        upb = TracesData.FromString(data).resource_spans[0].scope_spans[0].spans[0]
+        [span] = decode_traces_proto(data)
+        expected = (KINDS.get(upb.kind, SpanKind.UNSPECIFIED), STATUSES.get(upb.status.code, StatusCode.UNSET))
+        assert (span.kind, span.status) == expected, extra
+        assert (span.name, span.start_ns, span.end_ns) == (upb.name, upb.start_time_unix_nano, upb.end_time_unix_nano)
