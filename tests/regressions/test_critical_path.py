@@ -52,7 +52,8 @@ def test_a_parent_cycle_does_not_loop() -> None:
 
 def test_the_walk_for_unique_span_ids_sums_as_the_general_walk() -> None:
     """``unique=True`` (no seen set) owns the same nanoseconds as the general walk, the owners in the same order
-    (the relayed statistics keep it), on random trees with parallel, overlapping, clipped, zero-length and database children, and parent cycles."""
+    (the relayed statistics keep it), on random trees with parallel, overlapping, clipped, zero-length and
+    database children, and parent cycles."""
     rng = random.Random(7)
     for _ in range(400):
         n = rng.randint(1, 14)
