@@ -43,7 +43,8 @@ def ready_windows(starts: Iterable[int], watermark_ns: int, size_ns: int, grace_
 class TumblingWindows(Generic[A]):
     """Aggregates of type ``A`` per tumbling window; see the module docstring."""
 
-    __slots__ = ("_closed_before", "_state", "grace_ns", "name", "size_ns", "telemetry")
+    __slots__ = ("_closed_before", "_last", "_last_value", "_retained", "_state", "grace_ns", "name", "size_ns",
+                 "telemetry")  # fmt: skip
 
     def __init__(
         self,
@@ -64,6 +65,10 @@ class TumblingWindows(Generic[A]):
             name, bound=max_windows, new=new, telemetry=self.telemetry, events=events
         )
         self._closed_before = 0  # windows starting before this have been emitted
+        # The window the last lookup retained (None: none, or it closed), the most recent key of ``_state``.
+        self._last: int | None = None
+        self._last_value: A | None = None
+        self._retained = events.retained
 
     def __len__(self) -> int:
         return len(self._state)
@@ -72,10 +77,17 @@ class TumblingWindows(Generic[A]):
         """The open window aggregate for ``event_ns`` (retaining the input being processed), or None when that
         window has closed already (counted as late)."""
         start = event_ns - event_ns % self.size_ns
+        if start == self._last:
+            # The window the previous lookup retained (most traces fall in the newest window): open, and already
+            # the most recent key, so only the input being processed is reported (once a trace per processor).
+            self._retained(self.name, start)
+            return self._last_value
         if start < self._closed_before:
             self.telemetry.drop(self.name + "_late")
             return None
-        return self._state.retain(start)
+        value = self._last_value = self._state.retain(start)
+        self._last = start
+        return value
 
     def each(self, change: Callable[[A], object]) -> None:
         """Apply ``change`` to every open window's aggregate (e.g. drop a revoked partition's part of it)."""
@@ -87,6 +99,8 @@ class TumblingWindows(Generic[A]):
         ready = ready_windows(list(self._state), watermark_ns, self.size_ns, self.grace_ns, open_since_ns)
         if ready:
             self._closed_before = max(self._closed_before, ready[-1] + self.size_ns)
+            if self._last is not None and self._last < self._closed_before:
+                self._last = self._last_value = None
         closed = []
         for start in ready:
             value = self._state.discard(start)

@@ -115,7 +115,23 @@ class PinTracker(StateEvents):
     # ---- StateEvents -----------------------------------------------------------------------------------------
 
     def retained(self, store: str, key: Hashable) -> None:
+        """The common case first, answered by one lookup and one comparison: a key fed by one record (a trace
+        closing into its window: seven windowed processors retain theirs for each trace) already holding an older
+        offset of that record's partition, as a window fed by many traces of one partition does."""
         current = self._current
+        if len(current) == 1:
+            tp, offset = current[0]
+            held = self._held.get((store, key))
+            if type(held) is dict:
+                old = held.get(tp)
+                if old is not None and old <= offset:
+                    return
+            elif held is not None and held[0] == tp and held[1] <= offset:
+                return
+        self._retain(store, key, current)
+
+    def _retain(self, store: str, key: Hashable, current: tuple[Source, ...]) -> None:
+        """``retained``, every case."""
         if not current:
             return
         name = (store, key)

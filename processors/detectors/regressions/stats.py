@@ -225,7 +225,7 @@ class ServiceStats:
             if slow.wants(duration, span_id):
                 facts = trace.facts
                 start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
-                slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end))
+                slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end, unique=facts.unique))
             if req.error:
                 self._error(op, req)
         self.telemetry.count("samples_replaced", replaced)
