@@ -278,9 +278,26 @@ def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
         if d is None:
             d = s.detail
         r, db = s.resource, d.db
-        rows.append([s.span_id, s.parent_id or None, r.service, r.version, s.name, kinds[s.kind], s.start_ns / 1e6,
-                     s.end_ns / 1e6, statuses[s.status], d.route, d.http_status, d.exception_type, d.code_function,
-                     d.code_file, d.code_line, db.statement if db else ""])  # fmt: skip
+        rows.append(
+            [
+                s.span_id,
+                s.parent_id or None,
+                r.service,
+                r.version,
+                s.name,
+                kinds[s.kind],
+                s.start_ns / 1e6,
+                s.end_ns / 1e6,
+                statuses[s.status],
+                d.route,
+                d.http_status,
+                d.exception_type,
+                d.code_function,
+                d.code_file,
+                d.code_line,
+                db.statement if db else "",
+            ]
+        )
     return rows
 
 

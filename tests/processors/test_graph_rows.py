@@ -312,8 +312,12 @@ def _paths_by_every_span(t: ClosedTrace, accesses: list[Access]) -> tuple[list[s
     return [s.span_id for s in t.spans if s.span_id in keep], [s.span_id for s in t.spans if s.span_id not in keep]
 
 
-@given(st.lists(st.integers(0, 11), min_size=1, max_size=12), st.lists(st.integers(1, 14), max_size=4),
-       st.sets(st.integers(1, 12), max_size=2), st.booleans())  # fmt: skip
+@given(
+    st.lists(st.integers(0, 11), min_size=1, max_size=12),
+    st.lists(st.integers(1, 14), max_size=4),
+    st.sets(st.integers(1, 12), max_size=2),
+    st.booleans(),
+)
 def test_paths_keeps_what_testing_every_span_keeps(
     parents: list[int], accessed: list[int], failed: set[int], repeat_an_id: bool
 ) -> None:
@@ -328,16 +332,31 @@ def test_paths_keeps_what_testing_every_span_keeps(
     assert ([s.span_id for s in kept], [s.span_id for s in omitted]) == _paths_by_every_span(t, accesses)
 
 
-@given(st.lists(st.tuples(st.integers(-(10**16), 10**16), st.integers(-(10**7), 10**16)), max_size=6),
-       st.integers(0, 10**16))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.integers(-(10**16), 10**16), st.integers(-(10**7), 10**16)), max_size=6),
+    st.integers(0, 10**16),
+)
 def test_omitted_offsets_and_durations_are_rounded_as_round_does(times: list[tuple[int, int]], start: int) -> None:
     """Offsets and durations are ``round(ns / 1e6, 3)``'s floats to the bit (``-0.0``, halves, huge values too)."""
     times += [(start + 4_500, 1_000_500), (start, -100), (start + 1_500, 10**16 + 500)]  # halves, -0.0, huge
-    spans = [Span(trace_id=T, span_id=f"{i + 1:016x}", parent_id="", name="n", kind=SpanKind.INTERNAL,
-                  start_ns=begin, end_ns=begin + duration, status=StatusCode.OK, resource=Resource("s", "1"))
-             for i, (begin, duration) in enumerate(times)]  # fmt: skip
-    want = [["n", "s", round((s.start_ns - start) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3), "ok"]
-            for s in sorted(spans, key=lambda s: s.start_ns)]  # fmt: skip
+    spans = [
+        Span(
+            trace_id=T,
+            span_id=f"{i + 1:016x}",
+            parent_id="",
+            name="n",
+            kind=SpanKind.INTERNAL,
+            start_ns=begin,
+            end_ns=begin + duration,
+            status=StatusCode.OK,
+            resource=Resource("s", "1"),
+        )
+        for i, (begin, duration) in enumerate(times)
+    ]
+    want = [
+        ["n", "s", round((s.start_ns - start) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3), "ok"]
+        for s in sorted(spans, key=lambda s: s.start_ns)
+    ]
     assert omitted_text(spans, start) == json.dumps(want, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -18,13 +18,25 @@ class Text(str):
 
 def _reference(values: Any) -> int:
     """``values_bytes`` as it was first written (``isinstance`` throughout)."""
-    return sum(len(v) if isinstance(v, str | bytes) else
-               sum(len(x) if isinstance(x, str | bytes) else WORD for x in v) if isinstance(v, tuple) else WORD
-               for v in values)  # fmt: skip
+    return sum(
+        len(v)
+        if isinstance(v, str | bytes)
+        else sum(len(x) if isinstance(x, str | bytes) else WORD for x in v)
+        if isinstance(v, tuple)
+        else WORD
+        for v in values
+    )
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5),
-                    st.binary(max_size=5), st.text(max_size=5).map(Text))  # fmt: skip
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.text(max_size=5).map(Text),
+)
 VALUES = st.lists(st.one_of(SCALARS, st.tuples(SCALARS, SCALARS), st.tuples(st.tuples(SCALARS))), max_size=6)
 
 
@@ -37,12 +49,23 @@ def test_values_are_sized_by_their_kind(values: list[Any]) -> None:
 
 def _access(i: int, params: tuple[Any, ...], where: bool) -> Access:
     return Access(
-        entity="orders:*", table="orders", operation=DbOperation.WRITE, lock=LockMode.NONE, trace_id=f"{i:032x}",
-        span_id=f"{i:016x}", service="s", version="1", start_ns=i, end_ns=i + 1,
-        statement="UPDATE orders SET status = %s WHERE total > %s", params=params,
-        set_values=(("status", params[0] if params else None),), predicates=(("total", ">", params),),
-        where=(("cmp", ">", ("col", "total"), ("$", 0)), (params,)) if where else None, candidates=("f", "g"),
-    )  # fmt: skip
+        entity="orders:*",
+        table="orders",
+        operation=DbOperation.WRITE,
+        lock=LockMode.NONE,
+        trace_id=f"{i:032x}",
+        span_id=f"{i:016x}",
+        service="s",
+        version="1",
+        start_ns=i,
+        end_ns=i + 1,
+        statement="UPDATE orders SET status = %s WHERE total > %s",
+        params=params,
+        set_values=(("status", params[0] if params else None),),
+        predicates=(("total", ">", params),),
+        where=(("cmp", ">", ("col", "total"), ("$", 0)), (params,)) if where else None,
+        candidates=("f", "g"),
+    )
 
 
 @given(st.lists(st.tuples(VALUES.map(tuple), st.booleans()), min_size=1, max_size=8), st.integers(1, 4))
@@ -54,9 +77,15 @@ def test_a_write_history_counts_the_size_of_what_it_holds(
     history = WriteHistory(maxlen)
     for i, (params, where) in enumerate(writes):
         a = _access(i, params, where)
-        expected = (ACCESS_OVERHEAD_BYTES + len(a.statement) + _reference(params) + _reference([a.set_values[0][1]])
-                    + _reference([params]) + (WHERE_BYTES_PER_CHAR * len(a.statement) + _reference([params])
-                                              if where else 0) + 2)  # fmt: skip
+        expected = (
+            ACCESS_OVERHEAD_BYTES
+            + len(a.statement)
+            + _reference(params)
+            + _reference([a.set_values[0][1]])
+            + _reference([params])
+            + (WHERE_BYTES_PER_CHAR * len(a.statement) + _reference([params]) if where else 0)
+            + 2
+        )
         assert access_bytes(a) == expected
         history.append(a)
         if i % 3 == 2:
