@@ -31,7 +31,7 @@ from processors.correlation.engine import Correlation
 from processors.lib.json_text import one_shot
 from processors.model.events import Access, DbOperation, RowChange, SpanKind, StatusCode
 from processors.model.graph import GraphBatch, Row
-from processors.model.span import Span, SpanDetail
+from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.pipeline.calls import Parts
 from processors.sql.values import predicate_text
@@ -114,21 +114,25 @@ OMITTED_COLUMNS = ("name", "service", "offset_ms", "duration_ms", "status")
 
 def paths(trace: ClosedTrace, accesses: Sequence[Access]) -> tuple[list[Span], list[Span]]:
     """(kept, omitted): the access spans and error spans with every ancestor up to the root, and the rest."""
-    by_id = trace.facts.by_id
+    facts = trace.facts
+    by_id = facts.by_id
+    spans = trace.spans
     wanted = {a.span_id for a in accesses}
+    if facts.unique and not facts.error and not facts.exception:
+        # No span failed (the facts tell without a look at each span's detail): the walks start at the access
+        # spans alone. With unique ids the kept set is the union of their ancestor chains, whatever the order.
+        starts = [by_id[i] for i in wanted if i in by_id]
+    else:
+        starts = [s for s in spans if s.span_id in wanted or s.status == _ERROR or s.exception_type]
     keep: set[str] = set()
-    for s in trace.spans:
-        if s.span_id not in wanted and s.status != _ERROR and not s.exception_type:
-            continue
+    for s in starts:
         node: Span | None = s
         while node is not None and node.span_id not in keep:
             keep.add(node.span_id)
             node = by_id.get(node.parent_id)
-    kept: list[Span] = []
-    omitted: list[Span] = []
-    for s in trace.spans:
-        (kept if s.span_id in keep else omitted).append(s)
-    return kept, omitted
+    if len(keep) == len(spans) and facts.unique:
+        return list(spans), []
+    return [s for s in spans if s.span_id in keep], [s for s in spans if s.span_id not in keep]
 
 
 def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
@@ -136,12 +140,26 @@ def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
     :data:`OMITTED_COLUMNS` (offset from the trace start and duration in ms); None when nothing is left out."""
     if not spans:
         return None
-    rows = [
-        [s.name, s.resource.service, round((s.start_ns - start_ns) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3),
-         _STATUS[s.status]]
-        for s in sorted(spans, key=_START)
-    ]  # fmt: skip
+    status = _STATUS
+    rows = []
+    for s in sorted(spans, key=_START):
+        begin = s.start_ns
+        rows.append([s.name, s.resource.service, _ms3(begin - start_ns), _ms3(s.end_ns - begin), status[s.status]])
     return _compact(rows)
+
+
+_EXACT_NS = 10**15  # below this, a nanosecond count over 1e6 is far enough from a rounding tie for ``_ms3``
+
+
+def _ms3(ns: int) -> float:
+    """``round(ns / 1e6, 3)``, the same float, in integer arithmetic (a third of ``round``'s cost; it runs twice per
+    omitted span). Off an exact half microsecond, the float ``ns / 1e6`` is nearer to ``ns / 1e6`` than to any
+    rounding boundary, so both round to the same microsecond ``q``, and ``q / 1000`` is the float nearest to it,
+    as ``round`` returns. Halves (``round`` goes by the float's side of the tie), negatives (``-0.0``) and huge
+    values take ``round`` itself."""
+    if 0 <= ns < _EXACT_NS and ns % 1000 != 500:
+        return (ns + 500) // 1000 / 1000
+    return round(ns / 1e6, 3)
 
 
 _START = operator.attrgetter("start_ns")
@@ -183,16 +201,19 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
     facts = trace.facts
     seen = _ms(trace.end_ns)  # when they were last seen: retention deletes services and operations no longer seen
-    known = {r["name"] for r in batch.services}  # one row per name per batch (as ``_unique``), made only if new
-    batch.services += [
-        {"name": n, "seen": seen} for n in sorted({s.resource.service for s in trace.spans}) if n not in known
-    ]
-    known = {r["key"] for r in batch.operations}
-    for span in facts.requests:  # the server spans and the spans without a parent
-        service, name = span.resource.service, span.route or span.name
-        if (key := f"{service}:{name}") not in known:
-            known.add(key)
-            batch.operations.append({"key": key, "service": service, "name": name, "seen": seen})
+    # One row per name per batch (as ``_unique``), made only if new: nearly always every name is known already,
+    # so the names the batch holds are read only when the trace's own set of them is not empty of new ones.
+    names = {s.resource.service for s in trace.spans}
+    if new := names.difference([r["name"] for r in batch.services]):
+        batch.services += [{"name": n, "seen": seen} for n in sorted(new)]
+    requests = facts.requests  # the server spans and the spans without a parent
+    if requests:
+        known = {r["key"] for r in batch.operations}
+        for span in requests:
+            service, name = span.resource.service, span.route or span.name
+            if (key := f"{service}:{name}") not in known:
+                known.add(key)
+                batch.operations.append({"key": key, "service": service, "name": name, "seen": seen})
     # A late fragment of a trace the policy would not detail (typically its root span, exported after the trace
     # closed) still completes the trace if an earlier fragment was detailed: its spans go to ``late_traces``,
     # which writes only onto a Trace already in the graph, so that the earlier spans get their parents.
@@ -219,7 +240,7 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     if policy == "paths":
         kept, omitted = (list(trace.spans), []) if completing else paths(trace, accesses)
         row["omitted"] = omitted_text(omitted, start_ns)
-        row["spans"] = [_path_span(s, s.detail) for s in kept]
+        row["spans"] = _path_spans(kept)
     else:
         for s in trace.spans:
             batch.spans.append(
@@ -247,12 +268,37 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     access_rows(accesses, batch)
 
 
-def _path_span(s: Span, d: SpanDetail) -> list[Any]:
-    """A kept span inside its trace's row, in :data:`PATH_SPAN_COLUMNS` order."""
-    r = s.resource
-    return [s.span_id, s.parent_id or None, r.service, r.version, s.name, _KIND[s.kind], s.start_ns / 1e6,
-            s.end_ns / 1e6, _STATUS[s.status], d.route, d.http_status, d.exception_type, d.code_function,
-            d.code_file, d.code_line, d.db.statement if d.db else ""]  # fmt: skip
+def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
+    """The kept spans inside their trace's row, each in :data:`PATH_SPAN_COLUMNS` order (one loop, not a call per
+    span: a detailed trace keeps about ten)."""
+    kinds, statuses = _KIND, _STATUS
+    rows = []
+    for s in spans:
+        d = s._detail  # (read already in stage 1: the slot, not the property)
+        if d is None:
+            d = s.detail
+        r, db = s.resource, d.db
+        rows.append(
+            [
+                s.span_id,
+                s.parent_id or None,
+                r.service,
+                r.version,
+                s.name,
+                kinds[s.kind],
+                s.start_ns / 1e6,
+                s.end_ns / 1e6,
+                statuses[s.status],
+                d.route,
+                d.http_status,
+                d.exception_type,
+                d.code_function,
+                d.code_file,
+                d.code_line,
+                db.statement if db else "",
+            ]
+        )
+    return rows
 
 
 def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:

@@ -24,10 +24,14 @@ def values_bytes(values: Iterable[Any]) -> int:
     """Parameter values: strings and bytes by length, tuples (an IN list) by their items, anything else a word."""
     size = 0
     for v in values:
-        if isinstance(v, str | bytes):
+        kind = type(v)  # exact types first (nearly every value): ``isinstance`` of a union costs several times more
+        if kind is int or v is None:
+            size += WORD
+        elif kind is str or kind is bytes or isinstance(v, str | bytes):
             size += len(v)
         elif isinstance(v, tuple):
-            size += sum(len(x) if isinstance(x, str | bytes) else WORD for x in v)
+            for x in v:  # (a loop, not ``sum`` over a generator: a predicate access's WHERE values are such tuples)
+                size += WORD if type(x) is int or x is None else len(x) if isinstance(x, str | bytes) else WORD
         else:
             size += WORD
     return size
@@ -56,8 +60,9 @@ def span_bytes(span: Span) -> int:
 
 def access_bytes(a: Access) -> int:
     """About the memory an ``Access`` holds: a fixed cost, its statement, its bound, set and predicate values, and
-    the candidate functions of a code location that stayed ambiguous."""
-    where = 0 if a.where is None else WHERE_BYTES_PER_CHAR * len(a.statement) + values_bytes(a.where[1])
-    return (ACCESS_OVERHEAD_BYTES + len(a.statement) + len(a.trace_exception) + values_bytes(a.params)
-            + values_bytes(v for _, v in a.set_values) + values_bytes(p[2] for p in a.predicates) + where
-            + values_bytes(a.candidates))  # fmt: skip
+    the candidate functions of a code location that stayed ambiguous. (The values go through one call: stage 2
+    sizes every write twice, into its row's history and out of it.)"""
+    size = ACCESS_OVERHEAD_BYTES + len(a.statement) + len(a.trace_exception)
+    if a.where is not None:
+        size += WHERE_BYTES_PER_CHAR * len(a.statement) + values_bytes(a.where[1])
+    return size + values_bytes((*a.params, *[v for _, v in a.set_values], *[p[2] for p in a.predicates], *a.candidates))

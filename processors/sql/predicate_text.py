@@ -112,7 +112,40 @@ def where_text(predicate: Predicate) -> str:
     shared = _SHARED.get(id(predicate))
     if shared is not None and shared[0] is predicate:
         return shared[1]
-    return _Writer(predicate[1]).sql(predicate[0], 0)
+    tree, boxes = predicate
+    text = _conjunction(tree, boxes) if type(tree) is tuple and tree and tree[0] == "and" else _comparison(tree, boxes)
+    return text if text is not None else _Writer(boxes).sql(tree, 0)
+
+
+def _conjunction(tree: tuple[Any, ...], boxes: Sequence[Any]) -> str | None:
+    """An AND of :func:`_comparison` terms as :class:`_Writer` writes it, else None."""
+    texts = []
+    for term in tree[1:]:
+        text = _comparison(term, boxes)
+        if text is None:
+            return None
+        texts.append(text)
+    return " AND ".join(texts) if texts else None
+
+
+def _comparison(node: Any, boxes: Sequence[Any]) -> str | None:
+    """``column op value`` of a ``("cmp", op, ("col", c), ("$", i))`` node as :class:`_Writer` writes it, else None.
+
+    Most WHEREs are one such comparison or an AND of them (``id = 5 AND version = 3``), and stage 1 writes one per
+    predicate access: this skips the writer's walk for them (no operand needs parentheses: a column and a
+    parameter bind tighter than any operator, and a comparison tighter than AND)."""
+    if type(node) is not tuple or len(node) != 4 or node[0] != "cmp":
+        return None
+    _, op, column, param = node
+    if type(column) is not tuple or len(column) != 2 or column[0] != "col":
+        return None
+    if type(param) is not tuple or len(param) != 2 or param[0] != "$":
+        return None
+    index = param[1]
+    if type(index) is not int or not 0 <= index < len(boxes):
+        return None
+    box = boxes[index]
+    return f"{column[1]!s} {op} {_literal(box[0]) if type(box) in _NODES and len(box) == 1 else '?'}"
 
 
 def share_where(predicate: Predicate) -> None:

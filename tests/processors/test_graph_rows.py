@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 from typing import Any
@@ -298,6 +299,65 @@ def test_omitted_summary_round_trips(items: list[tuple[str, str, StatusCode]]) -
     assert [tuple(o[c] for c in OMITTED_COLUMNS) for o in got] == [
         (name, service, float(i), 1.5, status.name.lower()) for i, (name, service, status) in enumerate(items)
     ]
+
+
+def _paths_by_every_span(t: ClosedTrace, accesses: list[Access]) -> tuple[list[str], list[str]]:
+    """``paths`` spelt out as it first was: every span tested, its ancestors walked (the reference)."""
+    by_id, wanted, keep = t.facts.by_id, {a.span_id for a in accesses}, set()
+    for s in t.spans:
+        node: Span | None = s if s.span_id in wanted or s.status == StatusCode.ERROR or s.exception_type else None
+        while node is not None and node.span_id not in keep:
+            keep.add(node.span_id)
+            node = by_id.get(node.parent_id)
+    return [s.span_id for s in t.spans if s.span_id in keep], [s.span_id for s in t.spans if s.span_id not in keep]
+
+
+@given(
+    st.lists(st.integers(0, 11), min_size=1, max_size=12),
+    st.lists(st.integers(1, 14), max_size=4),
+    st.sets(st.integers(1, 12), max_size=2),
+    st.booleans(),
+)
+def test_paths_keeps_what_testing_every_span_keeps(
+    parents: list[int], accessed: list[int], failed: set[int], repeat_an_id: bool
+) -> None:
+    """Walking from the access spans alone (no span failed, ids unique) keeps what testing every span keeps, in the
+    trace's order; as do traces with failed spans, repeated span ids and accesses naming no span of the trace."""
+    spans = [span(i + 1, parent=p if p <= i else 0, error=i + 1 in failed) for i, p in enumerate(parents)]
+    if repeat_an_id:
+        spans.append(span(1, parent=len(spans)))
+    t = ClosedTrace(T, tuple(spans))
+    accesses = [dataclasses.replace(access(), span_id=f"{i:016x}") for i in accessed]
+    kept, omitted = paths(t, accesses)
+    assert ([s.span_id for s in kept], [s.span_id for s in omitted]) == _paths_by_every_span(t, accesses)
+
+
+@given(
+    st.lists(st.tuples(st.integers(-(10**16), 10**16), st.integers(-(10**7), 10**16)), max_size=6),
+    st.integers(0, 10**16),
+)
+def test_omitted_offsets_and_durations_are_rounded_as_round_does(times: list[tuple[int, int]], start: int) -> None:
+    """Offsets and durations are ``round(ns / 1e6, 3)``'s floats to the bit (``-0.0``, halves, huge values too)."""
+    times += [(start + 4_500, 1_000_500), (start, -100), (start + 1_500, 10**16 + 500)]  # halves, -0.0, huge
+    spans = [
+        Span(
+            trace_id=T,
+            span_id=f"{i + 1:016x}",
+            parent_id="",
+            name="n",
+            kind=SpanKind.INTERNAL,
+            start_ns=begin,
+            end_ns=begin + duration,
+            status=StatusCode.OK,
+            resource=Resource("s", "1"),
+        )
+        for i, (begin, duration) in enumerate(times)
+    ]
+    want = [
+        ["n", "s", round((s.start_ns - start) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3), "ok"]
+        for s in sorted(spans, key=lambda s: s.start_ns)
+    ]
+    assert omitted_text(spans, start) == json.dumps(want, separators=(",", ":"), ensure_ascii=False)
 
 
 def test_services_and_operations_are_one_row_each_per_batch() -> None:
