@@ -16,6 +16,9 @@ import functools
 from typing import Any, Generic, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from streamer.decode._attrs import DecodeOptions, span_keys
 
@@ -69,6 +72,29 @@ def _lite_classes() -> tuple[Any, Any, Any]:
 
 
 SizedTraces, DetailTraces, DetailSpan = _lite_classes()
+
+
+def _check_class() -> Any:
+    """``CheckTraces``: the OTLP ``TracesData`` whose ``ResourceSpans.resource`` is plain bytes. Parsing a message
+    with it checks everything upb's parse as ``TracesData`` checks (framing, UTF-8, nesting depth from the root)
+    except inside its resources, which ``streamer.decode.otlp`` checks once for each distinct resource: a message
+    of one trace (the collector's kafka exporter) carries a dozen resource attributes and about one span, and the
+    attributes cost most of upb's parse."""
+    pool = descriptor_pool.DescriptorPool()  # its own pool: the same full names as the generated classes'
+    files = [common_pb2.DESCRIPTOR, resource_pb2.DESCRIPTOR, trace_pb2.DESCRIPTOR]
+    protos = [descriptor_pb2.FileDescriptorProto() for _ in files]
+    for file, proto in zip(files, protos, strict=True):
+        file.CopyToProto(proto)
+    [spans] = [m for m in protos[-1].message_type if m.name == "ResourceSpans"]
+    [resource] = [f for f in spans.field if f.name == "resource"]
+    resource.type = _F.TYPE_BYTES
+    resource.ClearField("type_name")
+    for proto in protos:
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("opentelemetry.proto.trace.v1.TracesData"))
+
+
+CheckTraces = _check_class()
 
 
 def skipped(kv: bytes, prefixes: dict[bytes, int]) -> bool:

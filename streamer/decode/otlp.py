@@ -36,7 +36,7 @@ from streamer.decode._detail import TEXT_PER_BYTE, TEXT_SLACK, SpanExtractor
 from streamer.decode._detail import pick as _pick
 from streamer.decode._detail import span_detail as _span_detail
 from streamer.decode._detail import value_of as _value
-from streamer.decode._lite import DetailTraces, Shared, SizedTraces, kept_attributes
+from streamer.decode._lite import CheckTraces, DetailTraces, Shared, SizedTraces, kept_attributes
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
 
@@ -105,6 +105,41 @@ def shared_resets() -> int:
     return Shared.total
 
 
+CHECKED_RESOURCES = 1024  # distinct resources known to parse (by their encoded bytes), then the set starts again
+_CHECKED: dict[bytes, None] = {}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 127:
+        out.append(n & 127 | 128)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _checked(pieces: Any) -> bytes:
+    """The encoded resource given as ``pieces`` (a ``DetailResourceSpans``' ``resources``: each time the field is
+    given), once each has parsed as upb's parse of the whole message would have parsed it (``CheckTraces`` left it
+    unchecked), else raise otlp_proto_invalid as that parse would have. upb parses each piece at the same depth and
+    merges them (as their concatenation parses): each piece is parsed once as a part of a ``TracesData``, so at the
+    depth it has in the message; one that parsed is not parsed again. One that did not is parsed again each time it
+    comes: it is refused (salvaged) each time, as before."""
+    checked, joined = _CHECKED, b""
+    for encoded in pieces:
+        if encoded not in checked:
+            framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
+            try:
+                TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
+            except _ProtoDecodeError as exc:
+                raise DecodeError("otlp_proto_invalid", str(exc)) from exc
+            if len(checked) >= CHECKED_RESOURCES:
+                checked.clear()  # not a reset of shared values: nothing decoded is lost
+            checked[encoded] = None
+        joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
+    return joined
+
+
 def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
     """The ``Resource`` of the encoded resource ``encoded`` (``pb``: upb's parse of it, when at hand): each distinct
     one decoded once (and shared) unless decoding it cut a value, so a cut is counted for every message that carries
@@ -115,7 +150,7 @@ def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
         stats = ext.stats
         cut = 0 if stats is None else stats.truncated_attributes
         if pb is None:
-            pb = PbResource.FromString(encoded)  # upb parsed (and checked) it as a part of the whole message
+            pb = PbResource.FromString(encoded)  # upb checked it, as a part of the whole message
         resource = ext.resource(_pick(pb.attributes, RESOURCE_KEYS))
         if stats is None or stats.truncated_attributes == cut:
             _RESOURCES.put(key, resource)
@@ -162,21 +197,26 @@ def decode_traces_proto(
 ) -> list[Span]:
     """Decode ``TracesData`` protobuf bytes (same bytes as ``ExportTraceServiceRequest``) into spans.
 
-    The whole message is parsed (and refused) by upb here, span by span when upb refuses it whole (``_salvage``),
-    then read from a second, lite parse (``DetailTraces``: a one-trace message of the collector's kafka exporter
-    decodes faster so than walking upb's objects). Each span's core fields are read here and the rest
+    The whole message is checked (and refused) by upb here, its resources once each (``CheckTraces``,
+    ``_checked``), span by span when upb refuses it whole (``_salvage``), and read from a lite parse
+    (``DetailTraces``: a one-trace message of the collector's kafka exporter decodes faster so than walking upb's
+    objects). Each span's core fields are read here and the rest
     (``SpanDetail``: attributes by key, the exception event, links) on first use, from its ``DetailSpan`` (its
     attributes, events and links as their bytes). A span whose encoded size could hold a value over
     ``max_attribute_bytes`` is read here instead, so truncations are counted in ``stats`` before this returns,
     exactly as an eager decoder counts them.
     """
     try:
-        _parse(TracesData(), data, opts)  # checks the message whole: it is read from the lite parse below
+        _parse(CheckTraces(), data, opts)  # checks the message but inside its resources: it is read from the lite
+        items = DetailTraces.FromString(data).items  # parse, the resources checked there
+        resources = [_checked(rs.resources) for rs in items]
     except DecodeError as exc:
         salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
         if salvaged is None:
             raise
         data = salvaged[1]
+        items = DetailTraces.FromString(data).items
+        resources = [b"".join(rs.resources) for rs in items]  # each parsed on its own by _salvage
     reader = _reader(opts)
     ext = reader.ext.with_stats(stats)
     small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
@@ -185,8 +225,8 @@ def decode_traces_proto(
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
     append = out.append
-    for i, rs in enumerate(DetailTraces.FromString(data).items):
-        resource = _resource(ext, b"".join(rs.resources))
+    for i, rs in enumerate(items):
+        resource = _resource(ext, resources[i])
         for j, ss in enumerate(rs.items):
             raw_spans = None if sized is None else sized[i].items[j].items
             eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
