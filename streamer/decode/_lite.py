@@ -152,18 +152,24 @@ class Shared(Generic[K, V]):
 
 KEPT_ATTRIBUTES = 4096  # distinct kept attributes (by their encoded bytes), for each set of decode options
 KEPT_ATTRIBUTE_BYTES = 256  # an attribute encoded in more bytes is read again in each span
+SKIPPED_ATTRIBUTES = 4096  # distinct skipped attributes known (by their encoded bytes), then the set starts again
 
 
 class KeptAttributes:
     """A set of options' kept keys as encoded key fields (``key_prefixes``), the kept attributes read so far
-    (encoded ``KeyValue`` → (slot, value)) and the shared details of spans of no events, links nor trace state (their
-    kept attributes' bytes → ``SpanDetail``), see ``streamer.decode.otlp``."""
+    (encoded ``KeyValue`` → (slot, value)), the skipped ones seen so far (an attribute of a key no span field reads,
+    server.address or http.method, repeats byte for byte in most spans: one dict lookup instead of its framing read
+    again, ``streamer.decode._detail.span_detail``; at most ``SKIPPED_ATTRIBUTES`` of up to ``KEPT_ATTRIBUTE_BYTES``
+    bytes, then it starts again, not a reset of shared values: nothing decoded is lost), and the shared details of
+    spans of no events, links nor trace state (their kept attributes' bytes → ``SpanDetail``), see
+    ``streamer.decode.otlp``."""
 
-    __slots__ = ("details", "prefixes", "values")
+    __slots__ = ("details", "prefixes", "skipped", "values")
 
     def __init__(self, keys: dict[str, int]) -> None:
         self.prefixes = key_prefixes(keys)
         self.values: Shared[bytes, tuple[int, Any]] = Shared(KEPT_ATTRIBUTES)
+        self.skipped: dict[bytes, None] = {}
         self.details: Shared[tuple[bytes, ...], Any] = Shared(KEPT_ATTRIBUTES)
 
 
