@@ -28,7 +28,7 @@ from streamer.decode._attrs import (
     sampling_of,
 )
 from streamer.decode._lite import KEPT_ATTRIBUTE_BYTES as _KEPT_BYTES
-from streamer.decode._lite import SKIPPED_ATTRIBUTES, KeptAttributes, Shared, skipped
+from streamer.decode._lite import KeptAttributes, Shared, skipped
 
 # A value read from a span's attributes or events takes at most this many times the span's encoded size as text
 # (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
@@ -131,12 +131,10 @@ def _keptvalue_of(ext: Extractor, slot: int, av: AnyValue) -> tuple[Any, bool]:
     return v, True
 
 
-def _skip(seen: dict[bytes, None], kv: bytes) -> None:
+def _skip(seen: Shared[bytes, None], kv: bytes) -> None:
     """Know the skipped attribute ``kv`` for the next span that carries it (``KeptAttributes.skipped``)."""
     if len(kv) <= _KEPT_BYTES:
-        if len(seen) >= SKIPPED_ATTRIBUTES:
-            seen.clear()
-        seen[kv] = None
+        seen.put(kv, None)
 
 
 def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
@@ -144,7 +142,8 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
     those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
     kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail."""
     kept = ext.kept
-    prefixes, known, seen = kept.prefixes, kept.values.data, kept.skipped
+    prefixes, known, skips = kept.prefixes, kept.values.data, kept.skipped
+    seen = skips.data
     events, pb_links, trace_state = sp.events, sp.links, sp.trace_state
     parts: list[bytes] = []  # the kept attributes, as their bytes
     hits: list[tuple[int, Any]] = []
@@ -157,10 +156,10 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
             n = len(kv)  # skipped(kv, prefixes), spelt out for a key and a value of under 128 bytes each
             if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
                 if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
-                    _skip(seen, kv)
+                    _skip(skips, kv)
                     continue
             elif skipped(kv, prefixes):
-                _skip(seen, kv)
+                _skip(skips, kv)
                 continue
             hit = _attribute(ext, kv)
             if hit is None:

@@ -160,7 +160,7 @@ class KeptAttributes:
     (encoded ``KeyValue`` → (slot, value)), the skipped ones seen so far (an attribute of a key no span field reads,
     server.address or http.method, repeats byte for byte in most spans: one dict lookup instead of its framing read
     again, ``streamer.decode._detail.span_detail``; at most ``SKIPPED_ATTRIBUTES`` of up to ``KEPT_ATTRIBUTE_BYTES``
-    bytes, then it starts again, not a reset of shared values: nothing decoded is lost), and the shared details of
+    bytes, then it starts again, a reset counted as every ``Shared``'s), and the shared details of
     spans of no events, links nor trace state (their kept attributes' bytes → ``SpanDetail``), see
     ``streamer.decode.otlp``."""
 
@@ -169,7 +169,7 @@ class KeptAttributes:
     def __init__(self, keys: dict[str, int]) -> None:
         self.prefixes = key_prefixes(keys)
         self.values: Shared[bytes, tuple[int, Any]] = Shared(KEPT_ATTRIBUTES)
-        self.skipped: dict[bytes, None] = {}
+        self.skipped: Shared[bytes, None] = Shared(SKIPPED_ATTRIBUTES)
         self.details: Shared[tuple[bytes, ...], Any] = Shared(KEPT_ATTRIBUTES)
 
 

@@ -106,7 +106,7 @@ def shared_resets() -> int:
 
 
 CHECKED_RESOURCES = 1024  # distinct resources known to parse (by their encoded bytes), then the set starts again
-_CHECKED: dict[bytes, None] = {}
+_CHECKED: Shared[bytes, None] = Shared(CHECKED_RESOURCES)  # (a reset counted, as every Shared's)
 
 
 def _varint(n: int) -> bytes:
@@ -125,7 +125,7 @@ def _checked(pieces: Any) -> bytes:
     merges them (as their concatenation parses): each piece is parsed once as a part of a ``TracesData``, so at the
     depth it has in the message; one that parsed is not parsed again. One that did not is parsed again each time it
     comes: it is refused (salvaged) each time, as before."""
-    checked, joined = _CHECKED, b""
+    checked, joined = _CHECKED.data, b""
     for encoded in pieces:
         if encoded not in checked:
             framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
@@ -133,9 +133,7 @@ def _checked(pieces: Any) -> bytes:
                 TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
             except _ProtoDecodeError as exc:
                 raise DecodeError("otlp_proto_invalid", str(exc)) from exc
-            if len(checked) >= CHECKED_RESOURCES:
-                checked.clear()  # not a reset of shared values: nothing decoded is lost
-            checked[encoded] = None
+            _CHECKED.put(encoded, None)
         joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
     return joined
 

@@ -8,7 +8,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from streamer.decode._attrs import DecodeOptions
-from streamer.decode._lite import SKIPPED_ATTRIBUTES, kept_attributes
+from streamer.decode._lite import SKIPPED_ATTRIBUTES, Shared, kept_attributes
 from streamer.decode.otlp import decode_traces_proto
 
 
@@ -30,15 +30,19 @@ def test_an_attribute_skipped_under_one_set_of_options_is_read_under_another() -
     for _ in range(2):  # the second time, its bytes are known skipped under ``plain``
         [span] = decode_traces_proto(data, plain)
         assert (span.route, span.idempotency_key) == ("/pay", "")
-    assert kept_attributes(plain).skipped  # server.address, shop.request_key
+    assert kept_attributes(plain).skipped.data  # server.address, shop.request_key
     for _ in range(2):
         [span] = decode_traces_proto(data, keyed)
         assert (span.route, span.idempotency_key) == ("/pay", "k-1")
 
 
 def test_the_known_skipped_start_again_past_the_bound() -> None:
+    resets = Shared.total
     opts = DecodeOptions(idempotency_key_attribute="bound.key")
     for i in range(SKIPPED_ATTRIBUTES + 10):
         [span] = decode_traces_proto(_message(f"other.{i}"), opts)
         assert span.route == "/pay"
-    assert 0 < len(kept_attributes(opts).skipped) <= SKIPPED_ATTRIBUTES
+    skipped = kept_attributes(opts).skipped
+    assert 0 < len(skipped.data) <= SKIPPED_ATTRIBUTES
+    assert Shared.total - resets >= 1
+    assert skipped.resets == 1  # counted, as every shared cache's reset (dropped{decode, shared_cache_reset})
