@@ -57,11 +57,13 @@ def _spans(spans: Any, empty: bool) -> Any:
 
 def rows_for(batch: GraphBatch, name: str, *, empty: bool = False) -> list[Any]:
     """The rows of upsert ``name`` of ``batch`` as the writer sends them (a span's empty details as null, unless
-    ``empty``: the bench's form before that change)."""
+    ``empty``: the bench's form before that change). A trace row's kept spans are the batch's own lists: the
+    statement that writes the row puts them in its form (:func:`linked` or :func:`sent`), so that a span is copied
+    once, not once for its empty details and again for its parent's place."""
     rows: list[Row] = getattr(batch, name)
-    if name in ("traces", "late_traces"):  # positional; under ``paths`` the kept spans are positional lists already
+    if name in ("traces", "late_traces"):  # positional; the kept spans are the batch's, put in form by trace_writes
         return [[r["id"], r["root"], r["service"], r["start"], r["end"], r["status"], r["version"], r["rooted"],
-                 r.get("omitted"), _spans(r.get("spans", []), empty)]
+                 r.get("omitted"), r.get("spans", [])]
                 for r in rows]  # fmt: skip
     if name == "spans":  # positional: FalkorDB's parameter header would repeat every key for every row
         spans = [[r[c] for c in SPAN_COLUMNS] for r in rows]
@@ -76,32 +78,58 @@ def rows_for(batch: GraphBatch, name: str, *, empty: bool = False) -> list[Any]:
     return rows
 
 
-def repeats_span(rows: list[Any]) -> bool:
-    """Whether trace rows name one span twice (then one statement must merge them: ``schema.traces.MERGING``)."""
-    ids = [p[0] for row in rows for p in row[_SPANS] or ()]
+def sent(rows: list[Any], *, empty: bool = False) -> list[Any]:
+    """Trace rows (:func:`rows_for`) as the lookup and merging statements take them: new rows with each span's empty
+    details as null (:func:`bare`), unless ``empty``; the batch's rows are not changed."""
+    return rows if empty else [[*row[:_SPANS], _spans(row[_SPANS], False)] for row in rows]
+
+
+def repeats_span(ids: list[Any]) -> bool:
+    """Whether the span ids of trace rows name one span twice (then one statement must merge them:
+    ``schema.traces.MERGING``)."""
     return len(set(ids)) < len(ids)
 
 
-def linked(rows: list[Any]) -> list[Any]:
-    """Trace rows as ``schema.traces.FRESH`` takes them: each with its ordinal after its columns, each span with its
-    parent's place in the row after its columns (-1 when not there) and its parent's id only when not there."""
-    out = []
+def linked(rows: list[Any], *, empty: bool = False) -> tuple[list[Any], list[bool]]:
+    """Trace rows (:func:`rows_for`) as ``schema.traces.FRESH`` takes them: each with its ordinal after its columns,
+    each span with its empty details as null (as :func:`bare`, unless ``empty``), its parent's place in the row
+    after its columns (-1 when not there) and its parent's id only when not there; and, per row, whether it names a
+    parent that is not one of its spans (the span may wait for it: ``ADOPT``). One pass, one new list per span:
+    this runs for nearly every kept span the daemon writes."""
+    out, outside = [], []
     for n, row in enumerate(rows):
         spans = row[_SPANS] or []
         place = {p[0]: i for i, p in enumerate(spans)}
         kept = []
+        away = False
         for p in spans:
-            at = place.get(p[1], -1) if p[1] is not None else -1
-            kept.append([p[0], p[1] if at < 0 else None, *p[2:], at])
+            parent = p[1]
+            at = place.get(parent, -1) if parent is not None else -1
+            if at >= 0:
+                parent = None
+            elif parent is not None:
+                away = True
+            if empty:
+                kept.append([p[0], parent, *p[2:], at])
+            else:
+                kept.append(
+                    [
+                        p[0],
+                        parent,
+                        *p[2:_AT],
+                        p[_AT] or None,
+                        p[_AT + 1] or None,
+                        p[_AT + 2] or None,
+                        p[_AT + 3] or None,
+                        p[_AT + 4] or None,
+                        p[_AT + 5] or None,
+                        p[_AT + 6] or None,
+                        at,
+                    ]
+                )
         out.append([*row[:_SPANS], kept, n])
-    return out
-
-
-def parent_outside(row: Any) -> bool:
-    """Whether a trace row names a parent that is not one of its kept spans (the span may wait for it: ADOPT)."""
-    spans = row[_SPANS] or []
-    ids = {p[0] for p in spans}
-    return any(p[1] is not None and p[1] not in ids for p in spans)
+        outside.append(away)
+    return out, outside
 
 
 def split(name: str, row: Any) -> list[Any]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sinks.graph import rows as row_forms
 from sinks.graph import schema
 from sinks.graph.errors import Refused
-from sinks.graph.rows import DeadRow, repeats_span
+from sinks.graph.rows import DeadRow, repeats_span, sent
 from sinks.graph.schema import traces
 
 if TYPE_CHECKING:
@@ -38,11 +38,12 @@ async def write(writer: GraphWriter, name: str, rows: list[Any], dead: list[Dead
     changes (the only spans that can be in the graph before their trace), or None to look every span up."""
     before = {row[0]: settled.get(row[0], True) for row in rows}
     settled.update(dict.fromkeys(before, False))  # until written with FRESH
-    if repeats_span(rows):
-        return await writer.write_rows(name, traces.MERGING[name], rows, dead)
+    empty = writer.empty_details
     ids = [p[0] for row in rows for p in row[_SPANS] or ()]
+    if repeats_span(ids):
+        return await writer.write_rows(name, traces.MERGING[name], sent(rows, empty=empty), dead)
     if not writer.create_fresh or not ids:
-        return await writer.write_rows(name, schema.UPSERTS[name], rows, dead)
+        return await writer.write_rows(name, schema.UPSERTS[name], sent(rows, empty=empty), dead)
     present: list[list[Any]] = []
     try:
         if accessed is None:  # every span id looked up
@@ -57,15 +58,20 @@ async def write(writer: GraphWriter, name: str, rows: list[Any], dead: list[Dead
     except Refused:  # an id the graph will not read: write every row as if its spans were there
         present = [[0, i] for i in ids]
     known, begun = {i for k, i in present if k == 0}, {i for k, i in present if k == 1}
-    new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
-    fresh = {id(r) for r in new}
-    written = await writer.write_rows(name, schema.UPSERTS[name], [r for r in rows if id(r) not in fresh], dead)
+    if known:  # a replay, a late fragment: the rows with a span the graph has are written the lookup way
+        new = [row for row in rows if not any(p[0] in known for p in row[_SPANS] or ())]
+        fresh = {id(r) for r in new}
+        old = sent([r for r in rows if id(r) not in fresh], empty=empty)
+        written = await writer.write_rows(name, schema.UPSERTS[name], old, dead)
+    else:
+        new, written = rows, 0
+    fresh_rows, outside = row_forms.linked(new, empty=empty)
     try:
-        for statement, part in traces.fresh_parts(name, row_forms.linked(new), begun, writer.create_traces):
+        for statement, part in traces.fresh_parts(name, fresh_rows, begun, writer.create_traces):
             await writer._statement(name, statement, part, None, shrinkable=True)
     except Refused:  # a span made meanwhile, too big, or a row's content: the usual statement
-        return written + await writer.write_rows(name, schema.UPSERTS[name], new, dead)
-    good = {id(r) for r in new if r[0] not in begun and not row_forms.parent_outside(r)}
+        return written + await writer.write_rows(name, schema.UPSERTS[name], sent(new, empty=empty), dead)
+    good = {id(r) for r, away in zip(new, outside, strict=True) if r[0] not in begun and not away}
     unsettled = {r[0] for r in rows if id(r) not in good}
     settled.update({t: was and t not in unsettled for t, was in before.items()})
     return written + len(new)

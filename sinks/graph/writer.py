@@ -67,8 +67,7 @@ def _with_rows(statement: str, rows: list[Any]) -> tuple[str, int]:
     """The query text of ``statement`` over ``rows``: its ``CYPHER rows=...`` header first (see ``params``), and how
     many values the header replaced."""
     statement, sent = positional(statement, rows)
-    text, replaced = render({"rows": sent})
-    return text + statement, replaced
+    return render({"rows": sent}, statement)
 
 
 class GraphWriter:
@@ -355,8 +354,8 @@ class GraphWriter:
     async def query(self, cypher: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
         """One statement of ``schema`` (a read, or a write of one event's rows), retried like writes; a content
         error is raised as FalkorDB's own exception."""
-        text, _ = render(params or {})
-        result = await self._run("query", lambda: self._graph.query(text + cypher, timeout=self.timeout_ms))
+        text, _ = render(params or {}, cypher)
+        result = await self._run("query", lambda: self._graph.query(text, timeout=self.timeout_ms))
         return [list(row) for row in result.result_set]
 
     async def _run(self, what: str, action: Callable[[], Awaitable[Any]]) -> Any:

@@ -72,9 +72,11 @@ async def _digest(sink: GraphSink) -> tuple[str, list[list[Any]]]:
 
 def test_linked_rows_name_each_parent_by_its_place_in_the_row() -> None:
     row = ["t", "/", "svc", 1, 2, "ok", "1", True, None, [["c", "p", "x"], ["p", None, "y"], ["o", "gone", "z"]]]
-    assert linked([row, row]) == [
-        [*row[:9], [["c", None, "x", 1], ["p", None, "y", -1], ["o", "gone", "z", -1]], n] for n in (0, 1)
-    ]
+    assert linked([row, row], empty=True) == (
+        [[*row[:9], [["c", None, "x", 1], ["p", None, "y", -1], ["o", "gone", "z", -1]], n] for n in (0, 1)],
+        [True, True],  # "o" names a parent that is not in the row
+    )
+    assert linked([[*row[:9], row[9][:2]]], empty=True)[1] == [False]
 
 
 async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: tuple[str, list[str]]) -> None:
