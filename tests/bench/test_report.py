@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,26 +147,31 @@ def test_the_written_span_nodes_are_checked_and_reported_beside_the_rows() -> No
     assert rows["note"].endswith("0.50 Span nodes/span")
 
 
-def test_a_phase_that_stalls_prints_every_threads_stack(monkeypatch: pytest.MonkeyPatch,
+def test_a_phase_that_stalls_prints_every_threads_stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                         capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The report goes to standard error, here a file of the test's: read back whole, never truncated while the
+    report's own thread may still be writing it (as a capture's reads are), until the waiting thread's stack is in."""
     import faulthandler
     import time
 
     import bench.run
 
     monkeypatch.setattr(bench.run, "STALL_S", 0.2)
-    out = err = ""
-    try:
-        bench.run.phase("a phase that waits")
-        deadline = time.monotonic() + 30  # the report's own thread writes it: wait for it, however busy the machine
-        while "Thread" not in err and time.monotonic() < deadline:
-            time.sleep(0.05)
-            o, e = capfd.readouterr()
-            out, err = out + o, err + e
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-    assert "== a phase that waits" in out
-    assert "test_a_phase_that_stalls_prints_every_threads_stack" in err  # the stack of the waiting thread
+    report = tmp_path / "stderr"
+    text = ""
+    with report.open("w") as stderr:
+        monkeypatch.setattr(sys, "stderr", stderr)
+        try:
+            bench.run.phase("a phase that waits")
+            deadline = time.monotonic() + 30  # its own thread writes it: wait for it, however busy the machine
+            while "test_a_phase_that_stalls" not in text and time.monotonic() < deadline:
+                time.sleep(0.05)
+                text = report.read_text()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    assert "== a phase that waits" in capfd.readouterr().out
+    assert "Thread" in text
+    assert "test_a_phase_that_stalls_prints_every_threads_stack" in text  # the stack of the waiting thread
 
 
 def test_the_collector_shaped_run_is_checked_and_reported_as_its_own_rows() -> None:
