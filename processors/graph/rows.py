@@ -152,7 +152,7 @@ _EXACT_NS = 10**15  # below this, a nanosecond count over 1e6 is far enough from
 
 
 def _ms3(ns: int) -> float:
-    """``round(ns / 1e6, 3)``, the same float, in integer arithmetic (a third of ``round``'s cost; it runs twice per
+    """``round(ns / 1e6, 3)``, the same float, in integer arithmetic (cheaper than ``round``; it runs twice per
     omitted span). Off an exact half microsecond, the float ``ns / 1e6`` is nearer to ``ns / 1e6`` than to any
     rounding boundary, so both round to the same microsecond ``q``, and ``q / 1000`` is the float nearest to it,
     as ``round`` returns. Halves (``round`` goes by the float's side of the tie), negatives (``-0.0``) and huge
@@ -274,9 +274,7 @@ def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
     kinds, statuses = _KIND, _STATUS
     rows = []
     for s in spans:
-        d = s._detail  # (read already in stage 1: the slot, not the property)
-        if d is None:
-            d = s.detail
+        d = s.detail
         r, db = s.resource, d.db
         rows.append(
             [

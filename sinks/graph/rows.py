@@ -109,24 +109,10 @@ def linked(rows: list[Any], *, empty: bool = False) -> tuple[list[Any], list[boo
                 parent = None
             elif parent is not None:
                 away = True
-            if empty:
-                kept.append([p[0], parent, *p[2:], at])
-            else:
-                kept.append(
-                    [
-                        p[0],
-                        parent,
-                        *p[2:_AT],
-                        p[_AT] or None,
-                        p[_AT + 1] or None,
-                        p[_AT + 2] or None,
-                        p[_AT + 3] or None,
-                        p[_AT + 4] or None,
-                        p[_AT + 5] or None,
-                        p[_AT + 6] or None,
-                        at,
-                    ]
-                )
+            span = list(p) if empty else bare(p)  # a new list either way: the batch's rows stay as they are
+            span[1] = parent
+            span.append(at)
+            kept.append(span)
         out.append([*row[:_SPANS], kept, n])
         outside.append(away)
     return out, outside
