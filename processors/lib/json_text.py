@@ -2,7 +2,7 @@
 
 ``json.JSONEncoder.encode`` makes a new C encoder at every call, with a dict for its check of circular references:
 for the small values stage 1 encodes by the thousand (an access for the internal topic, a trace's omitted spans)
-that set-up is a fifth of the cost. :func:`one_shot` makes it once; the text is ``encode``'s, byte for byte.
+that set-up is a large share of the cost. :func:`one_shot` makes it once; the text is ``encode``'s, byte for byte.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def values_bytes(values: Iterable[Any]) -> int:
     """Parameter values: strings and bytes by length, tuples (an IN list) by their items, anything else a word."""
     size = 0
     for v in values:
-        kind = type(v)  # exact types first (nearly every value): ``isinstance`` of a union costs several times more
+        kind = type(v)  # exact types first (nearly every value): ``isinstance`` of a union costs more
         if kind is int or v is None:
             size += WORD
         elif kind is str or kind is bytes or isinstance(v, str | bytes):

@@ -114,7 +114,7 @@ class TraceAssembler:
         # their deadlines are set in it, so that traces due at the same time close in it).
         fed: dict[str, None] = {}
         # Traces opened or started earlier by this message: their start goes on the heap once, after it (spans
-        # come children first, each parent starting earlier: a push each was four for every trace).
+        # come children first, each parent starting earlier: a push each was several for every trace).
         started: set[str] = set()
         added = 0
         get = self._open.getter

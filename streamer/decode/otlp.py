@@ -182,7 +182,7 @@ _last: tuple[DecodeOptions, DecodeStats | None, _ProtoDetail, SpanExtractor] | N
 def _extractor(opts: DecodeOptions, stats: DecodeStats | None) -> tuple[_ProtoDetail, SpanExtractor]:
     """The reader of ``opts`` and its extractor counting into ``stats``: the previous message's when its options
     and stats are the same objects (a traces decoder's are, ``streamer.decode.registry._Traces``), so a message
-    neither hashes the options nor builds an extractor (~0.2 µs, of a one-span message)."""
+    neither hashes the options nor builds an extractor (bench/RESULTS.md)."""
     global _last
     last = _last
     if last is not None and last[0] is opts and last[1] is stats:

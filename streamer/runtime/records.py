@@ -16,7 +16,7 @@ from streamer.runtime.pins import Source
 
 __all__ = ["Message", "Record", "SpanRun", "StageOutput", "dead_letter", "new_record"]
 
-# ``Record(...)`` at half the cost (``processors.model.fast``): the runner makes one for every message it consumes.
+# ``Record(...)`` for less (``processors.model.fast``): the runner makes one for every message it consumes.
 new_record = maker(Record)
 
 
