@@ -268,8 +268,9 @@ class Generated:
 class _Builder:
     """Templates, resources and the per-trace random walk over the call graph."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, stock: bool = False) -> None:
         self.rng = rng
+        self.stock = stock  # as stock instrumentation sends them: no statement parameters, no ``code.*``
         self.resources: list[Resource] = []
         self.instances: dict[str, list[int]] = {}
         for name, svc in SERVICES.items():
@@ -324,7 +325,9 @@ class _Builder:
             lambda: Span(
                 name=function.rsplit(".", 1)[-1],
                 kind=Span.SPAN_KIND_INTERNAL,
-                attributes=[
+                attributes=[]
+                if self.stock
+                else [
                     _kv("code.function.name", function),
                     _kv("code.file.path", f"/srv/{svc.file}"),
                     _kv("code.line.number", line),
@@ -425,7 +428,7 @@ class _Builder:
                         handler.span_id,
                         t,
                         t + duration,
-                        text=(("db.statement.parameters", params),),
+                        text=() if self.stock else (("db.statement.parameters", params),),
                         parent=handler,
                     )
                 )
@@ -570,13 +573,15 @@ def generate_run(
     traces_per_s: float = 5_000.0,
     partitions: int = 1,
     shape: str = "bench",
+    stock: bool = False,
 ) -> Generated:
     """At least ``n_spans`` spans (whole traces) in messages of ``spans_per_message``, with their counts.
 
     ``start_ns`` defaults to now; pass it to get byte-identical output for the same seed. ``partitions``: see the
     module docstring (1: one stream of messages, all on partition 0). ``shape``: ``bench`` (messages of exactly
     ``spans_per_message`` spans per partition) or ``collector`` (one trace per message; see the module docstring).
-    The same seed gives the same spans in either shape.
+    The same seed gives the same spans in either shape. ``stock``: the spans as stock instrumentation sends them by
+    default (DB spans without ``db.statement.parameters``, handler spans without ``code.*``), otherwise the same.
     """
     if spans_per_message < 1:
         raise ValueError("spans_per_message must be positive")
@@ -585,7 +590,7 @@ def generate_run(
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {', '.join(SHAPES)}")
     rng = random.Random(seed)
-    builder = _Builder(rng)
+    builder = _Builder(rng, stock)
     out = Generated()
     begin = time.time_ns() if start_ns is None else start_ns
     if shape == "collector":

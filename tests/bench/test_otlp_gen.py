@@ -117,3 +117,25 @@ def test_the_collector_shape_has_one_trace_per_message_and_every_span() -> None:
     assert sorted(seen) == every and len(set(seen)) == len(seen)
     with pytest.raises(ValueError, match="shape"):
         generate_run(100, 10, shape="jaeger")
+
+
+@pytest.mark.parametrize("shape", ["bench", "collector"])
+def test_stock_spans_carry_no_parameters_nor_code_location_and_are_otherwise_the_same(shape: str) -> None:
+    plain = generate_run(3_000, 300, seed=5, start_ns=START_NS, shape=shape)
+    stock = generate_run(3_000, 300, seed=5, start_ns=START_NS, shape=shape, stock=True)
+    keys: Counter[str] = Counter()
+    for m in stock.messages:
+        for rs in TracesData.FromString(m).resource_spans:
+            for ss in rs.scope_spans:
+                keys.update(kv.key for sp in ss.spans for kv in sp.attributes)
+    assert keys["db.query.text"] > 0 and keys["http.route"] > 0
+    assert not [k for k in keys if k.startswith(("code.", "db.statement.parameters", "db.query.parameter"))]
+
+    def core(messages: list[bytes]) -> list[tuple[object, ...]]:
+        spans = (s for m in messages for s in decode_traces_proto(m))
+        return sorted(
+            (s.trace_id, s.span_id, s.parent_id, s.name, s.kind, s.start_ns, s.end_ns, s.status) for s in spans
+        )
+
+    assert (stock.spans, stock.traces, stock.db_spans) == (plain.spans, plain.traces, plain.db_spans)
+    assert core(stock.messages) == core(plain.messages)
