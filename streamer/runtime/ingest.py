@@ -52,13 +52,12 @@ from processors.state.watermarks import Watermarks
 from streamer.config import CoreSettings
 from streamer.decode import internal
 from streamer.decode.registry import Input, Record
+from streamer.runtime.low_watermark import Publication, low_watermark
 from streamer.runtime.metrics import Metrics
 from streamer.runtime.pins import PinTracker, Source
 from streamer.runtime.records import Message, SpanRun, StageOutput
 from streamer.runtime.stage import Stage
 
-WATERMARK_EVERY_NS = 1_000_000_000  # while nothing is sent, the low watermark goes out at most once a second
-HEARTBEAT_NS = 10_000_000_000  # and at least every ten seconds
 KEYS_EVERY_NS = 30_000_000_000  # table keys learned elsewhere are loaded from the graph this often
 log = structlog.get_logger("trace_repro")
 
@@ -114,7 +113,7 @@ class IngestStage(Stage):
         self._forced: list[ClosedTrace] = []
         self._last_retention_ns = 0
         self.broadcast_topic = settings.kafka.accesses_topic
-        self._published = (0, 0)  # (low watermark, wall time) last published; it may move back
+        self._published = Publication()
         self._future_ns = s_to_ns(w.max_future_skew_s)
         self._longest_ns = s_to_ns(w.max_span_duration_s)
         self._clock_drops = telemetry("clock").declare("future_time", "absurd_duration")
@@ -355,46 +354,18 @@ class IngestStage(Stage):
                 self.failed(processor, "on_trace", exc)
 
     def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int:
-        """What this instance promises for the spans and CDC partitions it owns: every access of a trace that could
-        have run before it, and every row change committed before it, is on the internal topic.
-
-        The spans side is the watermark held back to the oldest open trace. An active CDC partition (one just
-        assigned: until it delivers or is read to its end) holds it to the commits it has delivered; idle ones
-        promise their idle catch-up when they are all this instance has. When everything owned is idle and never
-        delivered (``--workers``: a worker whose share has no traffic), nothing older than the wall clock can come:
-        it promises the wall clock, so that it does not hold the others back and a partition it hands over in a
-        rebalance stays held at that promise until its next owner reports."""
-        promises = []
-        if self.watermarks.holding() or self.watermarks.seen():
-            promises.append(watermark_ns if open_since is None else min(watermark_ns, open_since))
-        if self.cdc_marks.holding() or (not promises and self.cdc_marks.seen()):
-            promises.append(self.cdc_marks.current())
-        return min(promises, default=self.clock())
+        """What this instance promises (``streamer.runtime.low_watermark.low_watermark``)."""
+        return low_watermark(watermark_ns, open_since, self.watermarks, self.cdc_marks, self.clock())
 
     def _publish_watermark(self, low_ns: int, out: StageOutput) -> None:
-        """The low watermark of the spans and CDC partitions owned, to every internal partition: at once when this
-        batch sent accesses or row changes (stage 2 can act on them), else when it moved and a second has passed
-        since the last one (idle catch-up), and every ten seconds anyway (a heartbeat: this upstream is alive).
-        Zero (a partition just assigned, not delivered yet) is published too: stage 2 holds for it.
-
-        With several instances (``--workers``) each owns a share: the row changes of a table may be on one and the
-        spans that wrote them on another, and stage 2's event time is the minimum over every partition's promise,
-        so that it never passes commits still waiting on a partition (a worker down, a rebalance replaying). The
-        promise goes out as it is now, also when it is below the last one: after a rebalance hands this instance a
-        dead worker's partitions, it holds at what they replay. Stage 2 keeps each partition at the highest promise
-        it got, so a lower one holds back only the partitions newly owned, at their previous owner's promise (raised
-        to this instance's old promise, it would let stage 2 judge the replayed row changes before their accesses)."""
+        """The low watermark of the spans and CDC partitions owned, to every internal partition, when it is due
+        (``streamer.runtime.low_watermark.Publication``)."""
         k = self.settings.kafka
         owned = sorted(f"{t}/{p}" for t, p in self.assignment if t == k.spans_topic or self.cdc_marks.owns((t, p)))
-        last_ns, last_wall = self._published
-        now = self.clock()
         if not owned or not self.broadcast_partitions:
             return
-        sent = any(m.topic == k.accesses_topic for m in out.produce)
-        moved = low_ns > last_ns
-        if not (moved and (sent or now - last_wall >= WATERMARK_EVERY_NS)) and now - last_wall < HEARTBEAT_NS:
+        if not self._published.due(low_ns, any(m.topic == k.accesses_topic for m in out.produce), self.clock()):
             return
-        self._published = (low_ns, now)
         value = internal.encode_watermark(internal.Watermark(low_ns, tuple(owned)))
         out.produce += [Message(k.accesses_topic, None, value, partition=p) for p in range(self.broadcast_partitions)]
 
