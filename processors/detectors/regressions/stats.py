@@ -5,8 +5,8 @@ Requests and their signatures are ``processors.pipeline.requests``'. Windows are
 aligned on the trace root's start and closed like the CALLS windows: once the watermark is past their end plus the trace
 gap and no open trace started inside them. A trace for a closed window is late: counted (``stats_late``), left out.
 State per key is bounded: a reservoir of ``reservoir_size`` latencies (Algorithm R, seeded RNG, mergeable by
-weighted sampling), ``slow_traces`` slowest requests (their critical paths), and ``max_signatures`` signatures (the
-rest fold into ``error:<label>:(other)``).
+weighted sampling), ``slow_traces`` slowest requests (their traces, whose critical paths are walked when the window
+closes), and ``max_signatures`` signatures (the rest fold into ``error:<label>:(other)``).
 """
 
 from __future__ import annotations
