@@ -12,6 +12,7 @@ the rest of the trace is not at hand.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -78,18 +79,23 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
 _HELD = (LockMode.FOR_UPDATE, LockMode.FOR_SHARE)
 
 
-def _rolled_back(trace: ClosedTrace, accesses: list[Access]) -> bool:
-    """Whether a write of ``accesses`` may be in a rolled-back transaction: the trace has a ROLLBACK span."""
+def _rolled_back(trace: ClosedTrace, accesses: list[Access], silent: Sequence[Span] | None = None) -> bool:
+    """Whether a write of ``accesses`` may be in a rolled-back transaction: the trace has a ROLLBACK span (among
+    ``silent`` when given: the DB spans that made no access, which a ROLLBACK statement never makes)."""
     return any(a.operation is not DbOperation.READ and not a.error for a in accesses) and any(
-        s.db is not None and transaction_control(s.db.statement) == ROLLBACK for s in trace.facts.db
+        s.db is not None and transaction_control(s.db.statement) == ROLLBACK
+        for s in (trace.facts.db if silent is None else silent)
     )
 
 
-def within_transactions(trace: ClosedTrace, accesses: list[Access]) -> list[Access]:
+def within_transactions(
+    trace: ClosedTrace, accesses: list[Access], silent: Sequence[Span] | None = None
+) -> list[Access]:
     """What the trace's transactions (``processors.sql.transactions``) change about its accesses: a row lock taken
     in a transaction that ended before the trace's later write of that row began does not guard that write (the
-    lock is read as none); a write in a transaction a ROLLBACK span ended made no change (it counts as failed)."""
-    if not any(a.keyed and a.lock in _HELD for a in accesses) and not _rolled_back(trace, accesses):
+    lock is read as none); a write in a transaction a ROLLBACK span ended made no change (it counts as failed).
+    ``silent``: the trace's DB spans that made no access, where given (only they can be a ROLLBACK)."""
+    if not any(a.keyed and a.lock in _HELD for a in accesses) and not _rolled_back(trace, accesses, silent):
         return accesses  # nothing a transaction changes: no row lock, no write a ROLLBACK span may have undone
     txs = transactions(trace.facts.db)  # (only DB spans are in a transaction)
     if not txs:
@@ -134,6 +140,11 @@ def accesses_of(trace: ClosedTrace, extractor: SqlAccessExtractor, locator: Code
             named[span_id] = (found.function, found.file, found.line, found.located_by, found.candidates)
     request = request_values(trace)
     accesses: list[Access] = []
+    silent: list[Span] = []  # the DB spans that made no access: transaction control (BEGIN, ROLLBACK, ...) among them
     for span in db_spans:  # each access made once, with its site and request
-        accesses.extend(extractor.accesses(span, site=named.get(span.span_id, _UNLOCATED), request=request))
-    return within_transactions(trace, accesses) if accesses else accesses
+        made = extractor.accesses(span, site=named.get(span.span_id, _UNLOCATED), request=request)
+        if made:
+            accesses.extend(made)
+        else:
+            silent.append(span)
+    return within_transactions(trace, accesses, silent) if accesses else accesses

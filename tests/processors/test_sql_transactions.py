@@ -8,7 +8,7 @@ from pathlib import Path
 from processors.model.events import Access, DbCall, LockMode, Resource, Scalar, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
-from processors.pipeline.accesses import accesses_of
+from processors.pipeline.accesses import accesses_of, within_transactions
 from processors.sql import SqlAccessExtractor
 from processors.sql.transactions import EXPLICIT, NEXT, OPEN, transactions
 
@@ -120,3 +120,21 @@ def test_nothing_is_inferred_without_delimiters_or_with_concurrent_connections()
     assert read.lock is LockMode.FOR_UPDATE
     read, _ = accesses(trace(CONNECT, LOCK, CONNECT, WRITE, overlap=True))
     assert read.lock is LockMode.FOR_UPDATE
+
+
+def test_a_rollback_is_looked_for_among_the_spans_that_made_no_access_alone() -> None:
+    """``accesses_of`` passes the DB spans that made no access (a ROLLBACK statement never makes one): what the
+    transactions change is what looking at every DB span of the trace finds."""
+    rollback: Step = ("ROLLBACK;", "ROLLBACK;", {})
+    extractor = SqlAccessExtractor(key_columns={"accounts": ["id"]})
+    for t in (trace(BEGIN, A_LOCK, A_WRITE, rollback), trace(BEGIN, A_WRITE, rollback), trace(BEGIN, A_WRITE, COMMIT)):
+        made = [a for s in t.facts.db for a in extractor.accesses(s)]
+        silent = [s for s in t.facts.db if not extractor.accesses(s)]
+        assert within_transactions(t, made, silent) == within_transactions(t, made)
+        rolled_back = t.spans[-1].name == "ROLLBACK;"
+        assert t.spans[1] in silent and t.spans[-1] in silent  # BEGIN, and the ROLLBACK or COMMIT that ends it
+        assert any(a.error for a in within_transactions(t, made, silent)) is rolled_back
+    # (the spans passed are those looked at: without the ROLLBACK among them, a trace with no row lock is left as is)
+    t = trace(BEGIN, A_WRITE, rollback)
+    made = [a for s in t.facts.db for a in extractor.accesses(s)]
+    assert not any(a.error for a in within_transactions(t, made, []))
