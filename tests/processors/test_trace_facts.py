@@ -8,7 +8,6 @@ from dataclasses import FrozenInstanceError, dataclass, field
 
 import pytest
 
-from processors.detectors.hangs.hops import Call
 from processors.model.events import Access, DbCall, DbOperation, LockMode, Resource, SpanKind, StatusCode, new_access
 from processors.model.fast import maker
 from processors.model.sampling import UNKNOWN, Sampling
@@ -89,6 +88,20 @@ def test_the_facts_are_no_part_of_a_trace_s_value() -> None:
     twin = ClosedTrace(trace.trace_id, trace.spans)
     assert trace.facts is not None and twin == trace and hash(twin) == hash(trace)
     assert "facts" not in repr(trace)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A frozen slotted dataclass with a tuple field (the shape of the hang detector's former per-call object)."""
+
+    hop: tuple[str, str, str]
+    version: str
+    trace_id: str
+    start_ns: int
+    end_ns: int
+    error: bool
+    timeout: bool
+    answered: bool
 
 
 def test_maker_makes_what_the_constructor_makes() -> None:

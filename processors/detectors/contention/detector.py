@@ -77,14 +77,17 @@ class ContentionDetector(Processor):
         if parts is None:
             return  # the window closed already: counted late
         ops = parts.setdefault(trace.part, {})
+        max_requests = self.config.max_requests
         for req in requests:
-            held = ops.get((req.service, req.operation))
+            op = (req.service, req.operation)
+            held = ops.get(op)
             if held is None:
-                held = ops[(req.service, req.operation)] = _Requests(req.version)
-            if len(held.spans) >= self.config.max_requests:
+                held = ops[op] = _Requests(req.version)
+            spans = held.spans
+            if len(spans) >= max_requests:
                 self.telemetry.drop("max_requests")
                 continue
-            held.spans.append((req.start_ns, req.end_ns, req.trace_id))
+            spans.append((req.start_ns, req.end_ns, req.trace_id))
 
     def on_revoke(self, part: str) -> None:
         self._windows.each(lambda parts: parts.pop(part, None))

@@ -17,6 +17,7 @@ affected request, the concurrency over time of the worst one, and the remedy ``p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from processors.detectors.fanout.config import FanoutConfig
@@ -57,6 +58,7 @@ def concurrency(calls: Sequence[Span]) -> list[tuple[float, float]]:
     return points[:500]
 
 
+_parent_id = attrgetter("parent_id")
 COMPONENT = "fanout"  # the component (its config section and telemetry); its findings' type is TYPE
 
 
@@ -76,8 +78,10 @@ class FanoutDetector(TallyDetector):
             return
         facts = trace.facts
         clients = facts.clients
-        if len(clients) < self.config.min_calls:
-            return
+        min_calls = self.config.min_calls
+        n = len(clients)
+        if n < min_calls or n - len(set(map(_parent_id, clients))) + 1 < min_calls:
+            return  # no parent span can have min_calls calls under it (the others have one each at least)
         by_parent: dict[str, list[Span]] = {}
         for s in clients:
             by_parent.setdefault(s.parent_id, []).append(s)

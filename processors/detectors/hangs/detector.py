@@ -29,8 +29,8 @@ from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.detectors.hangs.config import HangConfig
 from processors.detectors.hangs.finding import MAX_EXAMPLES, Baseline, HopWindow, finding
-from processors.detectors.hangs.hops import Hop, calls_of
-from processors.model.events import Access
+from processors.detectors.hangs.hops import Hop, answering, operation_above, timed_out
+from processors.model.events import Access, SpanKind, StatusCode
 from processors.model.finding import FindingEvent
 from processors.model.trace import ClosedTrace
 from processors.model.units import s_to_ns
@@ -39,6 +39,8 @@ from processors.state.lru import CountedLRU
 from processors.state.windows import TumblingWindows
 
 COMPONENT = "hangs"
+_ERROR = StatusCode.ERROR
+_SERVER = SpanKind.SERVER
 Parts = dict[str, dict[Hop, HopWindow]]  # input partition -> hop -> its calls in the window
 
 
@@ -61,47 +63,84 @@ class HangDetector(Processor):
         self._rng = random.Random(0)
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
-        calls = calls_of(trace, self._learned)
-        if not calls:
+        facts = trace.facts
+        clients = facts.clients
+        if not clients:
             return
         parts = self._windows.at(trace.root.start_ns)
-        if parts is None:
-            return  # the window closed already: counted late
-        hops = parts.setdefault(trace.part, {})
+        # None: the window closed already (counted late); the calls still teach ``_learned`` their callees
+        hops = parts.setdefault(trace.part, {}) if parts is not None else None
+        by_id = facts.by_id
+        servers = answering(trace)
+        learned = self._learned
+        above: dict[tuple[str, str], str] = {}  # (parent span id, service) -> operation (hops.operation_above)
         per_window = self.config.per_window
         floor_ms = self.config.min_hang_s * 1e3
         thresholds = self._thresholds
-        for call in calls:
-            hop = call.hop
+        trace_id = trace.trace_id
+        getrandbits = self._rng.getrandbits
+        for span in clients:  # each call's hop (hops module docstring), then its window
+            resource = span.resource
+            service = resource.service
+            name = span.name
+            server = servers.get(span.span_id)
+            callee = server.resource.service if server is not None else None  # "": one without a service answered
+            db = span.db
+            answer = server is not None or db is not None
+            if callee:
+                learned.put((service, name), callee)
+            else:
+                callee = db.system if db is not None else learned.get((service, name)) or name
+            parent = by_id.get(span.parent_id)
+            if parent is None or parent.resource.service != service:
+                operation = span.route or name
+            elif parent.kind == _SERVER or not parent.parent_id:
+                operation = parent.route or parent.name
+            else:
+                key = (span.parent_id, service)
+                found = above.get(key)
+                if found is None:
+                    found = above[key] = operation_above(parent, service, by_id)
+                operation = found
+            if hops is None:
+                continue
+            hop = (service, operation, callee)
             w = hops.get(hop)
             if w is None:
-                w = hops[hop] = HopWindow(version=call.version)
+                w = hops[hop] = HopWindow(version=resource.version)
             w.calls += 1
-            ms = call.duration_ms
-            if call.timeout:
-                w.timeout_seen = True
-                if not call.answered:
-                    w.timeout_count += 1
-                    _keep(w.timeouts, (ms, call.start_ns, call.trace_id))
-                continue
-            if not call.error:  # a failed call is a duration of its hop, never a hang
-                judged = thresholds.get(hop)
-                if judged is not None and ms > judged[0]:
-                    w.hung_count += 1
-                    w.threshold_ms = judged[0]
-                    _keep(w.hung, (ms, call.start_ns, call.trace_id))
+            ms = (span.end_ns - span.start_ns) / 1e6
+            if span.status == _ERROR:  # a failed call is a duration of its hop, never a hang ...
+                if timed_out(span):  # ... but a timeout is judged apart
+                    w.timeout_seen = True
+                    if not answer:
+                        w.timeout_count += 1
+                        _keep(w.timeouts, (ms, span.start_ns, trace_id))
                     continue
-                if judged is None and ms > floor_ms:
+            else:
+                judged = thresholds.get(hop)
+                if judged is not None:
+                    if ms > judged[0]:
+                        w.hung_count += 1
+                        w.threshold_ms = judged[0]
+                        _keep(w.hung, (ms, span.start_ns, trace_id))
+                        continue
+                elif ms > floor_ms:
                     if len(w.pending) < per_window:
-                        w.pending.append((ms, call.start_ns, call.trace_id))  # judged when its window closes
+                        w.pending.append((ms, span.start_ns, trace_id))  # judged when its window closes
                         continue
                     self.telemetry.drop("unjudged")
-            if len(w.durations) < per_window:
-                w.durations.append(ms)
+            durations = w.durations
+            if len(durations) < per_window:
+                durations.append(ms)
             else:  # a uniform sample of the window's calls
-                j = self._rng.randrange(w.calls)
+                n = w.calls  # self._rng.randrange(n), spelt out: the same draws (Random._randbelow), less calls
+                bits = n.bit_length()
+                j = getrandbits(bits)
+                while j >= n:
+                    j = getrandbits(bits)
                 if j < per_window:
-                    w.durations[j] = ms
+                    durations[j] = ms
 
     def on_revoke(self, part: str) -> None:
         self._windows.each(lambda parts: parts.pop(part, None))

@@ -5,39 +5,20 @@ nearest SERVER (or root) ancestor in the same service. Its callee is the service
 callee answered, the database system for a DB call, else the callee this caller's span name last reached (learned
 from answered calls, so a call whose callee never answered joins its hop), else the span's name. A call *timed
 out* when it failed with a timeout (its exception or message names a timeout or deadline, or HTTP 408/504).
+
+The detector reads each call's hop and span in one pass over the trace's CLIENT spans (``HangDetector.on_trace``:
+no object per call); these are the parts of that pass that are not per call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from processors.model.events import SpanKind
-from processors.model.fast import maker
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
-from processors.state.lru import CountedLRU
 
 Hop = tuple[str, str, str]  # (service, operation, callee)
 _TIMEOUT_WORDS = ("timeout", "timed out", "deadline")
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    hop: Hop
-    version: str
-    trace_id: str
-    start_ns: int
-    end_ns: int
-    error: bool
-    timeout: bool
-    answered: bool
-
-    @property
-    def duration_ms(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e6
-
-
-_new_call = maker(Call)  # Call(...) at a fraction of the cost (processors.model.fast)
+_SERVER = SpanKind.SERVER
 
 
 def timed_out(span: Span) -> bool:
@@ -48,43 +29,36 @@ def timed_out(span: Span) -> bool:
     return any(w in text for w in _TIMEOUT_WORDS) or span.http_status in (408, 504)
 
 
-def calls_of(trace: ClosedTrace, learned: CountedLRU[tuple[str, str], str]) -> list[Call]:
-    """The trace's calls; ``learned`` maps (service, span name) to the callee answered calls of it reached."""
+def answering(trace: ClosedTrace) -> dict[str, Span]:
+    """Client span id -> the SERVER span that answered it (its child; the last one, as ``TraceFacts.servers``)."""
     facts = trace.facts
-    if not facts.clients:
-        return []
     by_id = facts.by_id
-    answered: dict[str, str] = {}  # client span id -> the callee service its child SERVER span ran in
-    for s in facts.servers.values() if "" not in by_id else trace.spans:  # (a span without an id: all of them)
-        if s.kind == SpanKind.SERVER and s.parent_id in by_id:
-            answered[s.parent_id] = s.resource.service
-    out = []
-    trace_id = trace.trace_id
-    for span in facts.clients:
-        resource = span.resource
-        service = resource.service
-        callee = answered.get(span.span_id)  # None: no server span answered it ("": one without a service did)
-        db = span.db
-        answer = callee is not None or db is not None
-        if callee:
-            learned.put((service, span.name), callee)
-        else:
-            callee = db.system if db is not None else learned.get((service, span.name)) or span.name
-        hop = (service, _operation(span, by_id), callee)
-        error = span.is_error
-        timeout = error and timed_out(span)  # (read only of a failed call: most are not)
-        out.append(_new_call(hop, resource.version, trace_id, span.start_ns, span.end_ns, error, timeout, answer))
-    return out
+    if "" not in by_id:  # (a client span's id is in by_id: facts.servers answers it as the filter below would)
+        return facts.servers
+    return {s.parent_id: s for s in trace.spans if s.kind == _SERVER and s.parent_id in by_id}  # (a span without
+    # an id: every server span, those without a parent too)
 
 
-def _operation(span: Span, by_id: dict[str, Span]) -> str:
+def operation_of(span: Span, by_id: dict[str, Span]) -> str:
     """The operation of the request ``span`` runs in (its nearest SERVER or root ancestor in its service)."""
-    service, node, seen = span.resource.service, span, 0
+    service = span.resource.service
+    parent = by_id.get(span.parent_id)
+    if parent is None or parent.resource.service != service:
+        return span.route or span.name
+    return operation_above(parent, service, by_id)
+
+
+def operation_above(parent: Span, service: str, by_id: dict[str, Span]) -> str:
+    """:func:`operation_of` a span whose parent ``parent`` runs in its service ``service``: what it is depends on
+    the parent and the service only (the same for every sibling in that service, a cycle cut off alike)."""
+    if parent.kind == _SERVER or not parent.parent_id:
+        return parent.route or parent.name
+    node, seen = parent, 1
     while seen < 64:  # a cycle of parent ids (bad input) must not loop
-        parent = by_id.get(node.parent_id)
-        if parent is None or parent.resource.service != service:
+        parent_ = by_id.get(node.parent_id)
+        if parent_ is None or parent_.resource.service != service:
             return node.route or node.name
-        if parent.kind == SpanKind.SERVER or not parent.parent_id:
-            return parent.route or parent.name
-        node, seen = parent, seen + 1
+        if parent_.kind == _SERVER or not parent_.parent_id:
+            return parent_.route or parent_.name
+        node, seen = parent_, seen + 1
     return node.route or node.name
