@@ -302,9 +302,33 @@ def lazy_span(
     return span  # type: ignore[no-any-return]
 
 
+def read_span(
+    trace_id: str,
+    span_id: str,
+    parent_id: str,
+    name: str,
+    kind: SpanKind,
+    start_ns: int,
+    end_ns: int,
+    status: StatusCode,
+    resource: Resource,
+    detail: SpanDetail,
+) -> Span:
+    """A ``Span`` of these core fields and ``detail``, made as ``lazy_span`` makes one (``Span(...)`` sets each
+    slot through ``object.__setattr__``)."""
+    span: Any = _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail,
+                             None, None)  # fmt: skip
+    span.__class__ = Span
+    return span  # type: ignore[no-any-return]
+
+
 def read_details(spans: Iterable[Span]) -> None:
     """Read the detail of ``spans`` now: a span kept for later (in an open trace) then no longer holds what its
     decoder kept of the wire message, which for protobuf is the whole message's parse (~3.5 times its bytes)."""
     for span in spans:
-        if span._source is not None:
-            _detail(span)
+        source = span._source
+        if source is not None:  # _detail(span), spelt out: one call less a span
+            reader = span._reader
+            assert reader is not None
+            _set_detail(span, reader.span_detail(source))
+            _set_source(span, None)
