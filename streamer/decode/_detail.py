@@ -3,7 +3,7 @@ events and links as their bytes, ``streamer.decode._lite``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from sys import intern
 from typing import Any, cast
 
@@ -34,6 +34,7 @@ from streamer.decode._lite import KeptAttributes, Shared, skipped
 # (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
 TEXT_PER_BYTE = 8
 TEXT_SLACK = 16
+_new_tuple = tuple.__new__  # a named tuple of every field given: SpanDetail(*fields) without its __new__'s frame
 
 
 def value_of(av: AnyValue, depth: int = 0) -> Any:
@@ -140,19 +141,29 @@ def _skip(seen: Shared[bytes, None], kv: bytes) -> None:
 def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
     """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
     those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
-    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail."""
+    kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail, and so, in
+    one lookup, is one whose attributes (all of them, byte for byte, in order) an earlier such span had when each
+    was known then (``KeptAttributes.spans``)."""
     kept = ext.kept
+    attributes = tuple(sp.attributes)  # one bytes object each, its hash computed once for every lookup below
+    links = sp.links
+    plain = not sp.trace_state and not links and not sp.events
+    if plain:
+        whole = kept.spans.data.get(attributes)
+        if whole is not None:
+            return whole  # type: ignore[no-any-return]
     prefixes, known, skips = kept.prefixes, kept.values.data, kept.skipped
     seen = skips.data
-    events, pb_links, trace_state = sp.events, sp.links, sp.trace_state
     parts: list[bytes] = []  # the kept attributes, as their bytes
     hits: list[tuple[int, Any]] = []
-    fresh = False  # an attribute was read here, not known already
-    for kv in sp.attributes:
+    fresh = False  # a kept attribute was read here, not known already
+    new = False  # an attribute was not known (kept or skipped) already
+    for kv in attributes:
         hit = known.get(kv)
         if hit is None:
             if kv in seen:
                 continue
+            new = True
             n = len(kv)  # skipped(kv, prefixes), spelt out for a key and a value of under 128 bytes each
             if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
                 if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
@@ -168,31 +179,49 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
         parts.append(kv)
         hits.append(hit)
     same: tuple[bytes, ...] | None = None  # the kept attributes, when each was known
-    if not events and not pb_links and not trace_state:
+    if plain:
         if not parts:
+            if not new:
+                _whole(kept, attributes, NO_DETAIL)
             return NO_DETAIL
         if not fresh:
             same = tuple(parts)
             known_detail = kept.details.data.get(same)
             if known_detail is not None:
+                if not new:
+                    _whole(kept, attributes, known_detail)
                 return known_detail  # type: ignore[no-any-return]
-    links = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in pb_links]) if pb_links else ()
+        return _detail_of(ext, hits, same, attributes, (), (), "")
+    events = sp.events
     parsed = map(PbSpan.Event.FromString, events) if events else ()
+    linked = tuple([PbSpan.Link.FromString(raw).trace_id.hex() for raw in links]) if links else ()
+    return _detail_of(ext, hits, same, attributes, parsed, linked, sp.trace_state)
+
+
+SPAN_KEY_BYTES = 1024  # a span's attributes in more bytes than this are not a key of ``KeptAttributes.spans``
+
+
+def _whole(kept: KeptAttributes, attributes: tuple[bytes, ...], detail: SpanDetail) -> None:
+    """Know ``detail`` as that of the next span of no events, links nor trace state with these ``attributes``."""
+    if sum(map(len, attributes)) <= SPAN_KEY_BYTES:
+        kept.spans.put(attributes, detail)
+
+
+def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, ...] | None,
+               attributes: tuple[bytes, ...], events: Iterable[Any], links: tuple[str, ...],
+               trace_state: str) -> SpanDetail:  # fmt: skip
+    """A span's detail from its kept attributes' (slot, value)s, its attributes' bytes (for query parameters),
+    events, links and trace state; shared when it holds only fields many spans have (and kept for its kept
+    attributes' bytes ``same``)."""
     vals: list[Any] | None = None
     if hits:
         vals = [None] * SPAN_SLOTS
         for slot, v in hits:
             vals[slot] = v
-    return _detail_of(ext, vals, same, lambda: _query_params(sp.attributes), parsed, links, trace_state)
-
-
-def _detail_of(ext: Extractor, vals: list[Any] | None, same: tuple[bytes, ...] | None,
-               params: Callable[[], Iterable[tuple[str, Any]]], events: Iterable[Any], links: tuple[str, ...],
-               trace_state: str) -> SpanDetail:  # fmt: skip
-    """A span's detail from its kept attributes' values by slot (None: none), its query parameters, events, links
-    and trace state; shared when it holds only fields many spans have (and kept for its attributes' bytes ``same``)."""
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
-    db = ext.db_call(vals, params()) if vals and is_db(vals) else None
+    db = None
+    if vals and is_db(vals):  # most DB spans have no db.query.parameter.*: one search for them all
+        db = ext.db_call(vals, _query_params(attributes) if _QUERY_PARAM in b"".join(attributes) else ())
     exc_type = exc_message = exc_stack = ""
     for ev in events:
         if ev.name == EXCEPTION_EVENT:
@@ -212,5 +241,6 @@ def _detail_of(ext: Extractor, vals: list[Any] | None, same: tuple[bytes, ...] |
         if same is not None and sum(map(len, same)) <= (ext.limit - TEXT_SLACK) // TEXT_PER_BYTE:  # none cut
             cast(SpanExtractor, ext).kept.details.put(same, shared)  # a DetailSpan's: see span_detail
         return shared
-    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
-                      fields[5], exc_stack, sampling)  # fmt: skip
+    # SpanDetail(...), without its frame
+    return _new_tuple(SpanDetail, (fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db,
+                                   links, fields[5], exc_stack, sampling))  # fmt: skip

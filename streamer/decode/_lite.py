@@ -152,6 +152,7 @@ class Shared(Generic[K, V]):
 
 KEPT_ATTRIBUTES = 4096  # distinct kept attributes (by their encoded bytes), for each set of decode options
 KEPT_ATTRIBUTE_BYTES = 256  # an attribute encoded in more bytes is read again in each span
+KNOWN_SPANS = 4096  # distinct spans' attributes (all of them, see KeptAttributes) known, then it starts again
 SKIPPED_ATTRIBUTES = 4096  # distinct skipped attributes known (by their encoded bytes), then the set starts again
 
 
@@ -160,17 +161,19 @@ class KeptAttributes:
     (encoded ``KeyValue`` → (slot, value)), the skipped ones seen so far (an attribute of a key no span field reads,
     server.address or http.method, repeats byte for byte in most spans: one dict lookup instead of its framing read
     again, ``streamer.decode._detail.span_detail``; at most ``SKIPPED_ATTRIBUTES`` of up to ``KEPT_ATTRIBUTE_BYTES``
-    bytes, then it starts again, a reset counted as every ``Shared``'s), and the shared details of
-    spans of no events, links nor trace state (their kept attributes' bytes → ``SpanDetail``), see
-    ``streamer.decode.otlp``."""
+    bytes, then it starts again, a reset counted as every ``Shared``'s), the shared details of spans of no
+    events, links nor trace state (their kept attributes' bytes → ``SpanDetail``), and the details of such spans
+    by all of their attributes' bytes, in order, when each was known (kept or skipped) already: a span that
+    repeats another's attributes is then read in one lookup (``streamer.decode._detail.span_detail``)."""
 
-    __slots__ = ("details", "prefixes", "skipped", "values")
+    __slots__ = ("details", "prefixes", "skipped", "spans", "values")
 
     def __init__(self, keys: dict[str, int]) -> None:
         self.prefixes = key_prefixes(keys)
         self.values: Shared[bytes, tuple[int, Any]] = Shared(KEPT_ATTRIBUTES)
         self.skipped: Shared[bytes, None] = Shared(SKIPPED_ATTRIBUTES)
         self.details: Shared[tuple[bytes, ...], Any] = Shared(KEPT_ATTRIBUTES)
+        self.spans: Shared[tuple[bytes, ...], Any] = Shared(KNOWN_SPANS)
 
 
 @functools.lru_cache(maxsize=16)

@@ -1,11 +1,11 @@
 """OTLP traces and logs → ``Span`` / ``LogRecord`` events: protobuf here, the collector's ``otlp_json`` in
 ``streamer.decode.otlp_json`` (re-exported).
 
-Hot path: a span's core fields (ids, name, kind, times, status) are read when it is decoded, its attributes and
-events on first use (``processors.model.span.lazy_span``, ``streamer.decode._detail``), both from a lite parse of
-the message (``streamer.decode._lite``): an attribute is skipped by its encoded key alone, a kept one read once for
-all spans that carry it byte for byte. A ``db.statement.parameters`` tuple repr is parsed without
-``ast``.
+Hot path: a span's core fields (ids, name, kind, times, status) and its attributes and events are read when it is
+decoded (``streamer.decode._detail``; a span whose detail raises then is left to be read on first use,
+``processors.model.span.lazy_span``), both from a lite parse of the message (``streamer.decode._lite``): an
+attribute is skipped by its encoded key alone, a kept one read once for all spans that carry it byte for byte.
+A ``db.statement.parameters`` tuple repr is parsed without ``ast``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from processors.model.events import LogRecord, Resource, SpanKind, StatusCode
-from processors.model.span import DETAIL_FIELDS, Span, SpanDetail, lazy_span
+from processors.model.span import DETAIL_FIELDS, Span, SpanDetail, lazy_span, read_span
 from streamer.decode._attrs import (
     DEFAULT_OPTIONS,
     KINDS,
@@ -156,10 +156,10 @@ def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
 
 
 class _ProtoDetail:
-    """``SpanDetailReader`` of spans decoded here: reads a kept upb ``Span`` on first use.
+    """``SpanDetailReader`` of spans decoded here: reads a kept ``DetailSpan`` on first use.
 
-    Only spans too small to hold a value that ``clip`` would cut are read lazily (see ``decode_traces_proto``),
-    so a late read never counts a truncation nor refuses anything: it gives what an eager read would have.
+    Only spans too small to hold a value that ``clip`` would cut are read by it (see ``decode_traces_proto``),
+    so a read never counts a truncation: it gives what an eager read would have.
     """
 
     __slots__ = ("ext",)
@@ -201,11 +201,13 @@ def decode_traces_proto(
     The whole message is checked (and refused) by upb here, its resources once each (``CheckTraces``,
     ``_checked``), span by span when upb refuses it whole (``_salvage``), and read from a lite parse
     (``DetailTraces``: a one-trace message of the collector's kafka exporter decodes faster so than walking upb's
-    objects). Each span's core fields are read here and the rest
-    (``SpanDetail``: attributes by key, the exception event, links) on first use, from its ``DetailSpan`` (its
-    attributes, events and links as their bytes). A span whose encoded size could hold a value over
-    ``max_attribute_bytes`` is read here instead, so truncations are counted in ``stats`` before this returns,
-    exactly as an eager decoder counts them.
+    objects). Each span's core fields and the rest (``SpanDetail``: attributes by key, the exception event, links)
+    are read here, the rest from its ``DetailSpan`` (its attributes, events and links as their bytes): a stage reads
+    every span's detail as its message comes (``read_details``), and a span made with its detail holds neither a
+    reader nor the message's parse. A span too small to hold a value over ``max_attribute_bytes`` is read by the
+    reader's extractor, which counts nothing (none is cut); one whose detail raises is left lazy (``lazy_span``),
+    so that the stage refuses that span alone, as it reads it. A larger span is read with ``stats``, so truncations
+    are counted before this returns, exactly as an eager decoder counts them (and what raises refuses the message).
     """
     try:
         _parse(CheckTraces(), data, opts)  # checks the message but inside its resources: it is read from the lite
@@ -219,6 +221,7 @@ def decode_traces_proto(
         items = DetailTraces.FromString(data).items
         resources = [b"".join(rs.resources) for rs in items]  # each parsed on its own by _salvage
     reader, ext = _extractor(opts, stats)
+    lazy_ext = reader.ext  # counts nothing: a small span's values are never cut
     small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
     sized = SizedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
@@ -238,8 +241,9 @@ def decode_traces_proto(
                     raise _bad_id("span_id", span_id)
                 if parent_id and len(parent_id) != 8:
                     raise _bad_id("parent_span_id", parent_id)
-                if sp.links:
-                    for raw in sp.links:
+                links = sp.links
+                if links:
+                    for raw in links:
                         link_trace = PbSpan.Link.FromString(raw).trace_id
                         if len(link_trace) != 16:
                             raise _bad_id("link trace_id", link_trace)
@@ -267,8 +271,13 @@ def decode_traces_proto(
                 )
                 if eager and raw_spans is not None and len(raw_spans[k]) > small:
                     append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
-                else:
+                    continue
+                try:  # as the stage would read it now (read_details), without its lazy slot and reader
+                    detail = _span_detail(lazy_ext, sp)
+                except Exception:  # read again, and refused, by the stage: the message's other spans are kept
                     append(lazy_span(*core, reader, sp))
+                else:
+                    append(read_span(*core, detail))
     if stats is not None:
         stats.spans += len(out)
     return out
