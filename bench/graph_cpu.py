@@ -12,9 +12,10 @@ asks the graph which of the traces and their access spans are there and creates 
 ``merged``: ``fresh`` with every Trace MERGEd, as before a new one was CREATEd; ``full``: ``merged`` with a span's
 empty details stored as ``""`` and ``0``, as before they were sent as null; ``allids``: ``fresh`` with the read of
 present spans naming every span, as before it named only the access spans; ``noend``: ``fresh`` without the
-``Span.end`` index), and its rows per statement (``fresh@4000``), and how many of the stage's batches it writes as
-one (``fresh*4``: the statements of a runtime that wrote four polls' rows at once; its graph may differ, as windowed
-rows of several polls then share a statement).
+``Span.end`` index; ``parents``: ``fresh`` with each new span's parent not in its row looked up in the statement, as
+before 2026-12-07, not left to ``ADOPT``), and its rows per statement (``fresh@4000``), and how many of the stage's
+batches it writes as one (``fresh*4``: the statements of a runtime that wrote four polls' rows at once; its graph
+may differ, as windowed rows of several polls then share a statement).
 """
 
 from __future__ import annotations
@@ -44,7 +45,30 @@ from streamer.runtime import collector
 
 # The statements a variant writes in place of the writer's, by upsert kind: ``before`` as they were before issue 37.
 VARIANTS: dict[str, dict[str, str]] = {"before": dict(traces.MERGING), "after": {}, "fresh": {}, "merged": {},
-                                       "full": {}, "noend": {}, "allids": {}}  # fmt: skip
+                                       "full": {}, "noend": {}, "allids": {}, "parents": {}}  # fmt: skip
+# The statements of new spans (FRESH, CREATED) as they were before 2026-12-07 (``parents``): every span with a
+# parent is looked up again, its parent by its place in the row or (not there) by its id, and each edge or wait set
+# in a FOREACH.
+_NEW_TAIL = ", awaiting_parent: p[1]})-[:OF]->(t) "
+_OLD_TAIL = (
+    "})-[:OF]->(t) WITH r[10] AS row, collect(s) AS made, collect([p[1], p[16]]) AS ps "
+    "UNWIND range(0, size(made) - 1) AS i WITH made, made[i] AS s, ps[i] AS k "
+    "WHERE k[0] IS NOT NULL OR k[1] >= 0 OPTIONAL MATCH (g:Span {id: k[0]}) "
+    "WITH s, k[0] AS parent, CASE WHEN k[1] >= 0 THEN made[k[1]] ELSE g END AS q "
+    "FOREACH (_ IN CASE WHEN q IS NULL THEN [1] ELSE [] END | SET s.awaiting_parent = parent) "
+    "FOREACH (_ IN CASE WHEN q IS NOT NULL THEN [1] ELSE [] END | CREATE (s)-[:CHILD_OF]->(q))"
+)
+
+
+def _parents_looked_up(statement: str) -> str:
+    """A FRESH or CREATED statement as it was before 2026-12-07 (``parents``)."""
+    head, tail, _ = statement.partition(_NEW_TAIL)
+    if not tail:
+        raise ValueError("not a statement of new spans as the schema writes it now")
+    return head + _OLD_TAIL
+
+
+REPLACED = {"parents": {s: _parents_looked_up(s) for s in (traces.CREATED, *traces.FRESH.values())}}
 # Variants whose graph lacks one of the schema's indexes (dropped after the bootstrap): ``noend``, no ``Span.end``.
 DROPPED = {"noend": (("Span", "end"),)}
 # Variants whose rows store a span's empty details ("" and 0) as properties, as before they were sent as null: their
@@ -55,16 +79,19 @@ FULL = {"before", "after", "full"}
 class _Timed(GraphWriter):
     """A writer that notes, per upsert kind, statements, rows, wall time, the server's CPU and execution time."""
 
-    def __init__(self, *args: Any, pid: int, statements: dict[str, str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pid: int, statements: dict[str, str], replaced: dict[str, str],
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
         self.pid = pid
         self.statements = statements
+        self.replaced = replaced  # statements the writer runs itself (trace_writes), by their text
         self.kinds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
     async def write_rows(self, name: str, statement: str, rows: Any, dead: Any = None, results: Any = None) -> int:
         return await super().write_rows(name, self.statements.get(name, statement), rows, dead, results)
 
     async def _statement(self, name: str, statement: str, rows: list[Any], results: Any, *, shrinkable: bool) -> None:
+        statement = self.replaced.get(statement, statement)
         graph = self._graph
         cpu0, wall0 = proc_cpu_s(self.pid) or 0.0, time.perf_counter()
         run_ms: list[float] = []
@@ -113,9 +140,10 @@ def fingerprint(url: str, graph: str) -> dict[str, Any]:
 
 
 async def replay(url: str, pid: int, graph: str, batches: list[GraphBatch], variant: str, rows: int) -> dict[str, Any]:
-    writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant])
-    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids")
-    writer.create_traces = variant in ("fresh", "noend", "allids")
+    writer = _Timed(url, graph, batch_rows=rows, pid=pid, statements=VARIANTS[variant],
+                    replaced=REPLACED.get(variant, {}))  # fmt: skip
+    writer.create_fresh = variant in ("fresh", "full", "merged", "noend", "allids", "parents")
+    writer.create_traces = variant in ("fresh", "noend", "allids", "parents")
     writer.present_every_span = variant in ("before", "after", "full", "merged", "allids")
     writer.empty_details = variant in FULL
     await writer.bootstrap()
@@ -147,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spans", type=int, default=300_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--variants", default="before,after,fresh", help="before, after, fresh, merged, full, fresh@ROWS")
+    ap.add_argument("--variants", default="before,after,fresh",
+                    help="before, after, fresh, merged, full, noend, allids, parents, fresh@ROWS")  # fmt: skip
     ap.add_argument("--no-check", action="store_true", help="skip the comparison of the graphs' content")
     ap.add_argument("--json", type=Path, default=OUT / "graph_cpu.json")
     args = ap.parse_args(argv)

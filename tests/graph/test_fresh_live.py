@@ -38,15 +38,19 @@ def _request(tid: str, base: int) -> ClosedTrace:
 
 
 def _batches() -> list[GraphBatch]:
-    """A trace written, then a batch with its replay, a new trace, and another written in two fragments (the
-    children's row before the root's, in one statement)."""
+    """A trace written, then a batch with its replay, a new trace, another written in two fragments (the
+    children's row before the root's, in one statement), and a fragment of a trace written before whose span's
+    parent is in the graph already (each fragment with a write, so that it is detailed)."""
     a, b, c = _request("a" * 32, 10), _request("b" * 32, 20), _request("c" * 32, 30)
+    d = _request("d" * 32, 40)
     first, second = GraphBatch(), GraphBatch()
     trace_rows(a, [update_of(a.spans[0])], "paths", first)
+    trace_rows(ClosedTrace(d.trace_id, d.spans[4:]), [update_of(d.spans[4])], "paths", first)  # capture, server
     trace_rows(a, [update_of(a.spans[0])], "paths", second)
     trace_rows(b, [update_of(b.spans[0])], "paths", second)
     trace_rows(ClosedTrace(c.trace_id, c.spans[:4]), [update_of(c.spans[0])], "paths", second)
     trace_rows(ClosedTrace(c.trace_id, c.spans[4:], late=True), [], "paths", second)
+    trace_rows(ClosedTrace(d.trace_id, d.spans[:1], late=True), [update_of(d.spans[0])], "paths", second)  # db
     return [first, second]
 
 
@@ -117,12 +121,15 @@ async def test_rows_of_new_spans_leave_the_graph_the_lookup_form_leaves(graphs: 
         assert "refused" not in statements
         # the form under test was the one written: new traces CREATEd, the late fragment's Trace matched
         assert (traces.CREATED in statements) is (traces.FRESH["late_traces"] in statements) is fresh
-        # Adopted: the replay (its spans were there), the trace in fragments (a new trace's fragment whose parents
-        # are in another row, a fragment of a trace already there); a new trace whose parents are in its row is not.
-        assert sorted(adopted) == ["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
+        # Adopted: the replay (its spans were there), the traces in fragments (a new trace's fragment whose parents
+        # are in another row, a fragment of a trace already there, whose new spans wait for their parents until
+        # ADOPT links them); a new trace whose parents are in its row is not.
+        assert sorted(adopted) == (["a" * 32] * (1 if fresh else 2) + ["b" * 32] * (0 if fresh else 1) + ["c" * 32]
+                                   + ["d" * 32] * (1 if fresh else 2))  # fmt: skip
     assert digests[0] == digests[1]
-    # each trace's kept path (db -> capture_payment -> server): OF and CHILD_OF; the DB spans' writes, the route
-    assert digests[0][1] == [["CHILD_OF", 3 * 2], ["EXPOSES", 1], ["OF", 3 * 3], ["WROTE", 3]]
+    # each trace's kept path (db -> capture_payment -> server): OF and CHILD_OF; the DB spans' writes, the route;
+    # and the trace in two detailed fragments: the same path, a write from each fragment
+    assert digests[0][1] == [["CHILD_OF", 4 * 2], ["EXPOSES", 1], ["OF", 4 * 3], ["WROTE", 3 + 2]]
 
 
 async def test_a_span_another_writer_makes_after_the_read_refuses_no_row(graphs: tuple[str, list[str]]) -> None:
@@ -224,3 +231,18 @@ async def test_a_replayed_fragment_without_access_spans_is_found_by_the_read(gra
         trace_rows(ClosedTrace(t.trace_id, t.spans[4:], late=True), [], "paths", batch)
     counts = await _written_without_refusal(url, names[0], batches)
     assert counts == [[3, 3, 2, 0]]  # the first fragment's kept db span, the late one's capture_payment and server
+
+
+async def test_a_new_traces_span_whose_parent_is_only_a_placeholder_gets_its_edge(
+    graphs: tuple[str, list[str]],
+) -> None:
+    """The first fragment of a trace holds the DB span, not its parent, which is in the graph only as a placeholder
+    (an incident named it): the span is created waiting for it and the adoption after the batch links it (the
+    statement of new spans looks no parent up), nothing refused, nothing dead."""
+    url, names = graphs
+    t = _request("9" * 32, 70)
+    batch = GraphBatch()
+    trace_rows(ClosedTrace(t.trace_id, t.spans[:4]), [update_of(t.spans[0])], "paths", batch)
+    placeholder = "MERGE (s:Span {id: $id}) ON CREATE SET s.seen = 1"
+    counts = await _written_without_refusal(url, names[0], [batch], placeholder, id=t.spans[4].span_id)
+    assert counts == [[2, 1, 1, 1]]  # db -> capture_payment (the placeholder: no name, no trace)

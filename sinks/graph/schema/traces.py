@@ -25,7 +25,11 @@ every span of the statement is in the graph (``collect`` waits for all of them).
 **Rows whose spans are all new** (:func:`fresh`; ``GraphWriter`` asks the graph first which spans are there,
 :data:`PRESENT`) are written without the lookup of each span: every span is CREATEd and stays bound, so its CHILD_OF
 edge goes to its parent by the parent's place in the row (``rows.linked``: the column after the span's, and the
-parent's id only when it is not in the row, then looked up). The per-span lookup, its ``FOREACH`` and the second
+parent's id only when it is not in the row). A span whose parent is not in its row (a fragment) is created waiting
+for it (``awaiting_parent``), and ``ADOPT``, which ``GraphWriter.write`` runs for its trace after the batch's
+upserts, links it if the parent is in the graph: no lookup of a parent in this statement (the lookup of every span's
+parent id, null for a parent in the row, and the ``FOREACH`` of each edge cost FalkorDB a third of the statement's
+time: bench/RESULTS.md, issue 37, 2026-12-07). The lookup form's per-span lookup, its ``FOREACH`` and its second
 lookup of each span and its parent cost FalkorDB 0.4 times what this form does (bench/RESULTS.md, issue 37). A span
 another writer creates between the read and the write makes the unique constraint refuse the statement: the writer
 then writes its rows with :func:`traces`. The same read says which traces the graph had: a trace whose rows all went
@@ -121,13 +125,11 @@ def fresh(clause: str) -> str:
     at = len(PATH_SPAN_COLUMNS)
     return (
         (_created() if clause == "CREATE" else _trace(clause))
-        + f"WITH t, r UNWIND {_T['spans']} AS p CREATE (s:Span {{{created}}})-[:OF]->(t) "
-        + f"WITH r[{len(TRACE_COLUMNS)}] AS row, collect(s) AS made, collect([{_P['parent']}, p[{at}]]) AS ps "
-        "UNWIND range(0, size(made) - 1) AS i WITH made, made[i] AS s, ps[i] AS k "
-        "WHERE k[0] IS NOT NULL OR k[1] >= 0 OPTIONAL MATCH (g:Span {id: k[0]}) "
-        "WITH s, k[0] AS parent, CASE WHEN k[1] >= 0 THEN made[k[1]] ELSE g END AS q "
-        + _WHEN.format(cond="q IS NULL", then="SET s.awaiting_parent = parent")
-        + _WHEN.format(cond="q IS NOT NULL", then="CREATE (s)-[:CHILD_OF]->(q)").rstrip()
+        + f"WITH t, r UNWIND {_T['spans']} AS p "
+        + f"CREATE (s:Span {{{created}, awaiting_parent: {_P['parent']}}})-[:OF]->(t) "
+        + f"WITH r[{len(TRACE_COLUMNS)}] AS row, collect(s) AS made, collect(p[{at}]) AS at "
+        "UNWIND range(0, size(made) - 1) AS i WITH made, i, at[i] AS j WHERE j >= 0 "
+        "WITH made[i] AS s, made[j] AS q CREATE (s)-[:CHILD_OF]->(q)"
     )
 
 
