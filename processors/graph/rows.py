@@ -142,16 +142,9 @@ def omitted_text(spans: Sequence[Span], start_ns: int) -> str | None:
         return None
     status = _STATUS
     rows = []
-    for s in sorted(spans, key=_START):  # (``_ms3`` inline: it runs twice per omitted span, ~10 of them per trace)
+    for s in sorted(spans, key=_START):
         begin = s.start_ns
-        offset, duration = begin - start_ns, s.end_ns - begin
-        rows.append([
-            s.name,
-            s.resource.service,
-            (offset + 500) // 1000 / 1000 if 0 <= offset < _EXACT_NS and offset % 1000 != 500 else _ms3(offset),
-            (duration + 500) // 1000 / 1000 if 0 <= duration < _EXACT_NS and duration % 1000 != 500 else _ms3(duration),
-            status[s.status],
-        ])  # fmt: skip
+        rows.append([s.name, s.resource.service, _ms3(begin - start_ns), _ms3(s.end_ns - begin), status[s.status]])
     return _compact(rows)
 
 

@@ -1,12 +1,12 @@
 """Frozen slotted dataclasses made at a fraction of the cost of their own ``__init__``.
 
 A frozen dataclass's generated ``__init__`` stores each field through ``object.__setattr__`` (its own
-``__setattr__`` refuses): about 0.1 µs a field, 4 µs for an ``Access`` of 42 fields, and stage 1 makes one or two
-for every DB span of every closed trace, a ``Request`` for every request, a hop's ``Call`` for every call.
-:func:`maker` returns a function that takes the same arguments as the class (the same defaults) and fills a twin
-class with the same slots by plain stores, then makes the object one of the class (the same layout: what
-``processors.model.span`` does for spans). The object is the one ``cls(...)`` would make: equal, hashing alike,
-frozen. Only for frozen slotted dataclasses without ``__post_init__`` or default factories (checked).
+``__setattr__`` refuses), and stage 1 makes an ``Access`` of 42 fields for every DB span of every closed trace and
+a ``Request`` for every request. :func:`maker` returns a function that takes the same arguments as the class (the
+same defaults) and fills a twin class with the same slots by plain stores, then makes the object one of the class
+(the same layout: what ``processors.model.span`` does for spans). The object is the one ``cls(...)`` would make:
+equal, hashing alike, frozen. Only for frozen slotted dataclasses without ``__post_init__`` or default factories
+(checked).
 """
 
 from __future__ import annotations

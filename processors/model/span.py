@@ -302,9 +302,6 @@ def lazy_span(
     return span  # type: ignore[no-any-return]
 
 
-_new_object = object.__new__
-
-
 def read_span(
     trace_id: str,
     span_id: str,
@@ -317,21 +314,9 @@ def read_span(
     resource: Resource,
     detail: SpanDetail,
 ) -> Span:
-    """A ``Span`` of these core fields and ``detail``, made as ``lazy_span`` makes one (``Span(...)`` sets each
-    slot through ``object.__setattr__``), the builder's stores spelt out here (a decoder makes one a span)."""
-    span: Any = _new_object(_SpanBuilder)
-    span.trace_id = trace_id
-    span.span_id = span_id
-    span.parent_id = parent_id
-    span.name = name
-    span.kind = kind
-    span.start_ns = start_ns
-    span.end_ns = end_ns
-    span.status = status
-    span.resource = resource
-    span._detail = detail
-    span._reader = None
-    span._source = None
+    """A ``Span`` of these core fields and its ``detail`` read already, made as ``lazy_span`` makes one."""
+    span: Any = _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail,
+                             None, None)  # fmt: skip
     span.__class__ = Span
     return span  # type: ignore[no-any-return]
 

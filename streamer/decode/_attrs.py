@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from processors.model.events import DbCall, Resource, Scalar, SpanKind, StatusCode, build_identity
+from processors.model.fast import maker
 from processors.model.sampling import UNKNOWN, Sampling, span_sampling
-from streamer.decode._frozen import new_db_call
+
+_new_db_call = maker(DbCall)  # DbCall(...) without its field-by-field frozen stores (processors.model.fast)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +408,7 @@ class Extractor:
         tx_id, row_version = vals[TX_ID], vals[ROW_VERSION]  # ints are common: stringify
         tx_id = tx_id if type(tx_id) is str else self.text(tx_id)
         row_version = row_version if type(row_version) is str else self.text(row_version)
-        return new_db_call(system, statement, namespace, collection, operation, params, named, tx_id, row_version)
+        return _new_db_call(system, statement, namespace, collection, operation, params, named, tx_id, row_version)
 
 
 NO_FIELDS = ("", 0, "", "", 0, "")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass, fields
-from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
@@ -36,102 +35,9 @@ _change_values = operator.attrgetter(*_CHANGE_FIELDS)
 # Accesses go out one per DB span of every closed trace: json's C encoder made once (``processors.lib.json_text``),
 # the same text as ``_ENCODER.encode``.
 _encode_access = one_shot(json.JSONEncoder(default=str, check_circular=False))
-_json = _encode_access  # one value's text: the same as it has inside the message (no indent: nested = alone)
-_text = encode_basestring_ascii  # a str's JSON text, json's own (TypeError on anything that is no str)
-_int_text = int.__repr__  # an int's (not a bool's), as json writes it
-_float_text = float.__repr__  # a finite float's, as json writes it
-_INF = float("inf")
-_EMPTY = ()  # the empty tuple (any other empty value is json's to write)
-
-# The message as ``json`` writes it, one ``%s`` per field: each field's text is made by its declared type (a str, an
-# int, a bool, a tuple of str, an empty tuple, None), anything else by json itself, so the bytes are the same.
-_ACCESS_TEXT = (
-    f'{{"v": {SCHEMA_VERSION}, "kind": "access", "access": {{'
-    + ", ".join(f"{_text(name)}: %s" for name in ACCESS_FIELDS)
-    + "}}"
-)
-_FIELDS = ("entity", "table", "operation", "lock", "trace_id", "span_id", "service", "version", "start_ns", "end_ns",
-           "statement", "params", "set_values", "predicates", "read_version", "tx_id", "error", "function", "file",
-           "line", "located_by", "candidates", "idempotency_key", "links", "set_exprs", "route", "request_start_ns",
-           "request_end_ns", "trace_error", "trace_exception", "trace_status", "keyed", "exact", "where", "keying",
-           "key_candidates", "key_confidence", "filters", "set_columns", "unbound", "unbound_key",
-           "trace_sampling")  # fmt: skip
-assert _FIELDS == ACCESS_FIELDS, "encode_access writes an Access's fields by position"
-
-
-def _strings(values: Any) -> str:
-    """A tuple of str's text (an empty one: ``[]``); TypeError for anything else."""
-    if type(values) is not tuple:
-        raise TypeError("not a tuple")
-    return "[" + ", ".join(map(_text, values)) + "]"
-
-
-def _value(v: Any) -> str:
-    """An int's, bool's, None's or finite float's text without json's machinery; anything else json's."""
-    t = type(v)
-    if t is int:
-        return _int_text(v)
-    if t is bool or v is None:
-        return "true" if v is True else "false" if v is False else "null"
-    if t is float and -_INF < v < _INF:
-        return _float_text(v)
-    return _json(v)
 
 
 def encode_access(a: Access) -> bytes:
-    """The access's message: ``{"v": 1, "kind": "access", "access": {...}}`` with its fields in declared order, the
-    text ``json.JSONEncoder(default=str).encode`` writes, byte for byte (tests/decode/test_internal_encode.py keeps
-    that encoder as the yardstick). A field that is not of its declared type is written by json whole, as before."""
-    (entity, table, operation, lock, trace_id, span_id, service, version, start_ns, end_ns, statement, params,
-     set_values, predicates, read_version, tx_id, error, function, file, line, located_by, candidates,
-     idempotency_key, links, set_exprs, route, request_start_ns, request_end_ns, trace_error, trace_exception,
-     trace_status, keyed, exact, where, keying, key_candidates, key_confidence, filters, set_columns, unbound,
-     unbound_key, trace_sampling) = access_values(a)  # fmt: skip
-    t, i, j, e, strings = _text, _int_text, _json, _EMPTY, _strings
-    try:  # (each value inline by its declared type, a call only where it must: the message is made per access)
-        text = _ACCESS_TEXT % (
-            t(entity), t(table), t(operation), t(lock), t(trace_id), t(span_id), t(service), t(version),
-            i(start_ns) if type(start_ns) is int else _value(start_ns),
-            i(end_ns) if type(end_ns) is int else _value(end_ns),
-            t(statement),
-            "[]" if params is e else j(params),
-            "[]" if set_values is e else j(set_values),
-            "[]" if predicates is e else j(predicates),
-            t(read_version), t(tx_id),
-            "false" if error is False else "true" if error is True else _value(error),
-            t(function), t(file),
-            i(line) if type(line) is int else _value(line),
-            t(located_by),
-            "[]" if candidates is e else strings(candidates),
-            t(idempotency_key),
-            "[]" if links is e else strings(links),
-            "[]" if set_exprs is e else strings(set_exprs),
-            t(route),
-            i(request_start_ns) if type(request_start_ns) is int else _value(request_start_ns),
-            i(request_end_ns) if type(request_end_ns) is int else _value(request_end_ns),
-            "false" if trace_error is False else "true" if trace_error is True else _value(trace_error),
-            t(trace_exception),
-            i(trace_status) if type(trace_status) is int else _value(trace_status),
-            "true" if keyed is True else "false" if keyed is False else _value(keyed),
-            "true" if exact is True else "false" if exact is False else _value(exact),
-            "null" if where is None else j(where),
-            t(keying),
-            i(key_candidates) if type(key_candidates) is int else _value(key_candidates),
-            _float_text(key_confidence) if type(key_confidence) is float and -_INF < key_confidence < _INF
-            else _value(key_confidence),
-            "[]" if filters is e else strings(filters),
-            "[]" if set_columns is e else strings(set_columns),
-            "[]" if unbound is e else j(unbound),
-            "false" if unbound_key is False else "true" if unbound_key is True else _value(unbound_key),
-            "null" if trace_sampling is None else _value(trace_sampling),
-        )  # fmt: skip
-    except TypeError:  # a field not of its declared type (a str field holding a number, ...): json writes it all
-        return encode_access_by_json(a)
-    return text.encode()
-
-
-def encode_access_by_json(a: Access) -> bytes:
-    """``encode_access`` by json's general path: the access's fields as a dict, the message as one value."""
     body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
     return _encode_access({"v": SCHEMA_VERSION, "kind": "access", "access": body}).encode()
 

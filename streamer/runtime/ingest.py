@@ -21,12 +21,12 @@ committed in the future beyond that skew are never assembled, fed to watermarks 
 table keys or to retention: they are dropped and counted (``clock``), and the original message is dead-lettered
 (reason ``clock_skew``) so that nothing is lost.
 
-Containment (see :mod:`streamer.runtime.stage`): a span's detail (its attributes, read lazily) is read while its
-message is at hand, so a span whose detail cannot be read is dropped and its message dead-lettered
-(``internal_error:<type>``, component ``decode``) while the message's other spans are kept. A trace whose
-handling raises when it closes (SQL analysis, graph rows, CALLS) and a window whose rows raise are quarantined:
-their rows and messages are taken back out of the batch's output, they are counted and logged with the input
-offsets they held, and the other traces and windows close as usual.
+Containment (see :mod:`streamer.runtime.stage`): a span's detail (its attributes) is read while its message is at
+hand (the decoder reads it as it decodes; one it left unread is read here), so a span whose detail cannot be read is
+dropped and its message dead-lettered (``internal_error:<type>``, component ``decode``) while the message's other
+spans are kept. A trace whose handling raises when it closes (SQL analysis, graph rows, CALLS) and a window whose
+rows raise are quarantined: their rows and messages are taken back out of the batch's output, they are counted and
+logged with the input offsets they held, and the other traces and windows close as usual.
 """
 
 from __future__ import annotations

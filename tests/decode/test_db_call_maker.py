@@ -1,4 +1,5 @@
-"""``new_db_call`` makes the ``DbCall`` its constructor makes: equal, hashed, printed, pickled and frozen alike."""
+"""The decoder's ``DbCall`` maker (``processors.model.fast``) makes the ``DbCall`` its constructor makes: equal, hashed,
+printed, pickled and frozen alike."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pickle
 import pytest
 
 from processors.model.events import DbCall
-from streamer.decode._frozen import new_db_call
+from streamer.decode._attrs import _new_db_call as new_db_call
 
 
 def test_a_db_call_made_fast_is_the_one_its_constructor_makes() -> None:
@@ -19,4 +20,4 @@ def test_a_db_call_made_fast_is_the_one_its_constructor_makes() -> None:
     assert fast != dataclasses.replace(slow, row_version="v4")
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.system = "mysql"  # type: ignore[misc]
-    assert len(dataclasses.fields(DbCall)) == len(values)  # a field added to DbCall fails here (and at import)
+    assert len(dataclasses.fields(DbCall)) == len(values)  # a field added to DbCall fails here
