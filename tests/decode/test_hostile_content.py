@@ -20,8 +20,8 @@ from processors.model.events import Scalar
 from processors.model.span import Span
 from processors.sql.values import UNAVAILABLE, compare
 from streamer.decode import DecodeError, decode_row_change
-from streamer.decode._attrs import literal_params
 from streamer.decode.config import DecodeConfig
+from streamer.decode.literals import literal_params
 from streamer.decode.registry import DECODERS, Record
 from tests.fuzz.strategies import NOW, OtlpMessage, SpanSpec, TraceSpec, Value, good_trace
 

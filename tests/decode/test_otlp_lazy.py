@@ -35,10 +35,9 @@ from streamer.decode._attrs import (
     TEXT_SLOTS,
     Extractor,
     is_db,
-    literal_params,
-    literal_params_ast,
     sampling_of,
 )
+from streamer.decode.literals import literal_params, literal_params_ast
 from streamer.decode.otlp import _bad_id, _parse, _pick, _salvage, _value
 
 # Keys the decoder keeps (current, older and configured names) and a few it skips.

@@ -24,7 +24,7 @@ from processors.sql.predicate import evaluate
 from processors.sql.predicate_text import where_text
 from processors.sql.values import compare, covers, same_value
 from streamer.decode import internal
-from streamer.decode._attrs import MAX_INT_DIGITS, literal_params
+from streamer.decode.literals import MAX_INT_DIGITS, literal_params
 from tests.fuzz.profiles import fuzz
 from tests.fuzz.strategies import PARAMETER_TEXTS, ROW_VALUES, STATEMENTS, constants, texts
 
