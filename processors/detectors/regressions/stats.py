@@ -5,8 +5,8 @@ Requests and their signatures are ``processors.pipeline.requests``'. Windows are
 aligned on the trace root's start and closed like the CALLS windows: once the watermark is past their end plus the trace
 gap and no open trace started inside them. A trace for a closed window is late: counted (``stats_late``), left out.
 State per key is bounded: a reservoir of ``reservoir_size`` latencies (Algorithm R, seeded RNG, mergeable by
-weighted sampling), ``slow_traces`` slowest requests (their traces, whose critical paths are walked when the window
-closes), and ``max_signatures`` signatures (the rest fold into ``error:<label>:(other)``).
+weighted sampling), ``slow_traces`` slowest requests (their critical paths), and ``max_signatures`` signatures (the
+rest fold into ``error:<label>:(other)``).
 """
 
 from __future__ import annotations
@@ -65,29 +65,19 @@ class Reservoir:
         return Reservoir(size, [v for _, v in chosen], sum(p.seen for p in parts))
 
 
-Owned = dict[str, int]  # critical-path ns per owner (processors.pipeline.critical_path)
-
-
 @dataclass(slots=True)
 class SlowTraces:
-    """The ``size`` slowest requests and the critical-path ownership (ns per owner) of each.
-
-    A request enters with its ownership, or with its trace (``add``'s ``owned``): then its critical path is walked
-    only when it is read (``ownership``), so the requests a slower one replaces before the window closes, and those
-    under the window's p95 then, are never walked (most of them: the first ``size`` of a key always enter). The walk
-    is a function of the trace alone, so it sums the same whenever it runs. (A kept trace is held until its window
-    closes, at most ``size`` per key and window, as its ownership was.)"""
+    """The ``size`` slowest requests and the critical-path ownership (ns per owner) of each."""
 
     size: int
-    heap: list[tuple[int, str, Owned | ClosedTrace]] = field(default_factory=list)  # (duration ns, span id, owned)
+    heap: list[tuple[int, str, dict[str, int]]] = field(default_factory=list)  # (duration ns, span id, owned)
     ids: set[str] = field(default_factory=set)  # the span ids in ``heap``
 
     def wants(self, duration_ns: int, span_id: str = "") -> bool:
         """Whether a request this long would be kept (not one already kept: a trace delivered and closed twice)."""
         return (len(self.heap) < self.size or duration_ns > self.heap[0][0]) and span_id not in self.ids
 
-    def add(self, duration_ns: int, span_id: str, owned: Owned | ClosedTrace) -> None:
-        """Keep a request with its ownership, or with its trace to walk when read."""
+    def add(self, duration_ns: int, span_id: str, owned: dict[str, int]) -> None:
         if span_id in self.ids:
             return  # the same request again (a trace delivered twice and closed twice): kept once
         item = (duration_ns, span_id, owned)
@@ -99,21 +89,14 @@ class SlowTraces:
             return
         self.ids.add(span_id)
 
-    def ownership(self, threshold_ns: float) -> tuple[Owned, int]:
+    def ownership(self, threshold_ns: float) -> tuple[dict[str, int], int]:
         """Summed ownership of the kept requests at or above ``threshold_ns`` (at least the slowest one)."""
         picked = [h for h in self.heap if h[0] >= threshold_ns] or heapq.nlargest(1, self.heap)
-        total: Owned = {}
-        for _, span_id, owned in picked:
-            for k, v in (owned if isinstance(owned, dict) else request_path(owned, span_id)).items():
+        total: dict[str, int] = {}
+        for _, _, owned in picked:
+            for k, v in owned.items():
                 total[k] = total.get(k, 0) + v
         return total, len(picked)
-
-
-def request_path(trace: ClosedTrace, span_id: str) -> Owned:
-    """The critical-path ownership of the request ``span_id`` of ``trace`` (the first span with that id)."""
-    facts = trace.facts
-    start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
-    return critical_path(trace.spans, start, facts.by_end, unique=facts.unique)
 
 
 # ---- windows -------------------------------------------------------------------------------------------------
@@ -240,7 +223,9 @@ class ServiceStats:
                 replaced += 1
             slow, span_id = op.slow, req.span_id
             if slow.wants(duration, span_id):
-                slow.add(duration, span_id, trace)  # its critical path walked only if read (SlowTraces)
+                facts = trace.facts
+                start = facts.by_id[span_id] if facts.unique else next(s for s in trace.spans if s.span_id == span_id)
+                slow.add(duration, span_id, critical_path(trace.spans, start, facts.by_end, unique=facts.unique))
             if req.error:
                 self._error(op, req)
         self.telemetry.count("samples_replaced", replaced)
