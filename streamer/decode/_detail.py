@@ -34,7 +34,6 @@ from streamer.decode._lite import KeptAttributes, Shared, skipped
 # (a control character inside a string in an array: 1 byte on the wire, 6 as JSON), plus a little.
 TEXT_PER_BYTE = 8
 TEXT_SLACK = 16
-_new_tuple = tuple.__new__  # a named tuple of every field given: SpanDetail(*fields) without its __new__'s frame
 
 
 def value_of(av: AnyValue, depth: int = 0) -> Any:
@@ -241,6 +240,5 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
         if same is not None and sum(map(len, same)) <= (ext.limit - TEXT_SLACK) // TEXT_PER_BYTE:  # none cut
             cast(SpanExtractor, ext).kept.details.put(same, shared)  # a DetailSpan's: see span_detail
         return shared
-    # SpanDetail(...), without its frame
-    return _new_tuple(SpanDetail, (fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db,
-                                   links, fields[5], exc_stack, sampling))  # fmt: skip
+    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
+                      fields[5], exc_stack, sampling)  # fmt: skip

@@ -78,7 +78,7 @@ class HangDetector(Processor):
         floor_ms = self.config.min_hang_s * 1e3
         thresholds = self._thresholds
         trace_id = trace.trace_id
-        getrandbits = self._rng.getrandbits
+        randrange = self._rng.randrange
         for span in clients:  # each call's hop (hops module docstring), then its window
             resource = span.resource
             service = resource.service
@@ -134,11 +134,7 @@ class HangDetector(Processor):
             if len(durations) < per_window:
                 durations.append(ms)
             else:  # a uniform sample of the window's calls
-                n = w.calls  # self._rng.randrange(n), spelt out: the same draws (Random._randbelow), less calls
-                bits = n.bit_length()
-                j = getrandbits(bits)
-                while j >= n:
-                    j = getrandbits(bits)
+                j = randrange(w.calls)
                 if j < per_window:
                     durations[j] = ms
 
