@@ -30,7 +30,7 @@ from processors.api.telemetry import Telemetry
 from processors.detectors.hangs.config import HangConfig
 from processors.detectors.hangs.finding import MAX_EXAMPLES, Baseline, HopWindow, finding
 from processors.detectors.hangs.hops import Hop, answering, operation_above, timed_out
-from processors.model.events import Access, SpanKind, StatusCode
+from processors.model.events import Access, StatusCode
 from processors.model.finding import FindingEvent
 from processors.model.trace import ClosedTrace
 from processors.model.units import s_to_ns
@@ -40,7 +40,6 @@ from processors.state.windows import TumblingWindows
 
 COMPONENT = "hangs"
 _ERROR = StatusCode.ERROR
-_SERVER = SpanKind.SERVER
 Parts = dict[str, dict[Hop, HopWindow]]  # input partition -> hop -> its calls in the window
 
 
@@ -94,8 +93,6 @@ class HangDetector(Processor):
             parent = by_id.get(span.parent_id)
             if parent is None or parent.resource.service != service:
                 operation = span.route or name
-            elif parent.kind == _SERVER or not parent.parent_id:
-                operation = parent.route or parent.name
             else:
                 key = (span.parent_id, service)
                 found = above.get(key)

@@ -28,16 +28,15 @@ from processors.findings.trace_windows import (
     PartWindow,
     Tally,
     WindowFindings,
+    dependency_of,
     failed,
+    request_above,
 )
-from processors.model.events import Access, SpanKind, StatusCode
+from processors.model.events import Access
 from processors.model.finding import FindingEvent, Point, Series
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS
-
-_ERROR = StatusCode.ERROR
-_SERVER = SpanKind.SERVER
 
 
 def chains(attempts: Sequence[Span]) -> list[list[Span]]:
@@ -51,18 +50,6 @@ def chains(attempts: Sequence[Span]) -> list[list[Span]]:
     return out
 
 
-def _request_under(parent_id: str, by_id: dict[str, Span]) -> Span | None:
-    """``request_above`` of a span whose parent span id is ``parent_id``, spelt out (it runs for every call)."""
-    seen = 0
-    node = by_id.get(parent_id)
-    while node is not None and seen < 10_000:
-        if node.kind == _SERVER or not node.parent_id:  # is_request(node)
-            return node
-        node = by_id.get(node.parent_id)
-        seen += 1
-    return None
-
-
 class RetryStormDetector(TallyDetector):
     """Calls retried after errors, per request and per window; see the module docstring."""
 
@@ -74,8 +61,7 @@ class RetryStormDetector(TallyDetector):
         self.config = config
 
     def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
-        windows = self.windows
-        part = windows.window(trace)
+        part = self.windows.window(trace)
         if part is None:
             return
         facts = trace.facts
@@ -83,42 +69,22 @@ class RetryStormDetector(TallyDetector):
         if not clients:
             return
         servers = facts.servers  # the server span answering each client span, by the client's span id
-        shapes = self.shapes
+        by_id = facts.by_id
         groups: dict[tuple[str, str, str], list[Span]] = {}
         for s in clients:
-            db = s.db  # dependency_of(s, servers, shapes), spelt out: it runs for every call of every trace
-            if db is not None:
-                system = db.system or "db"
-                target = (s.parent_id, f"{system}/{db.namespace}" if db.namespace else system,
-                       shapes.of(db.statement) if db.statement else s.name)  # fmt: skip
-            else:
-                server = servers.get(s.span_id)
-                if server is not None:
-                    target = (s.parent_id, server.resource.service, server.route or server.name)
-                else:
-                    target = (s.parent_id, s.name, s.name)
-            group = groups.get(target)
-            if group is None:
-                groups[target] = [s]
-            else:
-                group.append(s)
-        by_id = facts.by_id
-        requests: dict[str, tuple[Span, str, str]] = {}  # by parent span id: the request, its service and route
-        count = windows.count
+            groups.setdefault((s.parent_id, *dependency_of(s, servers, self.shapes)), []).append(s)
+        requests: dict[str, Span] = {}  # by parent span id
         for (parent, dependency, operation), attempts in groups.items():
-            found = requests.get(parent)
-            if found is None:
-                request = _request_under(parent, by_id) or trace.root
-                found = requests[parent] = (request, request.resource.service, request.route or request.name)
-            request, service, route = found
-            key = (service, route, dependency, operation)
+            request = requests.get(parent)
+            if request is None:
+                request = requests[parent] = request_above(attempts[0], by_id) or trace.root
+            key = (request.resource.service, request.route or request.name, dependency, operation)
             if len(attempts) == 1:
-                call = attempts[0]  # failed(call), spelt out
-                count(part, key, 1, 1, call.status == _ERROR or (status := call.http_status) >= 500 or status == 429)
+                self.windows.count(part, key, 1, 1, failed(attempts[0]))
                 continue
             failures = sum(map(failed, attempts))
             if not failures:  # no retry: each attempt a call of its own
-                count(part, key, len(attempts), len(attempts), 0)
+                self.windows.count(part, key, len(attempts), len(attempts), 0)
                 continue
             attempts.sort(key=lambda s: (s.start_ns, s.end_ns))
             self._retries(trace, request, key, attempts, failures, part)
