@@ -1,11 +1,11 @@
-"""The per-trace paths of the hang, retry storm, fan-out and contention detectors against the logic they replaced.
+"""The per-trace paths of the hang, fan-out and contention detectors against the logic they replaced.
 
-Each detector's ``on_trace`` was rewritten to do less per call (issue 37: one pass, no object per call, the shared
-helpers spelt out). The previous logic is kept here, as a subclass overriding ``on_trace`` (the rest of the
-detector is shared), and both are fed the same random traces (odd ones too: parent cycles, repeated and empty span
-ids, missing parents, errors, timeouts, 429/5xx, DB calls) under tight bounds, watermarks moving on as they go. After
-every step their whole state must be equal: open windows, counters, drop counters, learned callees, recent
-distributions, the random generator, and every finding they emit.
+Each detector's ``on_trace`` was rewritten to do less per call (issue 37: one pass, no object per call). The
+previous logic is kept here, as a subclass overriding ``on_trace`` (the rest of the detector is shared), and both
+are fed the same random traces (odd ones too: parent cycles, repeated and empty span ids, missing parents, errors,
+timeouts, 429/5xx, DB calls) under tight bounds, watermarks moving on as they go. After every step their whole state
+must be equal: open windows, counters, drop counters, learned callees, recent distributions, the random generator,
+and every finding they emit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from processors.detectors.hangs import HangConfig, HangDetector
 from processors.detectors.hangs.detector import _keep
 from processors.detectors.hangs.finding import HopWindow
 from processors.detectors.hangs.hops import timed_out
-from processors.detectors.retry_storm import RetryStormConfig, RetryStormDetector
-from processors.findings.trace_windows import dependency_of, failed, request_above
+from processors.findings.trace_windows import dependency_of
 from processors.model.events import Access, DbCall, Resource, SpanKind, StatusCode
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -116,34 +115,6 @@ class RefHangs(HangDetector):
                 j = self._rng.randrange(w.calls)
                 if j < per_window:
                     w.durations[j] = ms
-
-
-class RefRetryStorm(RetryStormDetector):
-    def on_trace(self, trace: ClosedTrace, accesses: Sequence[Access]) -> None:
-        part = self.windows.window(trace)
-        if part is None:
-            return
-        facts = trace.facts
-        if not facts.clients:
-            return
-        groups: dict[tuple[str, str, str], list[Span]] = {}
-        for s in facts.clients:
-            groups.setdefault((s.parent_id, *dependency_of(s, facts.servers, self.shapes)), []).append(s)
-        requests: dict[str, Span] = {}
-        for (parent, dependency, operation), attempts in groups.items():
-            request = requests.get(parent)
-            if request is None:
-                request = requests[parent] = request_above(attempts[0], facts.by_id) or trace.root
-            key = (request.resource.service, request.route or request.name, dependency, operation)
-            if len(attempts) == 1:
-                self.windows.count(part, key, 1, 1, failed(attempts[0]))
-                continue
-            failures = sum(map(failed, attempts))
-            if not failures:
-                self.windows.count(part, key, len(attempts), len(attempts), 0)
-                continue
-            attempts.sort(key=lambda s: (s.start_ns, s.end_ns))
-            self._retries(trace, request, key, attempts, failures, part)
 
 
 class RefFanout(FanoutDetector):
@@ -293,17 +264,6 @@ CASES: dict[str, tuple[Make, type[Any], type[Any]]] = {
         ),
         RefHangs,
         HangDetector,
-    ),
-    "retry_storm": (
-        lambda cls: cls(
-            RetryStormConfig(min_attempts=2, min_burst_traces=2, max_operations=12, max_fingerprints=6, shape_cache=2),
-            2 * S,
-            1 * S,
-            max_windows=5,
-            telemetry=Telemetry("retry_storm"),
-        ),
-        RefRetryStorm,
-        RetryStormDetector,
     ),
     "fanout": (
         lambda cls: cls(
