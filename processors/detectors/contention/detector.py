@@ -14,7 +14,6 @@ Concurrency is this instance's: with several ingest workers each sees its partit
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +22,8 @@ from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.detectors.contention.config import ContentionConfig
 from processors.detectors.contention.finding import Operation, finding
-from processors.detectors.contention.fit import fit, rank_correlation
+from processors.detectors.contention.fit import fit
+from processors.detectors.contention.recent import RecentPairs
 from processors.model.events import Access
 from processors.model.finding import FindingEvent
 from processors.model.trace import ClosedTrace
@@ -47,7 +47,7 @@ Parts = dict[str, dict[Operation, _Requests]]  # input partition -> operation ->
 
 @dataclass(slots=True)
 class _Recent:
-    pairs: deque[tuple[int, int, float]]  # (window index, concurrency at start, latency ms)
+    pairs: RecentPairs  # (window index, concurrency at start, latency ms)
     carry: list[int] = field(default_factory=list)  # ends of the last window's requests still in flight after it
     windows: int = 0
 
@@ -112,16 +112,16 @@ class ContentionDetector(Processor):
         for op, held in sorted(merged.items()):
             recent = self._recent.get(op)
             if recent is None:
-                recent = _Recent(deque(maxlen=c.max_pairs))
+                recent = _Recent(RecentPairs(c.max_pairs))
                 self._recent.put(op, recent)
             recent.windows += 1
             recent.carry = _sweep(sorted(held.spans), recent.carry, window[2], self._closed, recent.pairs)
             if len(recent.pairs) < c.min_pairs or recent.windows < c.min_windows:
                 continue
-            pairs = list(recent.pairs)
-            rho, p, _ = rank_correlation(pairs)  # cheap; the Theil-Sen fit only when it is significant
+            rho, p, _ = recent.pairs.correlation()  # cheap; the Theil-Sen fit only when it is significant
             if p > c.alpha or rho < c.min_rho:
                 continue
+            pairs = list(recent.pairs)
             f = fit(pairs)
             if f.slope_low > 0 and f.ratio >= c.min_ratio:
                 slow = sorted(held.spans, key=lambda s: s[0] - s[1])[:20]
@@ -131,15 +131,17 @@ class ContentionDetector(Processor):
 
 
 def _sweep(spans: list[tuple[int, int, str]], carry: list[int], end_ns: int, index: int,
-           pairs: deque[tuple[int, int, float]]) -> list[int]:  # fmt: skip
-    """Append each request's (window, concurrency at start, latency) to ``pairs``, requests sorted by start;
+           pairs: RecentPairs) -> list[int]:  # fmt: skip
+    """Add each request's (window, concurrency at start, latency) to ``pairs``, requests sorted by start;
     ``carry`` holds the ends of earlier requests that may still be in flight. Returns the ends still in flight at
     ``end_ns`` (the next window's carry)."""
     in_flight = list(carry)
     heapq.heapify(in_flight)
+    found: list[tuple[int, int, float]] = []
     for start, end, _ in spans:
         while in_flight and in_flight[0] <= start:
             heapq.heappop(in_flight)
-        pairs.append((index, len(in_flight) + 1, (end - start) / 1e6))
+        found.append((index, len(in_flight) + 1, (end - start) / 1e6))
         heapq.heappush(in_flight, end)
+    pairs.extend(index, found)
     return [e for e in in_flight if e > end_ns]

@@ -10,9 +10,15 @@ over that at the 10th. scipy is imported on first use (the daemon's start must n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
+if TYPE_CHECKING:  # numpy is imported at the first test (the daemon's start does not import it)
+    import numpy as np
+    from numpy.typing import NDArray
+
+Ranked: TypeAlias = "tuple[NDArray[np.float64], NDArray[np.float64]] | None"  # a window's ranks (``window_ranks``)
 TEST = "stratified Spearman rank correlation (ranks within each window), one-sided t-test"
 
 
@@ -36,22 +42,26 @@ class Fit:
         return self.at_high_ms / self.at_low_ms if self.at_low_ms > 0 else math.inf
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    """``scipy.stats.rankdata``: ranks from 1, ties given their average."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
+def _ranks(values: Sequence[float]) -> NDArray[np.float64]:
+    """``scipy.stats.rankdata``: ranks from 1, ties given their average (its algorithm: a stable sort, then each
+    run of equal values given the mean of its first and last rank, exact in binary)."""
+    import numpy as np
+
+    a = np.asarray(values)
+    order = np.argsort(a, kind="stable")
+    where = np.empty(order.size, dtype=np.intp)
+    where[order] = np.arange(order.size)
+    a = a[order]
+    first = np.concatenate(([True], a[1:] != a[:-1]))
+    run = np.cumsum(first)[where]  # each value's run of equal values, from 1
+    bounds = np.concatenate((np.nonzero(first)[0], [a.size]))  # where each run starts, and the end
+    ranks: NDArray[np.float64] = 0.5 * (bounds[run] + bounds[run - 1] + 1)
     return ranks
 
 
-def _pearson_greater(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+def _pearson_greater(
+    xs: Sequence[float] | NDArray[np.float64], ys: Sequence[float] | NDArray[np.float64]
+) -> tuple[float, float]:
     """``scipy.stats.pearsonr(xs, ys, alternative="greater")``: r and ``P(R >= r)``, R ~ Beta(n/2 - 1, n/2 - 1) on
     (-1, 1), as it computes them, from ``scipy.special`` and numpy (a fraction of ``scipy.stats``' memory: the
     daemon imports it at the first window with enough pairs)."""
@@ -66,23 +76,35 @@ def _pearson_greater(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, f
     return r, float(betaincc(ab, ab, (r + 1) / 2))
 
 
+def window_ranks(group: Sequence[tuple[int, float]]) -> Ranked:
+    """One window's ``(concurrency, latency)`` pairs as their within-window ranks, each ``(rank - 0.5) / n``; None
+    for a window of fewer than 3 pairs (no ranks to correlate)."""
+    n = len(group)
+    if n < 3:
+        return None
+    return (_ranks([c for c, _ in group]) - 0.5) / n, (_ranks([ms for _, ms in group]) - 0.5) / n
+
+
+def correlate(ranked: Iterable[Ranked], windows: int) -> tuple[float, float, int]:
+    """(rho, one-sided p, windows) of windows' ranks (``window_ranks``), pooled in their order."""
+    import numpy as np
+
+    kept = [r for r in ranked if r is not None]
+    if not kept:
+        return 0.0, 1.0, windows
+    xs, ys = np.concatenate([x for x, _ in kept]), np.concatenate([y for _, y in kept])
+    if xs.size < 3 or xs.min() == xs.max() or ys.min() == ys.max():  # fewer than two distinct ranks: no test
+        return 0.0, 1.0, windows
+    rho, p = _pearson_greater(xs, ys)
+    return rho, p, windows
+
+
 def rank_correlation(pairs: Sequence[tuple[int, int, float]]) -> tuple[float, float, int]:
     """(rho, one-sided p, windows) of ``(window, concurrency, latency)`` pairs ranked within their window."""
     by_window: dict[int, list[tuple[int, float]]] = {}
     for w, c, ms in pairs:
         by_window.setdefault(w, []).append((c, ms))
-    xs: list[float] = []
-    ys: list[float] = []
-    for group in by_window.values():
-        n = len(group)
-        if n < 3:
-            continue
-        xs += [(r - 0.5) / n for r in _ranks([c for c, _ in group])]
-        ys += [(r - 0.5) / n for r in _ranks([ms for _, ms in group])]
-    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return 0.0, 1.0, len(by_window)
-    rho, p = _pearson_greater(xs, ys)
-    return rho, p, len(by_window)
+    return correlate(map(window_ranks, by_window.values()), len(by_window))
 
 
 def fit(pairs: Sequence[tuple[int, int, float]]) -> Fit:
