@@ -382,8 +382,9 @@ class CollisionDetector(Processor):
     def _release_judged(self, state: EntityHistory, until_ns: int) -> int | None:
         """Release the input of what is judged; the oldest event time still waiting, if any."""
         later: int | None = None
+        at_of = self._inputs.getter  # (a table's scope holds a slot per trace that touched it: one C call each)
         for slot in list(state.inputs):
-            at = self._inputs.get(slot)
+            at = at_of(slot)
             if at is None:
                 state.inputs.discard(slot)
             elif at <= until_ns:
