@@ -93,7 +93,7 @@ class CollisionDetector(Processor):
         # The input behind what is not judged yet: (row, trace id) and (row, "@lsn") -> its event time.
         self._inputs: KeyedState[tuple[str, str], int] = KeyedState(
             "entity_inputs", bound=max_entities, new=lambda _key: 0, telemetry=self.telemetry, events=events,
-            reason="max_pinned_inputs",
+            reason="max_pinned_inputs", on_evict=self._input_evicted,
         )  # fmt: skip
         self._deadlines: Deadlines[str] = Deadlines()
         self._by_trace: CountedLRU[str, list[Access]] = CountedLRU(max_traces, self.telemetry, "max_traces")
@@ -127,11 +127,18 @@ class CollisionDetector(Processor):
         for slot in state.inputs:
             self._inputs.discard(slot)
 
+    def _input_evicted(self, key: tuple[str, str], _at: int) -> None:
+        """The bound of pinned inputs let ``key`` go: its entity no longer holds it."""
+        state = self._entities.get(key[0])
+        if state is not None:
+            state.inputs.discard(key)
+
     def _hold(self, entity: str, state: EntityHistory, slot: str, event_ns: int) -> None:
         """The input being processed is needed until the row is judged past ``event_ns``."""
         key = (entity, slot)
-        self._inputs.put(key, max(self._inputs.get(key) or 0, event_ns))
-        state.inputs.add(key)
+        at = max(self._inputs.get(key) or 0, event_ns)
+        self._inputs.put(key, at)
+        state.inputs.hold(key, at)
 
     # ---- Processor hooks ----------------------------------------------------------------------------------------
 
@@ -381,15 +388,6 @@ class CollisionDetector(Processor):
 
     def _release_judged(self, state: EntityHistory, until_ns: int) -> int | None:
         """Release the input of what is judged; the oldest event time still waiting, if any."""
-        later: int | None = None
-        at_of = self._inputs.getter  # (a table's scope holds a slot per trace that touched it: one C call each)
-        for slot in list(state.inputs):
-            at = at_of(slot)
-            if at is None:
-                state.inputs.discard(slot)
-            elif at <= until_ns:
-                self._inputs.discard(slot)
-                state.inputs.discard(slot)
-            else:
-                later = at if later is None else min(later, at)
-        return later
+        for slot in state.inputs.release_until(until_ns):
+            self._inputs.discard(slot)
+        return state.inputs.oldest()

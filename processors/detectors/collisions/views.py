@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processors.correlation.keying import undecided
+from processors.detectors.collisions.pending import PendingInputs
 from processors.lib.invariants import Invariant
 from processors.model.anomaly import Anomaly
 from processors.model.events import Access, Commit, DbOperation, LockMode
@@ -76,7 +77,7 @@ class EntityHistory:
     judged_until_ns: int = -1  # the judging horizon reached so far
     changed_ns: int = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
     judged: set[str] = field(default_factory=set)  # traces whose pairs have been judged (pruned with the history)
-    inputs: set[tuple[str, str]] = field(default_factory=set)  # the detector's keys for the input not judged yet
+    inputs: PendingInputs = field(default_factory=PendingInputs)  # the detector's keys for the input not judged yet
 
 
 @dataclass(slots=True)
