@@ -137,15 +137,16 @@ def _skip(seen: Shared[bytes, None], kv: bytes) -> None:
         seen.put(kv, None)
 
 
-def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
+def span_detail(ext: SpanExtractor, sp: Any, links: list[bytes] | None = None) -> SpanDetail:
     """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
     those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
     kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail, and so, in
     one lookup, is one whose attributes (all of them, byte for byte, in order) an earlier such span had when each
-    was known then (``KeptAttributes.spans``)."""
+    was known then (``KeptAttributes.spans``). ``links``: its links as their bytes, when read already."""
     kept = ext.kept
-    attributes = tuple(sp.attributes)  # one bytes object each, its hash computed once for every lookup below
-    links = sp.links
+    attributes = tuple(sp.attributes[:])  # one bytes object each, its hash computed once for every lookup below
+    if links is None:  # (a slice of a repeated field is made faster than its items one by one)
+        links = sp.links[:]
     plain = not sp.trace_state and not links and not sp.events
     if plain:
         whole = kept.spans.data.get(attributes)

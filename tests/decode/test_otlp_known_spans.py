@@ -147,11 +147,11 @@ def test_spans_are_read_as_they_are_decoded_and_one_that_raises_is_left_lazy(mon
     assert all(s._source is None and s._reader is None and s._detail is not None for s in spans)
     real, target, raised = streamer.decode.otlp._span_detail, bytes.fromhex(spans[2].span_id), []
 
-    def once(ext: Any, sp: Any) -> Any:  # raises the first time it reads the third span
+    def once(ext: Any, sp: Any, links: Any = None) -> Any:  # raises the first time it reads the third span
         if sp.span_id == target and not raised:
             raised.append(target)
             raise RuntimeError("as it is decoded")
-        return real(ext, sp)
+        return real(ext, sp, links)
 
     monkeypatch.setattr(streamer.decode.otlp, "_span_detail", once)
     spans = decode_traces_proto(data)
