@@ -126,24 +126,31 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _checked(pieces: Any) -> bytes:
-    """The encoded resource given as ``pieces`` (a ``DetailResourceSpans``' ``resources``: each time the field is
-    given), once each has parsed as upb's parse of the whole message would have parsed it (``CheckTraces`` left it
-    unchecked), else raise otlp_proto_invalid as that parse would have. upb parses each piece at the same depth and
-    merges them (as their concatenation parses): each piece is parsed once as a part of a ``TracesData``, so at the
-    depth it has in the message; one that parsed is not parsed again. One that did not is parsed again each time it
-    comes: it is refused (salvaged) each time, as before."""
-    checked, joined = _CHECKED.data, b""
-    for encoded in pieces:
-        if encoded not in checked:
-            framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
-            try:
-                TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
-            except _ProtoDecodeError as exc:
-                raise DecodeError("otlp_proto_invalid", str(exc)) from exc
-            _CHECKED.put(encoded, None)
-        joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
-    return joined
+def _checked(items: Any) -> list[bytes]:
+    """The encoded resource of each ``DetailResourceSpans`` of ``items`` (given as its ``resources``: each time the
+    field is given), once each piece has parsed as upb's parse of the whole message would have parsed it
+    (``CheckTraces`` left it unchecked), else raise otlp_proto_invalid as that parse would have. upb parses each
+    piece at the same depth and merges them (as their concatenation parses): each piece is parsed once as a part of
+    a ``TracesData``, so at the depth it has in the message; one that parsed is not parsed again. One that did not
+    is parsed again each time it comes: it is refused (salvaged) each time, as before."""
+    checked, out = _CHECKED.data, []
+    for rs in items:
+        pieces = rs.resources[:]
+        if len(pieces) == 1 and pieces[0] in checked:  # nearly always: one piece, known to parse
+            out.append(pieces[0])
+            continue
+        joined = b""
+        for encoded in pieces:
+            if encoded not in checked:
+                framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
+                try:
+                    TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
+                except _ProtoDecodeError as exc:
+                    raise DecodeError("otlp_proto_invalid", str(exc)) from exc
+                _CHECKED.put(encoded, None)
+            joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
+        out.append(joined)
+    return out
 
 
 def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
@@ -220,7 +227,7 @@ def decode_traces_proto(
     try:
         _parse(CheckTraces, data, opts)  # checks the message but inside its resources: it is read from the lite
         items = DetailTraces.FromString(data).items  # parse, the resources checked there
-        resources = [_checked(rs.resources[:]) for rs in items[:]]
+        resources = _checked(items[:])
     except DecodeError as exc:
         salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
         if salvaged is None:
