@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import FrozenInstanceError
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from processors.model.events import DbCall, Resource, SpanKind, StatusCode
 from processors.model.sampling import UNKNOWN, Sampling
@@ -248,7 +248,8 @@ class Span(_SpanSlots):
 
 class _SpanBuilder(_SpanSlots):
     """Fills the slots with plain stores, then becomes a ``Span`` (same layout): a frozen span at a fraction of
-    the cost of ``Span.__init__`` (which must go through ``object.__setattr__`` once per slot)."""
+    the cost of ``Span.__init__`` (which must go through ``object.__setattr__`` once per slot). Made by calling
+    the class (``read_span``): no function call around it."""
 
     __slots__ = ()
 
@@ -264,8 +265,8 @@ class _SpanBuilder(_SpanSlots):
         status: StatusCode,
         resource: Resource,
         detail: SpanDetail | None,
-        reader: SpanDetailReader | None,
-        source: Any,
+        reader: SpanDetailReader | None = None,
+        source: Any = None,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -279,6 +280,7 @@ class _SpanBuilder(_SpanSlots):
         self._detail = detail
         self._reader = reader
         self._source = source
+        self.__class__ = Span  # type: ignore[assignment]
 
 
 def lazy_span(
@@ -296,29 +298,15 @@ def lazy_span(
 ) -> Span:
     """A ``Span`` whose ``SpanDetail`` ``reader.span_detail(source)`` makes on first use (decoders only: the
     reader must give the same result whenever it is called, and refuse nothing)."""
-    span: Any = _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, None,
-                             reader, source)  # fmt: skip
-    span.__class__ = Span
-    return span  # type: ignore[no-any-return]
+    return cast(Span, _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, None,
+                                   reader, source))  # fmt: skip
 
 
-def read_span(
-    trace_id: str,
-    span_id: str,
-    parent_id: str,
-    name: str,
-    kind: SpanKind,
-    start_ns: int,
-    end_ns: int,
-    status: StatusCode,
-    resource: Resource,
-    detail: SpanDetail,
-) -> Span:
-    """A ``Span`` of these core fields and its ``detail`` read already, made as ``lazy_span`` makes one."""
-    span: Any = _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail,
-                             None, None)  # fmt: skip
-    span.__class__ = Span
-    return span  # type: ignore[no-any-return]
+# A ``Span`` of these core fields and its ``detail`` read already, made as ``lazy_span`` makes one:
+# read_span(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, detail).
+read_span: Callable[[str, str, str, str, SpanKind, int, int, StatusCode, Resource, SpanDetail], Span] = cast(
+    Any, _SpanBuilder
+)
 
 
 def read_details(spans: Iterable[Span]) -> None:

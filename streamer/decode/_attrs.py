@@ -245,8 +245,8 @@ class Extractor:
                 self.text, (system, statement, namespace, collection, operation)
             )
         tx_id, row_version = vals[TX_ID], vals[ROW_VERSION]  # ints are common: stringify
-        tx_id = tx_id if type(tx_id) is str else self.text(tx_id)
-        row_version = row_version if type(row_version) is str else self.text(row_version)
+        tx_id = tx_id if type(tx_id) is str else "" if tx_id is None else self.text(tx_id)
+        row_version = row_version if type(row_version) is str else "" if row_version is None else self.text(row_version)
         return _new_db_call(system, statement, namespace, collection, operation, params, named, tx_id, row_version)
 
 

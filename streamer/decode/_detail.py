@@ -131,21 +131,16 @@ def _keptvalue_of(ext: Extractor, slot: int, av: AnyValue) -> tuple[Any, bool]:
     return v, True
 
 
-def _skip(seen: Shared[bytes, None], kv: bytes) -> None:
-    """Know the skipped attribute ``kv`` for the next span that carries it (``KeptAttributes.skipped``)."""
-    if len(kv) <= _KEPT_BYTES:
-        seen.put(kv, None)
-
-
-def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
+def span_detail(ext: SpanExtractor, sp: Any, links: list[bytes] | None = None) -> SpanDetail:
     """The attribute- and event-derived fields of the ``DetailSpan`` ``sp``: attributes read from their bytes, only
     those of a kept key (``_attribute``), each distinct one once; a span of no events, links nor trace state whose
     kept attributes (byte for byte) an earlier span had, and that detail shared, is given that detail, and so, in
     one lookup, is one whose attributes (all of them, byte for byte, in order) an earlier such span had when each
-    was known then (``KeptAttributes.spans``)."""
+    was known then (``KeptAttributes.spans``). ``links``: its links as their bytes, when read already."""
     kept = ext.kept
-    attributes = tuple(sp.attributes)  # one bytes object each, its hash computed once for every lookup below
-    links = sp.links
+    attributes = tuple(sp.attributes[:])  # one bytes object each, its hash computed once for every lookup below
+    if links is None:  # (a slice of a repeated field is made faster than its items one by one)
+        links = sp.links[:]
     plain = not sp.trace_state and not links and not sp.events
     if plain:
         whole = kept.spans.data.get(attributes)
@@ -166,10 +161,12 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
             n = len(kv)  # skipped(kv, prefixes), spelt out for a key and a value of under 128 bytes each
             if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
                 if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
-                    _skip(skips, kv)
+                    if n <= _KEPT_BYTES:  # known for the next span that carries it (KeptAttributes.skipped)
+                        skips.put(kv, None)
                     continue
             elif skipped(kv, prefixes):
-                _skip(skips, kv)
+                if n <= _KEPT_BYTES:
+                    skips.put(kv, None)
                 continue
             hit = _attribute(ext, kv)
             if hit is None:
@@ -185,8 +182,8 @@ def span_detail(ext: SpanExtractor, sp: Any) -> SpanDetail:
             return NO_DETAIL
         if not fresh:
             same = tuple(parts)
-            known_detail = kept.details.data.get(same)
-            if known_detail is not None:
+            known_detail = kept.details.data.get(same)  # a DB call's: unless query parameters (skipped) are given
+            if known_detail is not None and (known_detail.db is None or _QUERY_PARAM not in b"".join(attributes)):
                 if not new:
                     _whole(kept, attributes, known_detail)
                 return known_detail  # type: ignore[no-any-return]
@@ -220,7 +217,10 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
     fields = NO_FIELDS if vals is None else ext.span_fields(vals)
     db = None
     if vals and is_db(vals):  # most DB spans have no db.query.parameter.*: one search for them all
-        db = ext.db_call(vals, _query_params(attributes) if _QUERY_PARAM in b"".join(attributes) else ())
+        if _QUERY_PARAM in b"".join(attributes):
+            db, same = ext.db_call(vals, _query_params(attributes)), None  # not a detail of its kept attributes
+        else:
+            db = ext.db_call(vals, ())
     exc_type = exc_message = exc_stack = ""
     for ev in events:
         if ev.name == EXCEPTION_EVENT:
@@ -231,6 +231,11 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
     if vals is None and not exc_type and not exc_message and not exc_stack and not links and not trace_state:
         return NO_DETAIL
     sampling = sampling_of(trace_state, vals)
+    if db is not None and same is not None:  # a DB call of no value of its own (``same``: none was read): kept
+        detail = SpanDetail(fields[0], fields[1], "", "", fields[2], fields[3], fields[4], db, sampling=sampling)
+        if sum(map(len, same)) <= (ext.limit - TEXT_SLACK) // TEXT_PER_BYTE:  # none cut
+            cast(SpanExtractor, ext).kept.details.put(same, detail)  # for the next span of these kept attributes
+        return detail
     if db is None and not (exc_type or exc_message or exc_stack or links or fields[5]):  # a route, a code location:
         key = (*fields, sampling)  # the same few for most spans, one shared tuple each (open traces hold them all)
         shared = _SHARED_DETAILS.data.get(key)

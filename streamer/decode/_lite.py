@@ -1,7 +1,9 @@
 """Cheap second parses of a ``TracesData`` message that upb has parsed (and so checked) whole.
 
 ``SizedTraces`` keeps each span as its bytes: it sizes every span, and reads a message whose spans upb cannot all
-parse, one by one. ``DetailTraces`` is what a span is decoded from (upb's parse of the whole message only checks
+parse, one by one. ``ScopedTraces`` keeps each ``ScopeSpans`` as its bytes: a scope no larger than the size a
+span is looked at holds no span that large, so only a larger scope's spans are sized (``SizedScope``: its spans as
+their bytes). ``DetailTraces`` is what a span is decoded from (upb's parse of the whole message only checks
 it: walking both costs a Python object at each level of each, twice): of each span its core fields, and what its
 ``SpanDetail`` is read from: its attributes, events and links each as its encoded bytes, its trace state; and each
 resource as its encoded bytes (as often as the field is given: upb merges them, as their concatenation parses),
@@ -28,6 +30,8 @@ _FIELDS: dict[str, tuple[tuple[str, int, int, str], ...]] = {
     "TracesData": (("items", 1, _F.TYPE_MESSAGE, "ResourceSpans"),),
     "ResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "ScopeSpans"), ("resource", 1, _F.TYPE_BYTES, "")),
     "ScopeSpans": (("items", 2, _F.TYPE_BYTES, ""),),
+    "ScopedTraces": (("items", 1, _F.TYPE_MESSAGE, "ScopedResourceSpans"),),
+    "ScopedResourceSpans": (("items", 2, _F.TYPE_BYTES, ""),),
     "DetailTraces": (("items", 1, _F.TYPE_MESSAGE, "DetailResourceSpans"),),
     "DetailResourceSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailScopeSpans"), ("resources", 1, _F.TYPE_BYTES, "")),
     "DetailScopeSpans": (("items", 2, _F.TYPE_MESSAGE, "DetailSpan"),),
@@ -53,8 +57,9 @@ _SINGLE = frozenset(
 )
 
 
-def _lite_classes() -> tuple[Any, Any, Any]:
-    """(``SizedTraces``, ``DetailTraces``, its ``DetailSpan``): see the module's text. Their strings are read only
+def _lite_classes() -> tuple[Any, Any, Any, Any, Any]:
+    """(``SizedTraces``, its ``ScopeSpans``, ``ScopedTraces``, ``DetailTraces``, its ``DetailSpan``): see the
+    module's text. Their strings are read only
     from messages upb has parsed as the OTLP ``TracesData`` (which checks that each is UTF-8)."""
     fd = descriptor_pb2.FileDescriptorProto(name="trace_repro_lite_traces.proto", package="trace_repro_lite")
     for name, fields in _FIELDS.items():
@@ -68,10 +73,10 @@ def _lite_classes() -> tuple[Any, Any, Any]:
     pool.Add(fd)
     find = pool.FindMessageTypeByName
     return tuple(message_factory.GetMessageClass(find(f"trace_repro_lite.{name}"))
-                 for name in ("TracesData", "DetailTraces", "DetailSpan"))  # fmt: skip
+                 for name in ("TracesData", "ScopeSpans", "ScopedTraces", "DetailTraces", "DetailSpan"))  # fmt: skip
 
 
-SizedTraces, DetailTraces, DetailSpan = _lite_classes()
+SizedTraces, SizedScope, ScopedTraces, DetailTraces, DetailSpan = _lite_classes()
 
 
 def _check_class() -> Any:

@@ -36,7 +36,15 @@ from streamer.decode._detail import TEXT_PER_BYTE, TEXT_SLACK, SpanExtractor
 from streamer.decode._detail import pick as _pick
 from streamer.decode._detail import span_detail as _span_detail
 from streamer.decode._detail import value_of as _value
-from streamer.decode._lite import CheckTraces, DetailTraces, Shared, SizedTraces, kept_attributes
+from streamer.decode._lite import (
+    CheckTraces,
+    DetailTraces,
+    ScopedTraces,
+    Shared,
+    SizedScope,
+    SizedTraces,
+    kept_attributes,
+)
 from streamer.decode.errors import DecodeError
 from streamer.decode.otlp_json import decode_logs_json, decode_traces_json
 
@@ -50,14 +58,14 @@ __all__ = [
 ]
 
 
-def _parse(msg: Any, data: bytes, opts: DecodeOptions) -> None:
-    """Bounds-check ``data`` and parse it into ``msg``."""
+def _parse(cls: Any, data: bytes, opts: DecodeOptions) -> Any:
+    """Bounds-check ``data`` and parse it as a message of the class ``cls``."""
     if not data:
         raise DecodeError("empty_value", "empty message value")
     if len(data) > opts.max_message_bytes:
         raise DecodeError("oversize_message", f"{len(data)} bytes > {opts.max_message_bytes}")
     try:
-        msg.ParseFromString(data)
+        return cls.FromString(data)
     except _ProtoDecodeError as exc:
         raise DecodeError("otlp_proto_invalid", str(exc)) from exc
 
@@ -118,24 +126,31 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _checked(pieces: Any) -> bytes:
-    """The encoded resource given as ``pieces`` (a ``DetailResourceSpans``' ``resources``: each time the field is
-    given), once each has parsed as upb's parse of the whole message would have parsed it (``CheckTraces`` left it
-    unchecked), else raise otlp_proto_invalid as that parse would have. upb parses each piece at the same depth and
-    merges them (as their concatenation parses): each piece is parsed once as a part of a ``TracesData``, so at the
-    depth it has in the message; one that parsed is not parsed again. One that did not is parsed again each time it
-    comes: it is refused (salvaged) each time, as before."""
-    checked, joined = _CHECKED.data, b""
-    for encoded in pieces:
-        if encoded not in checked:
-            framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
-            try:
-                TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
-            except _ProtoDecodeError as exc:
-                raise DecodeError("otlp_proto_invalid", str(exc)) from exc
-            _CHECKED.put(encoded, None)
-        joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
-    return joined
+def _checked(items: Any) -> list[bytes]:
+    """The encoded resource of each ``DetailResourceSpans`` of ``items`` (given as its ``resources``: each time the
+    field is given), once each piece has parsed as upb's parse of the whole message would have parsed it
+    (``CheckTraces`` left it unchecked), else raise otlp_proto_invalid as that parse would have. upb parses each
+    piece at the same depth and merges them (as their concatenation parses): each piece is parsed once as a part of
+    a ``TracesData``, so at the depth it has in the message; one that parsed is not parsed again. One that did not
+    is parsed again each time it comes: it is refused (salvaged) each time, as before."""
+    checked, out = _CHECKED.data, []
+    for rs in items:
+        pieces = rs.resources[:]
+        if len(pieces) == 1 and pieces[0] in checked:  # nearly always: one piece, known to parse
+            out.append(pieces[0])
+            continue
+        joined = b""
+        for encoded in pieces:
+            if encoded not in checked:
+                framed = b"\n" + _varint(len(encoded)) + encoded  # ResourceSpans.resource
+                try:
+                    TracesData.FromString(b"\n" + _varint(len(framed)) + framed)
+                except _ProtoDecodeError as exc:
+                    raise DecodeError("otlp_proto_invalid", str(exc)) from exc
+                _CHECKED.put(encoded, None)
+            joined = joined + encoded if joined else encoded  # one piece (nearly always): no copy
+        out.append(joined)
+    return out
 
 
 def _resource(ext: Extractor, encoded: bytes, pb: Any = None) -> Resource:
@@ -210,9 +225,9 @@ def decode_traces_proto(
     are counted before this returns, exactly as an eager decoder counts them (and what raises refuses the message).
     """
     try:
-        _parse(CheckTraces(), data, opts)  # checks the message but inside its resources: it is read from the lite
+        _parse(CheckTraces, data, opts)  # checks the message but inside its resources: it is read from the lite
         items = DetailTraces.FromString(data).items  # parse, the resources checked there
-        resources = [_checked(rs.resources) for rs in items]
+        resources = _checked(items[:])
     except DecodeError as exc:
         salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
         if salvaged is None:
@@ -223,17 +238,20 @@ def decode_traces_proto(
     reader, ext = _extractor(opts, stats)
     lazy_ext = reader.ext  # counts nothing: a small span's values are never cut
     small = (opts.max_attribute_bytes - TEXT_SLACK) // TEXT_PER_BYTE  # a span of this many bytes is read lazily
-    sized = SizedTraces.FromString(data).items if len(data) > small else None
+    scoped = ScopedTraces.FromString(data).items if len(data) > small else None
     kinds, statuses, unspecified, unset, quarter = KINDS, STATUSES, SpanKind.UNSPECIFIED, StatusCode.UNSET, ext.quarter
     hexed: dict[bytes, str] = {}  # trace and span id → hex, once per message
     out: list[Span] = []
     append = out.append
-    for i, rs in enumerate(items):
+    for i, rs in enumerate(items[:]):  # a slice: a list of the items, made faster than iterating the container
         resource = _resource(ext, resources[i])
-        for j, ss in enumerate(rs.items):
-            raw_spans = None if sized is None else sized[i].items[j].items
-            eager = raw_spans is not None and max(map(len, raw_spans), default=0) > small
-            for k, sp in enumerate(ss.items):
+        for j, ss in enumerate(rs.items[:]):
+            sizes = None  # each span's encoded size, when its scope is larger than a small span
+            if scoped is not None and len(raw_scope := scoped[i].items[j]) > small:
+                sizes = list(map(len, SizedScope.FromString(raw_scope).items[:]))
+                if max(sizes, default=0) <= small:
+                    sizes = None
+            for k, sp in enumerate(ss.items[:]):
                 trace_id, span_id, parent_id = sp.trace_id, sp.span_id, sp.parent_span_id
                 if len(trace_id) != 16:
                     raise _bad_id("trace_id", trace_id)
@@ -241,7 +259,7 @@ def decode_traces_proto(
                     raise _bad_id("span_id", span_id)
                 if parent_id and len(parent_id) != 8:
                     raise _bad_id("parent_span_id", parent_id)
-                links = sp.links
+                links = sp.links[:]
                 if links:
                     for raw in links:
                         link_trace = PbSpan.Link.FromString(raw).trace_id
@@ -258,26 +276,20 @@ def decode_traces_proto(
                 parent_hex = hexed.get(parent_id) if parent_id else ""
                 if parent_hex is None:
                     parent_hex = hexed[parent_id] = parent_id.hex()
-                core = (
-                    trace_hex,
-                    span_hex,
-                    parent_hex,
-                    name,
-                    kinds.get(sp.kind, unspecified),
-                    sp.start_time_unix_nano,
-                    sp.end_time_unix_nano,
-                    statuses.get(sp.status.code, unset),
-                    resource,
-                )
-                if eager and raw_spans is not None and len(raw_spans[k]) > small:
-                    append(Span(*core, **_as_kwargs(_span_detail(ext, sp))))
+                kind, status = kinds.get(sp.kind, unspecified), statuses.get(sp.status.code, unset)
+                if sizes is not None and sizes[k] > small:
+                    detail = _span_detail(ext, sp, links)
+                    append(Span(trace_hex, span_hex, parent_hex, name, kind, sp.start_time_unix_nano,
+                                sp.end_time_unix_nano, status, resource, **_as_kwargs(detail)))  # fmt: skip
                     continue
                 try:  # as the stage would read it now (read_details), without its lazy slot and reader
-                    detail = _span_detail(lazy_ext, sp)
+                    detail = _span_detail(lazy_ext, sp, links)
                 except Exception:  # read again, and refused, by the stage: the message's other spans are kept
-                    append(lazy_span(*core, reader, sp))
+                    append(lazy_span(trace_hex, span_hex, parent_hex, name, kind, sp.start_time_unix_nano,
+                                     sp.end_time_unix_nano, status, resource, reader, sp))  # fmt: skip
                 else:
-                    append(read_span(*core, detail))
+                    append(read_span(trace_hex, span_hex, parent_hex, name, kind, sp.start_time_unix_nano,
+                                     sp.end_time_unix_nano, status, resource, detail))  # fmt: skip
     if stats is not None:
         stats.spans += len(out)
     return out
@@ -291,8 +303,7 @@ def decode_logs_proto(
     data: bytes, opts: DecodeOptions = DEFAULT_OPTIONS, stats: DecodeStats | None = None
 ) -> list[LogRecord]:
     """Decode ``LogsData`` protobuf bytes (same bytes as ``ExportLogsServiceRequest``) into log records."""
-    msg = LogsData()
-    _parse(msg, data, opts)
+    msg = _parse(LogsData, data, opts)
     ext = Extractor(opts, stats)
     text = ext.text
     out: list[LogRecord] = []

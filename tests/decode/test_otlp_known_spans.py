@@ -147,14 +147,37 @@ def test_spans_are_read_as_they_are_decoded_and_one_that_raises_is_left_lazy(mon
     assert all(s._source is None and s._reader is None and s._detail is not None for s in spans)
     real, target, raised = streamer.decode.otlp._span_detail, bytes.fromhex(spans[2].span_id), []
 
-    def once(ext: Any, sp: Any) -> Any:  # raises the first time it reads the third span
+    def once(ext: Any, sp: Any, links: Any = None) -> Any:  # raises the first time it reads the third span
         if sp.span_id == target and not raised:
             raised.append(target)
             raise RuntimeError("as it is decoded")
-        return real(ext, sp)
+        return real(ext, sp, links)
 
     monkeypatch.setattr(streamer.decode.otlp, "_span_detail", once)
     spans = decode_traces_proto(data)
     assert [s._source is not None for s in spans[:4]] == [False, False, True, False]
     read_details(spans)
     assert spans == expected
+
+
+def test_a_db_call_of_no_value_of_its_own_is_read_once_for_its_kept_attributes() -> None:
+    """DB spans of the same kept attributes (system, statement ...) and no value of their own (parameters,
+    transaction id, row version, idempotency key, ``db.query.parameter.*``) are given one detail, as the eager
+    decoder reads it; a span that carries such a value, or a query parameter, gets its own."""
+    opts = DecodeOptions(idempotency_key_attribute="known.spans.db")
+    db = [bytes(_kv(k, v).SerializeToString()) for k, v in (("db.system.name", "postgresql"),
+                                                            ("db.query.text", "SELECT 1 WHERE id = %s"))]  # fmt: skip
+    details = []
+    for i in range(4):
+        own = {1: [_kv("db.statement.parameters", f"({i},)")], 2: [_kv("db.query.parameter.0", i)]}.get(i, [])
+        unique = [bytes(_kv("url.path", f"/x/{i}").SerializeToString())]  # never two spans' attributes the same
+        data = _one_span(db + unique + [bytes(kv.SerializeToString()) for kv in own], 60 + 2 * i)
+        for _ in range(2):
+            spans = decode_traces_proto(data, opts)
+            assert spans == _eager_decode(data, opts, None)
+            details.append(spans[0].detail)
+    first = details[1]  # the first read is of attributes not known yet: the second is kept
+    assert first.db is not None and first.db.params == () and details[0] == first
+    assert details[6] is first and details[7] is first
+    assert details[2].db is not None and details[2].db.params == (1,) and details[2] is not details[3]
+    assert details[4].db is not None and details[4].db.params == (2,) and details[4] is not details[5]

@@ -152,9 +152,8 @@ def _upb_detail(ext: Extractor, sp: PbSpan) -> SpanDetail:
 def _eager_decode(data: bytes, opts: DecodeOptions, stats: DecodeStats | None) -> list[Span]:
     """The decoder before lazy reads: every span's detail read, and its truncations counted, as it is decoded (the
     span's name is bounded like an attribute)."""
-    msg = TracesData()
     try:
-        _parse(msg, data, opts)
+        msg = _parse(TracesData, data, opts)
     except DecodeError as exc:  # a message upb refuses whole is read span by span, as the lazy decoder does
         salvaged = _salvage(data, stats) if exc.reason == "otlp_proto_invalid" else None
         if salvaged is None:
@@ -297,3 +296,21 @@ def test_spans_with_the_same_route_or_code_location_share_one_detail() -> None:
     assert shared and all(routes.setdefault((s.route, s.http_status), s._detail) is s._detail for s in shared)
     own = [s for s in spans if s.db is not None]
     assert own and len({id(s._detail) for s in own}) == len(own)
+
+
+def test_large_scopes_of_small_spans_and_a_large_span_match_eager() -> None:
+    """A scope larger than the size a span is looked at (its spans then sized one by one) holding only small spans,
+    and one holding a span large enough to be cut: the large span's cut is counted, as the eager decoder counts it."""
+    msg = TracesData()
+    rs = msg.resource_spans.add()
+    small_scope, large_scope = rs.scope_spans.add(), rs.scope_spans.add()
+    for i in range(40):
+        for scope in (small_scope, large_scope):
+            sp = scope.spans.add(trace_id=b"\x01" * 16, span_id=bytes([i + 1]) * 8, name="s", start_time_unix_nano=1)
+            sp.attributes.add(key="http.route", value=AnyValue(string_value="/r"))
+    big = large_scope.spans[7]
+    big.attributes.add(key="code.file.path", value=AnyValue(string_value="f" * 500))
+    data = msg.SerializeToString()
+    opts = DecodeOptions(max_attribute_bytes=64)  # a span of over 6 bytes is sized: each scope is larger
+    assert _outcome(decode_traces_proto, data, opts) == _outcome(_eager_decode, data, opts)
+    assert _outcome(decode_traces_proto, data, opts)[3] == 1
