@@ -117,12 +117,13 @@ def paths(trace: ClosedTrace, accesses: Sequence[Access]) -> tuple[list[Span], l
     facts = trace.facts
     by_id = facts.by_id
     spans = trace.spans
-    wanted = {a.span_id for a in accesses}
     if facts.unique and not facts.error and not facts.exception:
         # No span failed (the facts tell without a look at each span's detail): the walks start at the access
-        # spans alone. With unique ids the kept set is the union of their ancestor chains, whatever the order.
-        starts = [by_id[i] for i in wanted if i in by_id]
+        # spans alone. With unique ids the kept set is the union of their ancestor chains, whatever the order (a
+        # span with two accesses starts a second walk, which stops at once).
+        starts = [by_id[a.span_id] for a in accesses if a.span_id in by_id]
     else:
+        wanted = {a.span_id for a in accesses}
         starts = [s for s in spans if s.span_id in wanted or s.status == _ERROR or s.exception_type]
     keep: set[str] = set()
     for s in starts:
@@ -274,7 +275,9 @@ def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
     kinds, statuses = _KIND, _STATUS
     rows = []
     for s in spans:
-        d = s.detail
+        d = s._detail  # (read already: the slot, not the property)
+        if d is None:
+            d = s.detail
         r, db = s.resource, d.db
         rows.append(
             [
