@@ -117,12 +117,13 @@ def paths(trace: ClosedTrace, accesses: Sequence[Access]) -> tuple[list[Span], l
     facts = trace.facts
     by_id = facts.by_id
     spans = trace.spans
-    wanted = {a.span_id for a in accesses}
     if facts.unique and not facts.error and not facts.exception:
         # No span failed (the facts tell without a look at each span's detail): the walks start at the access
-        # spans alone. With unique ids the kept set is the union of their ancestor chains, whatever the order.
-        starts = [by_id[i] for i in wanted if i in by_id]
+        # spans alone. With unique ids the kept set is the union of their ancestor chains, whatever the order (a
+        # span with two accesses starts a second walk, which stops at once).
+        starts = [by_id[a.span_id] for a in accesses if a.span_id in by_id]
     else:
+        wanted = {a.span_id for a in accesses}
         starts = [s for s in spans if s.span_id in wanted or s.status == _ERROR or s.exception_type]
     keep: set[str] = set()
     for s in starts:
@@ -200,7 +201,8 @@ def _unique(rows: list[Row], field: str, new: dict[str, Row]) -> None:
 def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batch: GraphBatch) -> None:
     """Add one closed trace's rows to ``batch``: always its services and operations, detail if the policy says."""
     facts = trace.facts
-    seen = _ms(trace.end_ns)  # when they were last seen: retention deletes services and operations no longer seen
+    end_ns = trace.end_ns  # (the property: a trace without spans has none)
+    seen = end_ns / 1e6  # when they were last seen: retention deletes services and operations no longer seen
     # One row per name per batch (as ``_unique``), made only if new: nearly always every name is known already,
     # so the names the batch holds are read only when the trace's own set of them is not empty of new ones.
     names = {s.resource.service for s in trace.spans}
@@ -221,20 +223,19 @@ def trace_rows(trace: ClosedTrace, accesses: Sequence[Access], policy: str, batc
     completing = policy == "paths" and trace.late and not detail
     if not completing and not detail:
         return
-    root = trace.root
-    start_ns, end_ns = trace.start_ns, trace.end_ns
+    root, start_ns = trace.root, facts.start_ns  # (the trace has spans: it has an end)
     row: Row = {
         "id": trace.trace_id,
         "root": root.route or root.name,
         "service": root.resource.service,
-        "start": _ms(start_ns),
-        "duration_ms": _ms(end_ns - start_ns),
+        "start": start_ns / 1e6,  # (``_ms``, spelt out in the loops over every trace and access)
+        "duration_ms": (end_ns - start_ns) / 1e6,
         "status": "error" if facts.error else "ok",
         "version": root.resource.version,
         # Whether this part of the trace has its root span: a late fragment (spans arriving after the trace
         # closed) must not replace the root, start and duration the complete trace wrote.
         "rooted": not root.parent_id,
-        "end": _ms(end_ns),
+        "end": seen,
     }
     (batch.late_traces if completing else batch.traces).append(row)
     if policy == "paths":
@@ -274,7 +275,9 @@ def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
     kinds, statuses = _KIND, _STATUS
     rows = []
     for s in spans:
-        d = s.detail
+        d = s._detail  # (read already: the slot, not the property)
+        if d is None:
+            d = s.detail
         r, db = s.resource, d.db
         rows.append(
             [
@@ -306,7 +309,7 @@ def access_rows(accesses: Iterable[Access], batch: GraphBatch) -> None:
             "span": a.span_id,
             "entity": a.entity if type(a.entity) is str else clean(a.entity),  # (``clean`` of a str: the str)
             "table": a.table,
-            "at": _ms(a.start_ns),
+            "at": a.start_ns / 1e6,
             "lock": str(a.lock),  # (a StrEnum's str is its value, made in C: ``.value`` is a Python descriptor)
             "version": a.read_version if type(a.read_version) is str else clean(a.read_version),
             "op": str(a.operation),

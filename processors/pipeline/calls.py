@@ -19,6 +19,7 @@ from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
 from processors.lib.sketch import LatencySketch
 from processors.model.events import SpanKind, StatusCode
+from processors.model.span import Span
 from processors.model.trace import ClosedTrace
 from processors.state.windows import ClosedWindow, TumblingWindows
 
@@ -56,15 +57,20 @@ class CallWindows:
         if parts is None:
             return False
         calls = parts.setdefault(trace.part, {})
-        by_id = trace.facts.by_id
+        facts = trace.facts
+        by_id = facts.by_id
         for span in trace.spans:
             parent = by_id.get(span.parent_id)
-            callee = span.resource.service
-            if parent is not None and parent.resource.service != callee:
-                _count(calls, parent.resource.service, callee, span.duration_ms, span.status == _ERROR)
+            if parent is not None and parent.resource is not span.resource:  # (one resource: one service)
+                caller, callee = parent.resource.service, span.resource.service
+                if caller != callee:
+                    _count(calls, caller, callee, span)
+        # (The DB spans the facts list already, not a look at every span's detail: a window's sums and sketches are
+        # the same in any order of its calls.)
+        for span in facts.db:
             db = span.db
             if db is not None and span.kind == _CLIENT:
-                _count(calls, callee, db.system or "db", span.duration_ms, span.status == _ERROR)
+                _count(calls, span.resource.service, db.system or "db", span)
         return True
 
     def close_until(self, watermark_ns: int, open_since_ns: int | None = None) -> list[ClosedWindow[Parts]]:
@@ -75,10 +81,11 @@ class CallWindows:
         self._windows.each(lambda parts: parts.pop(part, None))
 
 
-def _count(calls: Calls, caller: str, callee: str, ms: float, error: bool) -> None:
+def _count(calls: Calls, caller: str, callee: str, span: Span) -> None:
+    """One call of ``span``'s, from ``caller`` to ``callee``."""
     stats = calls.get((caller, callee))
     if stats is None:
         stats = calls[(caller, callee)] = CallStats()
     stats.count += 1
-    stats.errors += error
-    stats.latency.add(ms)
+    stats.errors += span.status == _ERROR
+    stats.latency.add(span.duration_ms)

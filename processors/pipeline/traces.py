@@ -223,14 +223,14 @@ class TraceAssembler:
         budget = None
         if spread:
             budget, self._added = self._added + SPREAD_SPANS, 0
-        get = self._open.getter
-        for tid in self._deadlines.pop_due(watermark_ns):
-            trace = get(tid)
+        discard, closed_trace = self._open.discard, self._closed
+        for tid in self._deadlines.pop_due(watermark_ns):  # (its deadline popped: nothing to cancel)
+            trace = discard(tid)
             if trace is None:
                 continue
             if trace.awaited and not trace.late:
                 self.telemetry.drop("max_request_duration")  # closed before its parent came, as at max_open
-            closed = self._close(tid, forced=False)
+            closed = closed_trace(tid, trace, forced=False)
             yield closed
             if budget is not None:
                 budget -= len(closed.spans)
@@ -266,15 +266,17 @@ class TraceAssembler:
 
     def _evicted(self, tid: str, trace: _OpenTrace) -> None:
         """The open-trace bound evicted ``tid`` (counted as ``max_open_traces``): close it early, not lose it."""
+        self._deadlines.cancel(tid)
         self._forced.append(self._closed(tid, trace, forced=True))
 
     def _close(self, tid: str, *, forced: bool) -> ClosedTrace:
         trace = self._open.discard(tid)
         assert trace is not None
+        self._deadlines.cancel(tid)
         return self._closed(tid, trace, forced=forced)
 
     def _closed(self, tid: str, trace: _OpenTrace, *, forced: bool) -> ClosedTrace:
-        self._deadlines.cancel(tid)
+        """The closed trace of ``trace``, no longer open (its deadline gone too)."""
         self._closed_recently.add(tid)
         self.telemetry.count("closed")
         return ClosedTrace(tid, tuple(trace.spans.values()), trace.late, forced)

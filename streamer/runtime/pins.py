@@ -85,7 +85,7 @@ class PinTracker(StateEvents):
     once the batch that released them is durable (graph written, messages acknowledged).
     """
 
-    __slots__ = ("_current", "_held", "_released", "_released_sets", "pins")
+    __slots__ = ("_current", "_held", "_one", "_released", "_released_sets", "pins")
 
     def __init__(self) -> None:
         self.pins = OffsetPins()
@@ -94,12 +94,14 @@ class PinTracker(StateEvents):
         self._released_sets: dict[tuple[str, Hashable], set[Source]] = {}  # this batch's, for inherit()
         self._released: list[Source] = []
         self._current: tuple[Source, ...] = ()
+        self._one: Source | None = None  # the one source of ``_current``, when it has one only (the usual case)
 
     # ---- what is being processed ----------------------------------------------------------------------------
 
     def feeding(self, source: Source | None) -> None:
         """The record at ``source`` is being processed now (None: nothing, e.g. watermark work)."""
         self._current = (source,) if source is not None else ()
+        self._one = source
 
     def inherit(self, store: str, key: Hashable) -> tuple[Source, ...]:
         """The content of ``key`` of ``store`` is being passed on: what it feeds holds the input it held (returned).
@@ -107,10 +109,11 @@ class PinTracker(StateEvents):
         name = (store, key)
         released = self._released_sets.get(name)
         if released is not None and len(released) == 1 and name not in self._held:
-            self._current = tuple(released)
+            current = self._current = tuple(released)
         else:
-            self._current = tuple(self.held(store, key))
-        return self._current
+            current = self._current = tuple(self.held(store, key))
+        self._one = current[0] if len(current) == 1 else None
+        return current
 
     # ---- StateEvents -----------------------------------------------------------------------------------------
 
@@ -118,17 +121,16 @@ class PinTracker(StateEvents):
         """The common case first, answered by one lookup and one comparison: a key fed by one record (a trace
         closing into its window: seven windowed processors retain theirs for each trace) already holding an older
         offset of that record's partition, as a window fed by many traces of one partition does."""
-        current = self._current
-        if len(current) == 1:
-            tp, offset = current[0]
+        one = self._one
+        if one is not None:
             held = self._held.get((store, key))
             if type(held) is dict:
-                old = held.get(tp)
-                if old is not None and old <= offset:
+                old = held.get(one[0])
+                if old is not None and old <= one[1]:
                     return
-            elif held is not None and held[0] == tp and held[1] <= offset:
+            elif held is not None and held[0] == one[0] and held[1] <= one[1]:
                 return
-        self._retain(store, key, current)
+        self._retain(store, key, self._current)
 
     def _retain(self, store: str, key: Hashable, current: tuple[Source, ...]) -> None:
         """``retained``, every case."""

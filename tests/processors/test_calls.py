@@ -72,7 +72,8 @@ class Windows(CallWindows):
         super().__init__(size, grace, events=self.pins)
 
     def add(self, trace: ClosedTrace) -> bool:
-        self.pins._current = tuple((TP, o) for o in getattr(trace, "offsets", ()))
+        current = self.pins._current = tuple((TP, o) for o in getattr(trace, "offsets", ()))
+        self.pins._one = current[0] if len(current) == 1 else None  # (as ``PinTracker.inherit`` sets them)
         return super().add(trace)
 
     def sources(self, window: ClosedWindow[object]) -> frozenset[tuple[tuple[str, int], int]]:
