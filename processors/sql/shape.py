@@ -39,7 +39,8 @@ class Shape:
     # Of a predicate access: its whole WHERE compiled (``processors.sql.predicate``), and why parts are undecidable
     where: tuple[Node, Refs] | None = None
     undecidable: tuple[str, ...] = ()
-    # What every access of it carries, read once: the columns its WHERE compares, bound or not (the key's too), and
-    # the columns a predicate access of it sets
+    # What every access of it carries, read once: the columns its WHERE compares, bound or not (the key's too), the
+    # columns a predicate access of it sets, and a predicate access's entity key
     filters: tuple[str, ...] = ()
     set_columns: tuple[str, ...] = ()
+    scope: str = ""  # the entity key of its predicate accesses: its table's scope (``table:*``)

@@ -38,7 +38,8 @@ _encode_access = one_shot(json.JSONEncoder(default=str, check_circular=False))
 
 
 def encode_access(a: Access) -> bytes:
-    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
+    # (not strict: the names and the getter of their values are made of one tuple, so their lengths are equal)
+    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=False))
     return _encode_access({"v": SCHEMA_VERSION, "kind": "access", "access": body}).encode()
 
 
