@@ -64,6 +64,9 @@ from processors.sql.unkeyed import bind_scope, resets
 from processors.state.lru import CountedLRU
 
 _NO_NAMES: Mapping[str, Scalar] = MappingProxyType({})  # a span's named parameters when it has none
+# (an enum's member read off its class is a Python-level lookup: those of every access's path, once, here)
+_PREDICATE = Keying.PREDICATE
+_INSERT = DbOperation.INSERT
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
 _SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)
@@ -170,7 +173,7 @@ class SqlAccessExtractor:
         self.telemetry.count("predicate_accesses")
         return self._access(span, shape, shape.scope, predicates, sets, exprs, stamp,
                             keyed=False, exact=exact, filters=shape.filters, set_columns=shape.set_columns,
-                            unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE,
+                            unbound=unbound, unbound_key=unbound_key, keying=_PREDICATE,
                             where=where)  # fmt: skip
 
     def _key_terms(self, shape: Shape) -> tuple[Term, ...]:
@@ -202,7 +205,7 @@ class SqlAccessExtractor:
         if len(shape.targets) > 1:
             self._count("unbound_key_rows_merged")
         target = shape.targets[0]
-        terms = () if shape.operation is DbOperation.INSERT else (*self._key_terms(shape), *shape.predicates)
+        terms = () if shape.operation is _INSERT else (*self._key_terms(shape), *shape.predicates)
         predicates, _, unbound = self._bind_terms(terms, params, named)
         sets, exprs = self._bind_sets(target.set_values, params, named)
         return (self._predicate(span, shape, predicates, False, sets, exprs, stamp, unbound=unbound,
