@@ -38,8 +38,7 @@ _encode_access = one_shot(json.JSONEncoder(default=str, check_circular=False))
 
 
 def encode_access(a: Access) -> bytes:
-    # (not strict: the names and the getter of their values are made of one tuple, so their lengths are equal)
-    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=False))
+    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
     return _encode_access({"v": SCHEMA_VERSION, "kind": "access", "access": body}).encode()
 
 
