@@ -35,8 +35,8 @@ def function_of(span: Span, by_id: dict[str, Span]) -> tuple[str, str, int]:
     seen = 0
     node: Span | None = span
     while node is not None and seen < _MAX_DEPTH:
-        if node.code_function:
-            return node.code_function, node.code_file, node.code_line
+        if function := node.code_function:
+            return function, node.code_file, node.code_line
         node = by_id.get(node.parent_id)
         seen += 1
     return "", "", 0
@@ -77,12 +77,13 @@ def with_request(trace: ClosedTrace, accesses: list[Access], sites: list[SiteVal
 
 
 _HELD = (LockMode.FOR_UPDATE, LockMode.FOR_SHARE)
+_READ = DbOperation.READ  # (an enum's member read off its class is a Python-level lookup: once, here)
 
 
 def _rolled_back(trace: ClosedTrace, accesses: list[Access], silent: Sequence[Span] | None = None) -> bool:
     """Whether a write of ``accesses`` may be in a rolled-back transaction: the trace has a ROLLBACK span (among
     ``silent`` when given: the DB spans that made no access, which a ROLLBACK statement never makes)."""
-    return any(a.operation is not DbOperation.READ and not a.error for a in accesses) and any(
+    return any(a.operation is not _READ and not a.error for a in accesses) and any(
         s.db is not None and transaction_control(s.db.statement) == ROLLBACK
         for s in (trace.facts.db if silent is None else silent)
     )
@@ -102,12 +103,12 @@ def within_transactions(
         return accesses
     later_writes: dict[str, list[Access]] = {}
     for a in accesses:
-        if a.operation is not DbOperation.READ:
+        if a.operation is not _READ:
             later_writes.setdefault(a.entity, []).append(a)
     out = []
     for a in accesses:
         tx = txs.get(a.span_id)
-        if tx is not None and tx.rolled_back and a.operation is not DbOperation.READ and not a.error:
+        if tx is not None and tx.rolled_back and a.operation is not _READ and not a.error:
             a = replace(a, error=True)
         elif tx is not None and a.lock in _HELD and a.keyed:
             writes = [txs.get(w.span_id) for w in later_writes.get(a.entity, ()) if w.start_ns >= a.end_ns]

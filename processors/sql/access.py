@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import product
+from types import MappingProxyType
 from typing import Any
 
 import sqlglot
@@ -25,11 +26,10 @@ from processors.model.events import (
     Predicate,
     Scalar,
     entity_key,
-    scope_key,
 )
 from processors.model.span import Span
 from processors.sql.batches import arity, batch_rows, runs
-from processors.sql.binding import Term, bind_sets, bind_terms, columns_of, unbound_terms
+from processors.sql.binding import Term, bind_sets, bind_terms, columns_of
 from processors.sql.control import transaction_control
 from processors.sql.inserts import insert_rows
 from processors.sql.keys import TableKeys
@@ -61,6 +61,11 @@ from processors.sql.syntax import (
 )
 from processors.sql.unkeyed import bind_scope, resets
 from processors.state.lru import CountedLRU
+
+_NO_NAMES: Mapping[str, Scalar] = MappingProxyType({})  # a span's named parameters when it has none
+# (an enum's member read off its class is a Python-level lookup: those of every access's path, once, here)
+_PREDICATE = Keying.PREDICATE
+_INSERT = DbOperation.INSERT
 
 # What sqlglot raises, beyond its parse and token errors, on text it was not written for (its internal bugs).
 _SQLGLOT_INTERNAL = (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError)
@@ -124,7 +129,7 @@ class SqlAccessExtractor:
             return tuple(a for each in made for a in each)
         stamp = (site or (function or span.code_function, file or span.code_file, 0, "", ()),
                  request or ("", 0, 0, False, "", 0, span.links, None))  # fmt: skip
-        named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else {}
+        named = {k.lstrip(":@$"): v for k, v in db.named_params} if db.named_params else _NO_NAMES
         params = db.params
         if not shape.keyed:
             predicates, exact, sets, exprs, where, unbound = bind_scope(shape, params, named)
@@ -133,7 +138,7 @@ class SqlAccessExtractor:
                 self._resets = now
             for reason in shape.undecidable:
                 self._count(f"predicate_undecidable_{reason}")  # evaluated, it is undecidable where this part decides
-            if where is not None and any(not box for box in where[1]):
+            if where is not None and () in where[1]:  # a placeholder's box is empty
                 self._count("predicate_undecidable_unbound_parameter")
             return (self._predicate(span, shape, predicates, exact, sets, exprs, stamp, unbound=unbound, where=where),)
         result: list[Access] = []
@@ -145,7 +150,7 @@ class SqlAccessExtractor:
                 entity = identity_entity_key(shape.table, target.labels, values)
             else:
                 entity = entity_key(shape.table, tuple(normalise_key_value(v) for v in values))
-            predicates, _ = self._bind_terms(shape.predicates, params, named)
+            predicates = self._bind_terms(shape.predicates, params, named)[0]
             sets, exprs = self._bind_sets(target.set_values, params, named)
             result.append(self._access(span, shape, entity, predicates, sets, exprs, stamp, filters=shape.filters,
                                        set_columns=columns_of(target.set_values)))  # fmt: skip
@@ -162,11 +167,12 @@ class SqlAccessExtractor:
                    unbound: tuple[tuple[str, str], ...] = (), unbound_key: bool = False,
                    where: Predicate | None = None) -> Access:  # fmt: skip
         """The statement as a predicate access on its table's scope (counted per table)."""
-        self.unkeyed.put(shape.table, (self.unkeyed.peek(shape.table) or 0) + 1)
-        self._count("predicate_accesses")
-        return self._access(span, shape, scope_key(shape.table), predicates, sets, exprs, stamp,
+        unkeyed = self.unkeyed
+        unkeyed.put(shape.table, (unkeyed.peek(shape.table) or 0) + 1)
+        self.telemetry.count("predicate_accesses")
+        return self._access(span, shape, shape.scope, predicates, sets, exprs, stamp,
                             keyed=False, exact=exact, filters=shape.filters, set_columns=shape.set_columns,
-                            unbound=unbound, unbound_key=unbound_key, keying=Keying.PREDICATE,
+                            unbound=unbound, unbound_key=unbound_key, keying=_PREDICATE,
                             where=where)  # fmt: skip
 
     def _key_terms(self, shape: Shape) -> tuple[Term, ...]:
@@ -198,11 +204,11 @@ class SqlAccessExtractor:
         if len(shape.targets) > 1:
             self._count("unbound_key_rows_merged")
         target = shape.targets[0]
-        terms = () if shape.operation is DbOperation.INSERT else (*self._key_terms(shape), *shape.predicates)
-        predicates, _ = self._bind_terms(terms, params, named)
+        terms = () if shape.operation is _INSERT else (*self._key_terms(shape), *shape.predicates)
+        predicates, _, unbound = self._bind_terms(terms, params, named)
         sets, exprs = self._bind_sets(target.set_values, params, named)
-        return (self._predicate(span, shape, predicates, False, sets, exprs, stamp,
-                                unbound=unbound_terms(terms, params, named), unbound_key=True),)  # fmt: skip
+        return (self._predicate(span, shape, predicates, False, sets, exprs, stamp, unbound=unbound,
+                                unbound_key=True),)  # fmt: skip
 
     _bind_terms = staticmethod(bind_terms)
     _bind_sets = staticmethod(bind_sets)
@@ -217,7 +223,7 @@ class SqlAccessExtractor:
     def _shape(self, statement: str) -> Shape | str:
         cached = self._cache.get(statement)
         if cached is not None and (isinstance(cached, str) or cached.keys_version == self.keys.version):
-            self._count("cache_hits")
+            self.telemetry.count("cache_hits")
             return cached
         self._count("cache_misses")
         try:

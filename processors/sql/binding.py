@@ -20,25 +20,30 @@ def columns_of(sets: Sequence[tuple[str, Ref]]) -> tuple[str, ...]:
     return tuple(column for column, _ in sets)
 
 
-def bind_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
-               named: Mapping[str, Scalar]) -> tuple[tuple[tuple[str, str, Any], ...], bool]:  # fmt: skip
-    """The WHERE terms with the span's parameters bound; False when one could not be bound (dropped)."""
+def bind_terms(terms: Sequence[Term], params: tuple[Scalar, ...], named: Mapping[str, Scalar]
+               ) -> tuple[tuple[tuple[str, str, Any], ...], bool, tuple[tuple[str, str], ...]]:  # fmt: skip
+    """The WHERE terms with the span's parameters bound; False when one could not be bound (dropped); and
+    (column, operator) of the terms whose values the span does not carry (one of an IN list's is enough)."""
     out: list[tuple[str, str, Any]] = []
+    unbound: list[tuple[str, str]] = []
     exact = True
     for column, op, ref in terms:
         if isinstance(ref, tuple):
             values = [bind(r, params, named) for r in ref]
             if any(isinstance(v, Unbound) for v in values):
                 exact = False
+                unbound.append((column, op))
                 continue
             out.append((column, op, tuple(values)))
-        elif isinstance(v := bind(ref, params, named), Unbound) or isinstance(ref, Expr):
+        elif isinstance(v := bind(ref, params, named), Unbound):
+            exact = False
+            unbound.append((column, op))
+        elif isinstance(ref, Expr):
             exact = False  # an expression is SQL text, not a value a row image can be compared with
-            if not isinstance(v, Unbound):
-                out.append((column, op, v))  # kept for the record (keyed accesses' guards)
+            out.append((column, op, v))  # kept for the record (keyed accesses' guards)
         else:
             out.append((column, op, v))
-    return tuple(out), exact
+    return tuple(out), exact, tuple(unbound)
 
 
 def bind_sets(sets: Sequence[tuple[str, Ref]], params: tuple[Scalar, ...],
@@ -52,13 +57,3 @@ def bind_sets(sets: Sequence[tuple[str, Ref]], params: tuple[Scalar, ...],
             if isinstance(ref, Expr):
                 exprs.append(column)
     return tuple(values), tuple(exprs)
-
-
-def unbound_terms(terms: Sequence[Term], params: tuple[Scalar, ...],
-                  named: Mapping[str, Scalar]) -> tuple[tuple[str, str], ...]:  # fmt: skip
-    """(column, operator) of the WHERE terms whose values the span does not carry."""
-    return tuple(
-        (column, op)
-        for column, op, ref in terms
-        if any(isinstance(bind(r, params, named), Unbound) for r in (ref if isinstance(ref, tuple) else (ref,)))
-    )

@@ -21,6 +21,7 @@ _POSITIONAL = ("entity", "table", "operation", "lock", "trace_id", "span_id", "s
                "exact", "where", "keying", "key_candidates", "key_confidence", "filters", "set_columns", "unbound",
                "unbound_key", "trace_sampling")  # fmt: skip
 assert _POSITIONAL == ACCESS_FIELDS, "make_access makes an Access by position"
+_VALUES = {k: k.value for k in Keying}  # (``Keying.value`` is a Python-level property: read once)
 
 
 def make_access(span: Span, shape: Shape, entity: str, predicates: tuple[tuple[str, str, Any], ...],
@@ -39,7 +40,7 @@ def make_access(span: Span, shape: Shape, entity: str, predicates: tuple[tuple[s
                       r.version, span.start_ns, span.end_ns, db.statement, db.params, sets, predicates,
                       db.row_version, db.tx_id, span.is_error, function, file, line, located_by, candidates,
                       span.idempotency_key, links, exprs, route, request_start, request_end, trace_error,
-                      trace_exception, trace_status, keyed, exact, where, keying.value, 1, 1.0, filters,
+                      trace_exception, trace_status, keyed, exact, where, _VALUES[keying], 1, 1.0, filters,
                       set_columns, unbound, unbound_key, sampling)  # fmt: skip
 
 

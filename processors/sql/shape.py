@@ -3,9 +3,9 @@ which key, column or predicate), computed once per statement text by ``processor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from processors.model.events import DbOperation, LockMode
+from processors.model.events import DbOperation, LockMode, scope_key
 from processors.sql.binding import Term
 from processors.sql.predicate import Node, Refs
 from processors.sql.syntax import Key, Ref
@@ -39,7 +39,11 @@ class Shape:
     # Of a predicate access: its whole WHERE compiled (``processors.sql.predicate``), and why parts are undecidable
     where: tuple[Node, Refs] | None = None
     undecidable: tuple[str, ...] = ()
-    # What every access of it carries, read once: the columns its WHERE compares, bound or not (the key's too), and
-    # the columns a predicate access of it sets
+    # What every access of it carries, read once: the columns its WHERE compares, bound or not (the key's too), the
+    # columns a predicate access of it sets, and a predicate access's entity key
     filters: tuple[str, ...] = ()
     set_columns: tuple[str, ...] = ()
+    scope: str = field(init=False, default="")  # the entity key of its predicate accesses: ``scope_key(table)``
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", scope_key(self.table))  # (frozen: set once, as it is made)

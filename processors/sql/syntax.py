@@ -311,10 +311,11 @@ def in_place(column: str, value: exp.Expression) -> bool:
 
 
 def bind(ref: Ref, params: tuple[Scalar, ...], named: Mapping[str, Scalar]) -> Scalar | Unbound:
+    if isinstance(ref, Pos):  # (the most common reference first)
+        index = ref.index
+        return params[index] if index < len(params) else UNBOUND
     if isinstance(ref, Const):
         return ref.value
-    if isinstance(ref, Pos):
-        return params[ref.index] if ref.index < len(params) else UNBOUND
     if isinstance(ref, Named):
         return named.get(ref.name, UNBOUND)
     out = [ref.parts[0]]

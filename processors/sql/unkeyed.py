@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from processors.model.events import Predicate, Scalar
-from processors.sql.binding import bind_sets, bind_terms, unbound_terms
+from processors.sql.binding import bind_sets, bind_terms
 from processors.sql.predicate import bind_where
 from processors.sql.predicate_text import forget_shared, share_where
 from processors.sql.shape import Shape
@@ -42,11 +42,12 @@ def bind_scope(shape: Shape, params: tuple[Scalar, ...], named: Mapping[str, Sca
         hit = _NO_PARAMS.get(id(shape))
         if hit is not None and hit[0] is shape:
             return hit[1]
-    predicates, exact = bind_terms(shape.predicates, params, named)
+    predicates, exact, unbound = bind_terms(shape.predicates, params, named)
     sets, exprs = bind_sets(shape.set_values, params, named)
     where = None if shape.where is None else bind_where(*shape.where, params, named)
     exact = (exact and shape.exact) or (where is not None and not shape.undecidable and all(where[1]))
-    unbound = unbound_terms(shape.predicates, params, named) if shape.exact else ()
+    if not shape.exact:
+        unbound = ()
     bound = (predicates, exact, sets, exprs, where, unbound)
     if not params and not named:
         if len(_NO_PARAMS) >= NO_PARAMS_SHAPES:

@@ -236,6 +236,17 @@ def test_bound_parameters_still_win(ex: SqlAccessExtractor) -> None:
     assert (a.filters, a.set_columns, a.set_values) == (("id",), ("status",), (("status", "paid"),))
 
 
+def test_a_predicate_access_names_the_terms_whose_values_the_span_lacks(ex: SqlAccessExtractor) -> None:
+    """One IN-list value missing leaves that term out, inexact and named as unbound; a named parameter binds."""
+    a = one(ex, db_span("SELECT * FROM orders WHERE status = %s AND amount IN (%s, %s)", ("new", 5)))
+    assert (a.entity, a.keyed, a.exact) == ("orders:*", False, False)
+    assert (a.predicates, a.unbound) == ((("status", "=", "new"),), (("amount", "IN"),))
+    named = one(ex, db_span("SELECT * FROM orders WHERE status = :s AND amount > :m", named=((":s", "new"),)))
+    assert (named.predicates, named.unbound, named.exact) == ((("status", "=", "new"),), (("amount", ">"),), False)
+    full = one(ex, db_span("SELECT * FROM orders WHERE status = %s AND amount IN (%s, %s)", ("new", 5, 6)))
+    assert (full.predicates[1], full.unbound, full.exact) == (("amount", "IN", (5, 6)), (), True)
+
+
 def test_a_statement_yielding_no_access_is_a_counted_drop(ex: SqlAccessExtractor) -> None:
     assert ex.accesses(db_span("COMMIT")) == ()
     assert ex.accesses(db_span("SELEC nonsense (")) == ()
