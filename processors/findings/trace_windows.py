@@ -302,8 +302,11 @@ class TallyWindows:
         counts = part.requests
         for request in requests_of(trace):  # computed once per trace for every detector that asks
             key = (request.service, request.operation)
-            if key in counts or len(counts) < self.max_operations:
-                counts[key] = counts.get(key, 0) + 1
+            n = counts.get(key)  # (one lookup of a known key: a tuple's hash is not kept)
+            if n is not None:
+                counts[key] = n + 1
+            elif len(counts) < self.max_operations:
+                counts[key] = 1
             else:
                 self.telemetry.drop("max_operations")
         return part

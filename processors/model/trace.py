@@ -27,11 +27,12 @@ class TraceFacts:
     earliest start and latest end; ``error``: a span has status ERROR; ``exception``: the first exception type
     recorded; ``db``: the spans with a DB call; ``clients``: the CLIENT spans; ``requests``: the server spans and
     the spans without a parent (``processors.pipeline.requests``); ``servers``: the SERVER span under each parent
-    span id (the last one); ``children``, ``by_end`` and ``sampling`` are made on first use.
+    span id (the last one); ``children``, ``by_end`` and ``sampling`` are made on first use (``sampling`` from the
+    first span that states one, noted in the pass: every closed trace's sampling is read, and most spans state none).
     """
 
-    __slots__ = ("_by_end", "_children", "_sampling", "by_id", "clients", "db", "end_ns", "error", "exception",
-                 "requests", "root", "servers", "spans", "start_ns", "unique")  # fmt: skip
+    __slots__ = ("_by_end", "_children", "_sampling", "_stated", "by_id", "clients", "db", "end_ns", "error",
+                 "exception", "requests", "root", "servers", "spans", "start_ns", "unique")  # fmt: skip
 
     def __init__(self, spans: tuple[Span, ...]) -> None:
         self.spans = spans
@@ -41,23 +42,23 @@ class TraceFacts:
         clients: list[Span] = []
         requests: list[Span] = []
         root: Span | None = None
-        earliest: Span | None = None
+        earliest = spans[0] if spans else None
         start_ns = end_ns = 0
+        if earliest is not None:
+            start_ns, end_ns = earliest.start_ns, earliest.end_ns
         error = False
         exception = ""
+        stated: Sampling | None = None  # the first span's sampling that states one
         for s in spans:
             by_id[s.span_id] = s
             detail = s._detail  # (read already in stage 1: the slot, not the property)
             if detail is None:
                 detail = s.detail
             kind = s.kind
-            if earliest is None:
-                earliest, start_ns, end_ns = s, s.start_ns, s.end_ns
-            else:
-                if s.start_ns < start_ns:
-                    earliest, start_ns = s, s.start_ns
-                if s.end_ns > end_ns:
-                    end_ns = s.end_ns
+            if s.start_ns < start_ns:
+                earliest, start_ns = s, s.start_ns
+            if s.end_ns > end_ns:
+                end_ns = s.end_ns
             parent = s.parent_id
             if parent:
                 if kind == _SERVER:
@@ -77,6 +78,8 @@ class TraceFacts:
                 error = True
             if not exception and detail.exception_type:
                 exception = detail.exception_type
+            if stated is None and detail.sampling.source:
+                stated = detail.sampling
         self.by_id = by_id
         self.unique = len(by_id) == len(spans)
         self.root = root if root is not None else earliest
@@ -91,6 +94,7 @@ class TraceFacts:
         self._children: dict[str, list[Span]] | None = None
         self._by_end: dict[str, list[Span]] | None = None
         self._sampling: Sampling | None = None
+        self._stated = stated
 
     @property
     def children(self) -> dict[str, list[Span]]:
@@ -126,7 +130,7 @@ class TraceFacts:
             if root is not None and root.sampling.source:
                 sampling = root.sampling
             else:
-                sampling = next((s.sampling for s in self.spans if s.sampling.source), UNKNOWN)
+                sampling = self._stated if self._stated is not None else UNKNOWN
             self._sampling = sampling
         return sampling
 

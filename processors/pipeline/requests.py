@@ -115,8 +115,11 @@ def requests_of(trace: ClosedTrace) -> tuple[Request, ...]:
 def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
     out: list[Request] = []
     facts = trace.facts
+    stated: Sampling | None = None  # the trace's (read once, when a request states none)
     for span in facts.requests:  # the server spans and the spans without a parent, in the trace's order
-        d = span.detail
+        d = span._detail  # (read already: the trace's facts read every span's; the slot, not the property)
+        if d is None:
+            d = span.detail
         http_status = d.http_status
         error = span.status == _ERROR or http_status >= 500
         route = d.route
@@ -129,7 +132,9 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
         r = span.resource
         sampling = d.sampling
         if not sampling.source:  # the trace's (Jaeger's attributes: on the root only)
-            sampling = facts.sampling
+            if stated is None:
+                stated = facts.sampling
+            sampling = stated
         out.append(_new_request(trace.trace_id, span.span_id, r.service, r.version, r.revision, route or name, label,
                            span.start_ns, span.end_ns, error, exception, http_status, signature, function, sampling,
                            r.identified_by))  # fmt: skip

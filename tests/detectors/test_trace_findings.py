@@ -78,3 +78,13 @@ def test_on_path_partitions_the_request_as_critical_path_does() -> None:
         if s.span_id in per_span:
             by_owner[owner(s)] = by_owner.get(owner(s), 0) + per_span[s.span_id]
     assert by_owner == critical_path(t.spans, t.root)
+
+
+def test_requests_per_operation_are_counted_up_to_the_bound_and_the_rest_dropped() -> None:
+    """A window counts the requests of ``max_operations`` operations; a known one is counted past the bound, each
+    request of another is dropped and counted (``max_operations``)."""
+    d = NPlusOneDetector(NPlusOneConfig(max_operations=2), WINDOW_NS, GAP_NS, telemetry=Telemetry("bound_test"))
+    for route in ("/a", "/b", "/c", "/a", "/c", "/b"):
+        part = d.windows.window(Request(route, T0 + MS).trace())
+    assert part is not None and part.requests == {("shop", "/a"): 2, ("shop", "/b"): 2}
+    assert d.telemetry.dropped["max_operations"] == 2

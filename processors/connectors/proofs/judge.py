@@ -210,10 +210,13 @@ class ProofJudge:
 
     def _bump(self, counts: dict[K, int], key: K, by: int = 1) -> bool:
         """Count ``by`` under ``key``; False (and counted as overflow) when the map is full."""
-        if key not in counts and len(counts) >= self.max_keys:
-            self.telemetry.drop("max_keys")
-            return False
-        counts[key] = counts.get(key, 0) + by
+        n = counts.get(key)  # (one lookup of a known key: a tuple's hash is not kept)
+        if n is None:
+            if len(counts) >= self.max_keys:
+                self.telemetry.drop("max_keys")
+                return False
+            n = 0
+        counts[key] = n + by
         return True
 
     def _site(self, places: dict[str, int], where: str) -> None:
