@@ -57,3 +57,14 @@ def test_rank_correlation_does_not_import_scipy_stats() -> None:
             "print('scipy.stats' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ranks_are_scipy_rankdata_exactly(seed: int) -> None:
+    """The within-window ranks are ``scipy.stats.rankdata``'s to the bit (ties averaged): the test's rho and p
+    depend on nothing else, so a change in them would change every contention finding's numbers."""
+    from processors.detectors.contention.fit import _ranks
+
+    rng = random.Random(seed)
+    values = [rng.choice([rng.randint(0, 5), round(rng.expovariate(0.1), 1)]) for _ in range(rng.randint(1, 500))]
+    assert _ranks(values).tolist() == stats.rankdata(values).tolist()
