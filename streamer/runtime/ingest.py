@@ -309,7 +309,8 @@ class IngestStage(Stage):
             held = self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
             mark = out.mark()
             try:
-                self._closed_trace(ClosedTrace(trace.trace_id, trace.spans, trace.late, trace.forced, _home(held)), out)
+                object.__setattr__(trace, "part", _home(held))  # (just closed, held by no one else: not copied)
+                self._closed_trace(trace, out)
             except Exception as exc:  # its rows and messages go; its input is released with the closed trace's
                 out.rollback(mark)
                 self.quarantine("traces", f"trace {trace.trace_id}", exc, [("traces", trace.trace_id)])
@@ -381,6 +382,9 @@ class IngestStage(Stage):
 
 def _home(held: Sequence[Source]) -> str:
     """The input partition a trace came from (the first, when its spans came from several), of the input it held."""
+    if len(held) == 1:  # the usual case, without a sort of one
+        tp = held[0][0]
+        return f"{tp[0]}/{tp[1]}" if isinstance(tp, tuple) else ""
     parts = sorted(f"{tp[0]}/{tp[1]}" for tp, _ in held if isinstance(tp, tuple))
     return parts[0] if parts else ""
 
