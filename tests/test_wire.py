@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -12,7 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.api.telemetry import Telemetry
-from processors.model.events import ACCESS_FIELDS, Access, CdcOp, DbOperation, LockMode, Relay, RowChange
+from processors.model.events import (
+    ACCESS_FIELDS,
+    Access,
+    CdcOp,
+    DbOperation,
+    LockMode,
+    Relay,
+    RowChange,
+    access_values,
+)
 from streamer.decode import internal as wire
 from streamer.decode.strings import SharedStrings
 
@@ -77,6 +88,39 @@ def test_access_round_trips_exactly(a: Access) -> None:
     assert type(back.operation) is DbOperation
     assert type(back.lock) is LockMode
     assert all(type(x) is tuple for x in (back.params, back.set_values, back.predicates, back.links, back.set_exprs))
+
+
+def _json_text(a: Access) -> str:
+    """The access as json's encoder writes it (the internal format's text before pydantic-core wrote it)."""
+    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
+    return json.dumps({"v": 1, "kind": "access", "access": body}, default=str)
+
+
+any_floats = st.floats() | st.sampled_from([math.inf, -math.inf, math.nan, -0.0, 5e-324, 1e22])
+odd_scalars = st.none() | st.booleans() | ints | any_floats | text | st.text(st.characters(codec="utf-8"), max_size=8)
+
+
+@given(accesses, st.lists(odd_scalars, max_size=6), st.lists(st.tuples(text, odd_scalars), max_size=3), any_floats)
+def test_access_text_is_the_json_value_json_writes(a: Access, params: list[Any], sets: list[Any], f: float) -> None:
+    """What stage 1 writes is the JSON value json's encoder writes of the access's fields, whatever the values: NaN
+    and infinities as json writes them, integers past 64 bits, any text, in field order."""
+    a = dataclasses.replace(a, params=tuple(params), set_values=tuple(sets), key_confidence=f, trace_sampling=f)
+    written = wire.encode_access(a)
+    assert json.dumps(json.loads(written)) == _json_text(a)
+
+
+def test_an_access_of_a_lone_surrogate_is_written_by_json_escaped_and_refused_as_before() -> None:
+    """pydantic-core refuses to write a lone surrogate: such an access is written by json's encoder, escaped, as
+    before, and stage 2 refuses it as before (a dead letter, not a crash of stage 1). A value json has no text for
+    is written as its str."""
+    a = Access("orders:\ud800", "orders", DbOperation.READ, LockMode.NONE, "t", "s", "shop", "v1", 1, 2, "SELECT",
+               params=("\udc00x", Decimal("1.5")))  # fmt: skip
+    written = wire.encode_access(a)
+    assert written == _json_text(a).encode() and b"\\ud800" in written
+    with pytest.raises(ValueError, match="lone surrogate"):
+        wire.decode(written)
+    plain = dataclasses.replace(a, entity="orders:1", params=(Decimal("1.5"),))
+    assert json.loads(wire.encode_access(plain))["access"]["params"] == ["1.5"]
 
 
 @given(st.lists(accesses, min_size=1, max_size=6))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
-from pydantic_core import CoreConfig, SchemaValidator
+from pydantic_core import CoreConfig, PydanticSerializationError, SchemaValidator, to_json
 from typing_extensions import TypedDict
 
 from processors.lib.json_text import one_shot
@@ -32,14 +32,21 @@ _ENCODER = json.JSONEncoder(default=str)
 _change_values = operator.attrgetter(*_CHANGE_FIELDS)
 
 
-# Accesses go out one per DB span of every closed trace: json's C encoder made once (``processors.lib.json_text``),
-# the same text as ``_ENCODER.encode``.
+# Accesses go out one per DB span of every closed trace, written by pydantic-core from the dataclass itself (no dict
+# made of it first): the JSON value json's encoder writes (keys in field order, floats by their shortest repr,
+# Infinity and NaN as json writes them, anything else as its ``str``), without json's spaces and ``\u`` escapes.
+# A string pydantic-core cannot write as UTF-8 (a lone surrogate, which a JSON span's escapes can make) is written
+# by json's encoder (``_encode_access``), escaped, as it always was; stage 2 reads either text.
 _encode_access = one_shot(json.JSONEncoder(default=str, check_circular=False))
 
 
 def encode_access(a: Access) -> bytes:
-    body = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
-    return _encode_access({"v": SCHEMA_VERSION, "kind": "access", "access": body}).encode()
+    message = {"v": SCHEMA_VERSION, "kind": "access", "access": a}
+    try:
+        return to_json(message, fallback=str)
+    except PydanticSerializationError:
+        message["access"] = dict(zip(ACCESS_FIELDS, access_values(a), strict=True))
+        return _encode_access(message).encode()
 
 
 def encode_row_change(c: RowChange) -> bytes:
@@ -141,16 +148,18 @@ class _ChangeMessage(TypedDict):
     change: RowChange
 
 
-# What a message starts with as stage 1 writes it (``json`` keeps the keys in their order, with these separators)
-# only chooses the read tried first; anything else is read the checked way. The validators go without pydantic-core's
-# process-wide string cache: a value is its own string, as ``json`` makes it, unless ``_share`` makes it the table's
-# copy (a span id never is).
-_FAST: tuple[tuple[bytes, str, SchemaValidator], ...] = tuple(
-    (prefix, name, SchemaValidator(TypeAdapter(message).core_schema, CoreConfig(cache_strings=False)))
-    for prefix, name, message in (
-        (b'{"v": 1, "kind": "access", ', "access", _AccessMessage),
-        (b'{"v": 1, "kind": "row_change", ', "change", _ChangeMessage),
-    )
+# What a message starts with as stage 1 writes it (an access by pydantic-core, or by ``json`` as before and for a
+# string only ``json`` writes; a row change by ``json``) only chooses the read tried first; anything else is read the
+# checked way. The validators go without pydantic-core's process-wide string cache: a value is its own string, as
+# ``json`` makes it, unless ``_share`` makes it the table's copy (a span id never is).
+_READ_ACCESS, _READ_CHANGE = (
+    SchemaValidator(TypeAdapter(message).core_schema, CoreConfig(cache_strings=False))
+    for message in (_AccessMessage, _ChangeMessage)
+)
+_FAST: tuple[tuple[bytes, str, SchemaValidator], ...] = (
+    (b'{"v":1,"kind":"access",', "access", _READ_ACCESS),
+    (b'{"v": 1, "kind": "access", ', "access", _READ_ACCESS),
+    (b'{"v": 1, "kind": "row_change", ', "change", _READ_CHANGE),
 )
 
 

@@ -135,27 +135,55 @@ def _stage1_messages() -> tuple[bytes, ...]:
     return tuple(m.value for o in outs for m in o.produce if m.topic == s.kafka.accesses_topic and m.value)
 
 
+def _spaced(m: bytes) -> bytes:
+    """An access as stage 1 wrote it before pydantic-core did (json's encoder: its separators, ``\\u`` escapes), as
+    an older instance may still write it during an upgrade: the same JSON value."""
+    return json.dumps(json.loads(m)).encode()
+
+
+def _stage1_accesses() -> list[bytes]:
+    """The accesses among stage 1's messages, as it writes them and as it wrote them before (``_spaced``)."""
+    written = [m for m in _stage1_messages() if json.loads(m)["kind"] == "access"]
+    return written + [_spaced(m) for m in written]
+
+
+def test_stage1_writes_accesses_as_pydantic_core_does_and_the_json_value_as_before() -> None:
+    """Stage 1 writes each access without json's spaces (pydantic-core's text), and its JSON value is the one json's
+    encoder writes of the access's fields (the internal format is unchanged)."""
+    written = [m for m in _stage1_messages() if json.loads(m)["kind"] == "access"]
+    assert len(written) > 300 and all(m.startswith(b'{"v":1,"kind":"access","access":{') for m in written)
+    for m in written:
+        a = internal.decode(m)
+        assert isinstance(a, Access)
+        body = dict(zip(ACCESS_FIELDS, internal.access_values(a), strict=True))
+        assert _spaced(m) == json.dumps({"v": 1, "kind": "access", "access": body}).encode()
+
+
 def test_stage1_messages_decode_equal_and_by_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every access stage 1 writes decodes as before, and without the checked path (the fast path read it)."""
+    """Every access stage 1 writes, or wrote before, decodes as before, and without the checked path (the fast path
+    read it)."""
     messages = _stage1_messages()
     kinds = {json.loads(m)["kind"] for m in messages}
     assert kinds == {"access", "relay"} and len(messages) > 300
     for m in messages:
         _same(m)
-    before = [_reference(m, SharedStrings(10**6)) for m in messages if b'"kind": "access"' in m[:30]]
+    accesses = _stage1_accesses()
+    for m in accesses:
+        _same(m)
+    before = [_reference(m, SharedStrings(10**6)) for m in accesses]
 
     def unavailable(data: bytes, shared: SharedStrings | None) -> Any:
         raise AssertionError("the checked path read a message stage 1 wrote")
 
     monkeypatch.setattr(internal, "_checked", unavailable)
-    after = [internal.decode(m, SharedStrings(10**6)) for m in messages if b'"kind": "access"' in m[:30]]
-    assert [_canon(a) for a in after] == [_canon(b) for b in before]
+    after = [internal.decode(m, SharedStrings(10**6)) for m in accesses]
+    assert len(after) > 600 and [_canon(a) for a in after] == [_canon(b) for b in before]
 
 
 def test_a_shared_table_holds_the_same_strings_and_the_accesses_hold_its_copies() -> None:
     """Through a shared table, the accesses are those of the path before, the table holds the same strings, and each
     shared field of every access is the table's copy."""
-    messages = [m for m in _stage1_messages() if b'"kind": "access"' in m[:30]]
+    messages = _stage1_accesses()
     new, old = SharedStrings(10**6), SharedStrings(10**6)
     for m in messages:
         assert _outcome(internal.decode, m, new) == _outcome(_reference, m, old)
@@ -199,8 +227,10 @@ def _mutations(msg: dict[str, Any]) -> list[Any]:
 
 def _hostile_texts(m: bytes) -> list[bytes]:
     """Byte-level damage the JSON encoder would never write: surrogates, duplicate keys, control characters, huge
-    numbers, NaN, deep nesting, a BOM, trailing text."""
+    numbers, NaN, deep nesting, a BOM, trailing text. ``m`` is written with json's separators or without spaces."""
     text = m.decode()
+    if not text.startswith('{"v": '):  # pydantic-core's text: the same damage, its separators
+        return [_compact(t) for t in _hostile_texts(_spaced(m))]
     cut = text.index('": ', 40) + 3  # the first value of the body
     damaged = [
         text.replace('"entity": "', '"entity": "\\ud800', 1),
@@ -228,10 +258,16 @@ def _hostile_texts(m: bytes) -> list[bytes]:
     return raw
 
 
+def _compact(damaged: bytes) -> bytes:
+    """A damaged text of json's separators with pydantic-core's (``": "`` and ``", "`` outside strings: the damage
+    above writes neither inside one)."""
+    return damaged.replace(b'": ', b'":').replace(b', "', b',"').replace(b", [", b",[").replace(b", ", b",")
+
+
 def test_hostile_variants_of_real_messages_are_refused_or_read_alike() -> None:
     """Every field of real accesses given wrong types (lax reads included: an integer as 1.0 or "1"), removed or
     joined by another, the envelope wrong, bytes damaged: the same event or the same refusal as before."""
-    accesses_seen = [m for m in _stage1_messages() if b'"kind": "access"' in m[:30]]
+    accesses_seen = _stage1_accesses()
     sample = accesses_seen[:: max(1, len(accesses_seen) // 12)]
     refused = accepted = 0
     for m in sample:
@@ -271,7 +307,7 @@ def test_arbitrary_bodies_decode_as_before(kind: str, body: dict[str, Any]) -> N
 @settings(max_examples=300)
 def test_real_bodies_with_arbitrary_values_decode_as_before(data: st.DataObject) -> None:
     messages = _stage1_messages()
-    msg = json.loads(data.draw(st.sampled_from([m for m in messages if b'"kind": "access"' in m[:30]])))
+    msg = json.loads(data.draw(st.sampled_from([m for m in messages if json.loads(m)["kind"] == "access"])))
     body = msg["access"]
     for key in data.draw(st.lists(st.sampled_from(sorted(body)), max_size=3)):
         body[key] = data.draw(json_values)
