@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import Field
+from pydantic_core import PydanticSerializationError, to_json
 
 from processors.api.component import Section
 from processors.correlation.engine import Correlation
@@ -165,7 +166,17 @@ def _ms3(ns: int) -> float:
 
 _START = operator.attrgetter("start_ns")
 # ``json.dumps(rows, separators=(",", ":"), ensure_ascii=False)`` without a new encoder per trace
-_compact = one_shot(json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False))
+_json_compact = one_shot(json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False))
+
+
+def _compact(rows: list[list[Any]]) -> str:
+    """``_json_compact(rows)``, the same text written by pydantic-core (faster; its floats are spelt as ``repr``
+    spells them but below 1e-4, and these have three decimals), by json's encoder when pydantic-core refuses a
+    string (a lone surrogate)."""
+    try:
+        return to_json(rows).decode()
+    except PydanticSerializationError:
+        return _json_compact(rows)
 
 
 def omitted_spans(text: str | None) -> list[dict[str, Any]]:

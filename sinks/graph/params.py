@@ -4,9 +4,12 @@ The falkordb client builds that header in Python, value by value (``stringify_pa
 daemon's client-side time on graph writes. JSON's text is FalkorDB's literal for lists, strings,
 numbers, ``true``/``false`` and ``null``, with two exceptions: FalkorDB reads no ``\\uXXXX`` escape (it keeps the
 six characters; JSON writes one for a control character other than ``\\b \\f \\n \\r \\t``), and a map's keys are
-identifiers, not strings. So a value is encoded by ``json`` (one C call) unless its text has a ``\\u`` or an object
-(``{"``) in it, or JSON has no text for it (NaN, infinity, bytes): then by the client's own function. Either way
-FalkorDB receives the same value (``tests/graph/test_params_live.py`` round-trips both through the real server).
+identifiers, not strings. So a value is encoded as JSON by pydantic-core (one call, faster than json's C encoder
+on a batch's rows, bench/RESULTS.md; the same text but for a float under 1e-4, ``1e-7`` for ``1e-07``, which
+FalkorDB reads alike) unless its text has a ``\\u`` or an object (``{"``) in it, or JSON has no text for it (NaN,
+infinity, a lone surrogate, a type neither knows): then by ``json`` or the client's own function, as before. Bytes
+and dates, which no row holds, go as pydantic-core writes them (UTF-8 text, ISO 8601). Either way FalkorDB receives
+the same value (``tests/graph/test_params_live.py`` round-trips them through the real server).
 
 Rows of maps go as lists (:func:`positional`): one statement text per key set, with each ``r.<key>`` read as
 ``r[i]``; a row without the key gives ``null``, as a map without it does.
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from falkordb.helpers import stringify_param_value
+from pydantic_core import PydanticSerializationError, to_json
 
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":"))
 _ROW_FIELD = re.compile(r"(?<![\w.$`])r\.([A-Za-z_]\w*)")  # `r.key` in a statement that reads its rows as `r`
@@ -53,12 +57,26 @@ def _finite(value: Any) -> tuple[Any, int]:
 
 
 def _literal(value: Any) -> tuple[str, int]:
+    try:  # pydantic-core's JSON: json's text but for the spelling of a float's exponent (1e-7, not 1e-07)
+        raw = to_json(value)
+    except PydanticSerializationError:  # a lone surrogate, or a type it has no text for: json's way
+        return _json_literal(value)
+    if b"NaN" in raw or b"Infinity" in raw:  # written as JSON has no such literal (or text holding the words)
+        return _json_literal(value)
+    text = raw.decode()
+    # outside a string a `"` never follows `{` but as an object's first key; a `\u` needs a `\` (one C scan)
+    if ("\\" in text and _ESCAPE.search(text)) or _OBJECT.search(text):
+        return str(stringify_param_value(value)), 0
+    return text, 0
+
+
+def _json_literal(value: Any) -> tuple[str, int]:
+    """``_literal`` by json's encoder: what pydantic-core does not write as FalkorDB reads it."""
     try:
         text: str = _JSON.encode(value)
     except (TypeError, ValueError):  # NaN, infinity, bytes or another type JSON has no text for
         value, replaced = _finite(value)
         return str(stringify_param_value(value)), replaced
-    # outside a string a `"` never follows `{` but as an object's first key; a `\u` needs a `\` (one C scan)
     if ("\\" in text and _ESCAPE.search(text)) or _OBJECT.search(text):
         return str(stringify_param_value(value)), 0
     return text, 0

@@ -335,16 +335,21 @@ def test_paths_keeps_what_testing_every_span_keeps(
 @given(
     st.lists(st.tuples(st.integers(-(10**16), 10**16), st.integers(-(10**7), 10**16)), max_size=6),
     st.integers(0, 10**16),
+    st.text(st.characters(codec=None, categories=None), max_size=6)
+    | st.sampled_from(["\ud800", "a\udfffb", "\x00\x1f\x7f\u2028"]),
 )
-def test_omitted_offsets_and_durations_are_rounded_as_round_does(times: list[tuple[int, int]], start: int) -> None:
-    """Offsets and durations are ``round(ns / 1e6, 3)``'s floats to the bit (``-0.0``, halves, huge values too)."""
+def test_omitted_offsets_and_durations_are_rounded_as_round_does(
+    times: list[tuple[int, int]], start: int, name: str
+) -> None:
+    """Offsets and durations are ``round(ns / 1e6, 3)``'s floats to the bit (``-0.0``, halves, huge values too), and
+    the text is json's, whatever the names (control characters, lone surrogates)."""
     times += [(start + 4_500, 1_000_500), (start, -100), (start + 1_500, 10**16 + 500)]  # halves, -0.0, huge
     spans = [
         Span(
             trace_id=T,
             span_id=f"{i + 1:016x}",
             parent_id="",
-            name="n",
+            name=name,
             kind=SpanKind.INTERNAL,
             start_ns=begin,
             end_ns=begin + duration,
@@ -354,7 +359,7 @@ def test_omitted_offsets_and_durations_are_rounded_as_round_does(times: list[tup
         for i, (begin, duration) in enumerate(times)
     ]
     want = [
-        ["n", "s", round((s.start_ns - start) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3), "ok"]
+        [name, "s", round((s.start_ns - start) / 1e6, 3), round((s.end_ns - s.start_ns) / 1e6, 3), "ok"]
         for s in sorted(spans, key=lambda s: s.start_ns)
     ]
     assert omitted_text(spans, start) == json.dumps(want, separators=(",", ":"), ensure_ascii=False)
