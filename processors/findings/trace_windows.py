@@ -27,7 +27,7 @@ from typing import Final
 from processors.api.component import Emit, Quarantined
 from processors.api.provenance import NO_EVENTS, StateEvents
 from processors.api.telemetry import Telemetry
-from processors.model.events import SpanKind
+from processors.model.events import SpanKind, StatusCode
 from processors.model.finding import FindingEvent
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -35,6 +35,8 @@ from processors.model.units import MS_NS
 from processors.pipeline.requests import requests_of
 from processors.state.lru import CountedLRU
 from processors.state.windows import TumblingWindows
+
+_ERROR: Final = StatusCode.ERROR
 
 # ---- statement shapes ----------------------------------------------------------------------------------------
 
@@ -101,14 +103,16 @@ def request_above(span: Span, by_id: dict[str, Span]) -> Span | None:
 
 def operation_of(request: Span) -> str:
     """A request's operation as the graph's Operation nodes name it: its ``http.route``, else its span name."""
-    return request.route or request.name
+    detail = request._detail  # (read by the trace's facts already: the slot, not the property)
+    return (detail if detail is not None else request.detail).route or request.name
 
 
 def dependency_of(call: Span, servers: dict[str, Span], shapes: Shapes) -> tuple[str, str]:
     """What a CLIENT span calls: (dependency, operation). A database call is its system (and namespace) and its
     statement's shape (or span name); a call another service answered is that service and the route it served
     (``servers``: the server span under each client span, by the client's span id); else the span's own name."""
-    db = call.db
+    detail = call._detail  # (read by the trace's facts already: the slot, not the property)
+    db = (detail if detail is not None else call.detail).db
     if db is not None:
         system = db.system or "db"
         dependency = f"{system}/{db.namespace}" if db.namespace else system
@@ -126,9 +130,10 @@ def servers_below(spans: Iterable[Span]) -> dict[str, Span]:
 
 def failed(call: Span) -> bool:
     """A call that failed: status ERROR, or an HTTP status of 5xx or 429 (told to come back later)."""
-    if call.is_error:
+    if call.status == _ERROR:
         return True
-    status = call.http_status  # (read once: a property, and this runs for every call of every trace)
+    detail = call._detail  # (this runs for every call of every trace: the slot, not the property)
+    status = (detail if detail is not None else call.detail).http_status
     return status >= 500 or status == 429
 
 
@@ -293,7 +298,8 @@ class TallyWindows:
     def window(self, trace: ClosedTrace) -> PartWindow | None:
         """The trace's partition's share of the window its root starts in (None: closed already, counted late);
         its requests are counted there."""
-        parts = self._windows.at(trace.root.start_ns)
+        root = trace.facts.root  # (``trace.root`` less a call: it runs for every trace; that raises without a root)
+        parts = self._windows.at((root or trace.root).start_ns)
         if parts is None:
             return None
         part = parts.get(trace.part)

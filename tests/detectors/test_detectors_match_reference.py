@@ -5,7 +5,9 @@ previous logic is kept here, as a subclass overriding ``on_trace`` (the rest of 
 are fed the same random traces (odd ones too: parent cycles, repeated and empty span ids, missing parents, errors,
 timeouts, 429/5xx, DB calls) under tight bounds, watermarks moving on as they go. After every step their whole state
 must be equal: open windows, counters, drop counters, learned callees, recent distributions, the random generator,
-and every finding they emit.
+and every finding they emit. The helpers the detectors share (``failed``, ``dependency_of``, ``operation_of``, the
+hang detector's operations) read a span's detail slot: they are compared with the same questions asked through the
+span's properties, on spans whose detail is read and on lazy ones.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from processors.detectors.fanout import FanoutConfig, FanoutDetector
 from processors.detectors.hangs import HangConfig, HangDetector
 from processors.detectors.hangs.detector import _keep
 from processors.detectors.hangs.finding import HopWindow
+from processors.detectors.hangs.hops import operation_of as hop_operation
 from processors.detectors.hangs.hops import timed_out
-from processors.findings.trace_windows import dependency_of
+from processors.findings.trace_windows import Shapes, dependency_of, failed, operation_of
 from processors.model.events import Access, DbCall, Resource, SpanKind, StatusCode
-from processors.model.span import Span
+from processors.model.span import Span, SpanDetail, lazy_span
 from processors.model.trace import ClosedTrace
 from processors.pipeline.requests import requests_of
 from processors.state.config import WindowConfig
@@ -332,3 +335,64 @@ def test_the_detector_keeps_and_emits_what_the_previous_logic_did(name: str, see
         assert emitted > 0  # the corpus makes findings: the comparison covered their paths
     dropped = {reason: n for reason, n in detector.telemetry.dropped.items() if n}  # type: ignore[attr-defined]
     assert dropped  # ... and hits bounds (late windows at least)
+
+
+# ---- the shared helpers, read from the detail slot ---------------------------------------------------------------
+
+
+class _Detail:
+    def span_detail(self, source: Span) -> SpanDetail:
+        return source.detail
+
+
+def _lazy(span: Span) -> Span:
+    """``span`` as a decoder makes it: its detail read on first use."""
+    return lazy_span(span.trace_id, span.span_id, span.parent_id, span.name, span.kind, span.start_ns, span.end_ns,
+                     span.status, span.resource, _Detail(), span)  # fmt: skip
+
+
+def _ref_dependency(call: Span, servers: dict[str, Span], shapes: Shapes) -> tuple[str, str]:
+    db = call.db
+    if db is not None:
+        system = db.system or "db"
+        dependency = f"{system}/{db.namespace}" if db.namespace else system
+        return dependency, shapes.of(db.statement) if db.statement else call.name
+    server = servers.get(call.span_id)
+    if server is not None:
+        return server.resource.service, server.route or server.name
+    return call.name, call.name
+
+
+def _ref_failed(call: Span) -> bool:
+    return call.is_error or call.http_status >= 500 or call.http_status == 429
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_the_shared_helpers_answer_as_the_span_properties_do(lazy: bool) -> None:
+    """``failed``, ``dependency_of``, ``operation_of`` and the hang detector's operations read a span's detail slot
+    (and its detail when a lazy span has not read it yet): the same answers as through the span's properties."""
+    rng = random.Random(7)
+    shapes, ref_shapes = Shapes(16, Telemetry("shapes")), Shapes(16, Telemetry("shapes"))
+    unread = 0  # calls on a span whose detail was not read yet
+    for n in range(300):
+        trace = _trace(rng, n, T0)
+        facts = trace.facts
+        expected = [
+            (_ref_failed(s), s.route or s.name, _ref_dependency(s, facts.servers, ref_shapes),
+             _ref_operation(s, facts.by_id))
+            for s in trace.spans
+        ]  # fmt: skip
+        got: list[list[Any]] = [[] for _ in trace.spans]
+        for helper in range(4):  # (lazy: each helper on spans not read yet)
+            spans = [_lazy(s) for s in trace.spans] if lazy else list(trace.spans)
+            by_id = {s.span_id: s for s in spans}
+            servers = {s.parent_id: s for s in spans if s.kind == SpanKind.SERVER and s.parent_id}
+            for i, s in enumerate(spans):
+                unread += s._detail is None
+                got[i].append(
+                    failed(s) if helper == 0 else operation_of(s) if helper == 1
+                    else dependency_of(s, servers, shapes) if helper == 2 else hop_operation(s, by_id)
+                )  # fmt: skip
+        assert [tuple(g) for g in got] == expected
+    assert any(_ref_failed(s) and not s.is_error for s in trace.spans)  # (a 5xx or 429 without status ERROR)
+    assert (unread > 1_000) if lazy else not unread

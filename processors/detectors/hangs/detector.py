@@ -72,7 +72,7 @@ class HangDetector(Processor):
         by_id = facts.by_id
         servers = answering(trace)
         learned = self._learned
-        above: dict[tuple[str, str], str] = {}  # (parent span id, service) -> operation (hops.operation_above)
+        above: dict[str, str] = {}  # parent span id -> operation (hops.operation_above: a parent in the call's service)
         per_window = self.config.per_window
         floor_ms = self.config.min_hang_s * 1e3
         thresholds = self._thresholds
@@ -84,7 +84,10 @@ class HangDetector(Processor):
             name = span.name
             server = servers.get(span.span_id)
             callee = server.resource.service if server is not None else None  # "": one without a service answered
-            db = span.db
+            detail = span._detail  # (read by the trace's facts already: the slot, not the properties)
+            if detail is None:
+                detail = span.detail
+            db = detail.db
             answer = server is not None or db is not None
             if callee:
                 learned.put((service, name), callee)
@@ -92,12 +95,11 @@ class HangDetector(Processor):
                 callee = db.system if db is not None else learned.get((service, name)) or name
             parent = by_id.get(span.parent_id)
             if parent is None or parent.resource.service != service:
-                operation = span.route or name
+                operation = detail.route or name
             else:
-                key = (span.parent_id, service)
-                found = above.get(key)
+                found = above.get(span.parent_id)
                 if found is None:
-                    found = above[key] = operation_above(parent, service, by_id)
+                    found = above[span.parent_id] = operation_above(parent, service, by_id)
                 operation = found
             if hops is None:
                 continue

@@ -12,6 +12,7 @@ no object per call); these are the parts of that pass that are not per call.
 
 from __future__ import annotations
 
+from processors.findings.trace_windows import operation_of as request_operation
 from processors.model.events import SpanKind
 from processors.model.span import Span
 from processors.model.trace import ClosedTrace
@@ -44,7 +45,7 @@ def operation_of(span: Span, by_id: dict[str, Span]) -> str:
     service = span.resource.service
     parent = by_id.get(span.parent_id)
     if parent is None or parent.resource.service != service:
-        return span.route or span.name
+        return request_operation(span)
     return operation_above(parent, service, by_id)
 
 
@@ -52,13 +53,13 @@ def operation_above(parent: Span, service: str, by_id: dict[str, Span]) -> str:
     """:func:`operation_of` a span whose parent ``parent`` runs in its service ``service``: what it is depends on
     the parent and the service only (the same for every sibling in that service, a cycle cut off alike)."""
     if parent.kind == _SERVER or not parent.parent_id:
-        return parent.route or parent.name
+        return request_operation(parent)
     node, seen = parent, 1
     while seen < 64:  # a cycle of parent ids (bad input) must not loop
         parent_ = by_id.get(node.parent_id)
         if parent_ is None or parent_.resource.service != service:
-            return node.route or node.name
+            return request_operation(node)
         if parent_.kind == _SERVER or not parent_.parent_id:
-            return parent_.route or parent_.name
+            return request_operation(parent_)
         node, seen = parent_, seen + 1
-    return node.route or node.name
+    return request_operation(node)

@@ -30,6 +30,7 @@ from processors.findings.trace_windows import (
     WindowFindings,
     dependency_of,
     failed,
+    operation_of,
     request_above,
 )
 from processors.model.events import Access
@@ -78,7 +79,7 @@ class RetryStormDetector(TallyDetector):
             request = requests.get(parent)
             if request is None:
                 request = requests[parent] = request_above(attempts[0], by_id) or trace.root
-            key = (request.resource.service, request.route or request.name, dependency, operation)
+            key = (request.resource.service, operation_of(request), dependency, operation)
             if len(attempts) == 1:
                 self.windows.count(part, key, 1, 1, failed(attempts[0]))
                 continue
