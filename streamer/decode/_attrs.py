@@ -218,8 +218,8 @@ class Extractor:
         raw = vals[DB_PARAMS]
         if isinstance(raw, list):  # recorded as an array attribute
             params = tuple(map(self.scalar, raw))
-        elif raw is not None:  # values parsed from a clipped string need no clipping
-            params, named = literal_params(self.text(raw))
+        elif raw is not None:  # values parsed from a clipped string need no clipping (a short str is its own text)
+            params, named = literal_params(raw if type(raw) is str and len(raw) <= self.quarter else self.text(raw))
         positional: list[tuple[int, Any]] = []
         for name, value in qparams:
             if name.isdecimal() and len(name) < 10:

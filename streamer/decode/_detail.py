@@ -99,6 +99,9 @@ class SpanExtractor(Extractor):
         return ext
 
 
+# A ``SpanDetail`` of all its fields, in order, without the named tuple's ``__new__`` (a Python frame): a DB span's.
+_new_detail = tuple.__new__
+
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 _SHARED_DETAILS: Shared[tuple[Any, ...], SpanDetail] = Shared(SHARED_DETAILS)
 
@@ -147,7 +150,7 @@ def span_detail(ext: SpanExtractor, sp: Any, links: list[bytes] | None = None) -
         if whole is not None:
             return whole  # type: ignore[no-any-return]
     prefixes, known, skips = kept.prefixes, kept.values.data, kept.skipped
-    seen = skips.data
+    seen, bound = skips.data, skips.bound
     parts: list[bytes] = []  # the kept attributes, as their bytes
     hits: list[tuple[int, Any]] = []
     fresh = False  # a kept attribute was read here, not known already
@@ -162,7 +165,10 @@ def span_detail(ext: SpanExtractor, sp: Any, links: list[bytes] | None = None) -
             if n > 3 and kv[0] == 10 and (p := kv[1] + 2) < 130 and n > p + 1 and kv[p] == 18 and kv[p + 1] < 128:
                 if n == p + 2 + kv[p + 1] and kv[:p] not in prefixes:
                     if n <= _KEPT_BYTES:  # known for the next span that carries it (KeptAttributes.skipped)
-                        skips.put(kv, None)
+                        if len(seen) < bound:  # skips.put(kv, None), spelt out: most such are a URL's, once each
+                            seen[kv] = None
+                        else:
+                            skips.put(kv, None)
                     continue
             elif skipped(kv, prefixes):
                 if n <= _KEPT_BYTES:
@@ -245,5 +251,5 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
         if same is not None and sum(map(len, same)) <= (ext.limit - TEXT_SLACK) // TEXT_PER_BYTE:  # none cut
             cast(SpanExtractor, ext).kept.details.put(same, shared)  # a DetailSpan's: see span_detail
         return shared
-    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
-                      fields[5], exc_stack, sampling)  # fmt: skip
+    return _new_detail(SpanDetail, (fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db,
+                                    links, fields[5], exc_stack, sampling))  # fmt: skip
