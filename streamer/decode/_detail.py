@@ -99,9 +99,6 @@ class SpanExtractor(Extractor):
         return ext
 
 
-# A ``SpanDetail`` of all its fields, in order, without the named tuple's ``__new__`` (a Python frame): a DB span's.
-_new_detail = tuple.__new__
-
 SHARED_DETAILS = 4096  # distinct details shared at most (then the cache starts again)
 _SHARED_DETAILS: Shared[tuple[Any, ...], SpanDetail] = Shared(SHARED_DETAILS)
 
@@ -251,5 +248,5 @@ def _detail_of(ext: Extractor, hits: list[tuple[int, Any]], same: tuple[bytes, .
         if same is not None and sum(map(len, same)) <= (ext.limit - TEXT_SLACK) // TEXT_PER_BYTE:  # none cut
             cast(SpanExtractor, ext).kept.details.put(same, shared)  # a DetailSpan's: see span_detail
         return shared
-    return _new_detail(SpanDetail, (fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db,
-                                    links, fields[5], exc_stack, sampling))  # fmt: skip
+    return SpanDetail(fields[0], fields[1], exc_type, exc_message, fields[2], fields[3], fields[4], db, links,
+                      fields[5], exc_stack, sampling)  # fmt: skip
