@@ -103,16 +103,14 @@ def request_above(span: Span, by_id: dict[str, Span]) -> Span | None:
 
 def operation_of(request: Span) -> str:
     """A request's operation as the graph's Operation nodes name it: its ``http.route``, else its span name."""
-    detail = request._detail  # (read by the trace's facts already: the slot, not the property)
-    return (detail if detail is not None else request.detail).route or request.name
+    return request.detail.route or request.name
 
 
 def dependency_of(call: Span, servers: dict[str, Span], shapes: Shapes) -> tuple[str, str]:
     """What a CLIENT span calls: (dependency, operation). A database call is its system (and namespace) and its
     statement's shape (or span name); a call another service answered is that service and the route it served
     (``servers``: the server span under each client span, by the client's span id); else the span's own name."""
-    detail = call._detail  # (read by the trace's facts already: the slot, not the property)
-    db = (detail if detail is not None else call.detail).db
+    db = call.detail.db
     if db is not None:
         system = db.system or "db"
         dependency = f"{system}/{db.namespace}" if db.namespace else system
@@ -132,8 +130,7 @@ def failed(call: Span) -> bool:
     """A call that failed: status ERROR, or an HTTP status of 5xx or 429 (told to come back later)."""
     if call.status == _ERROR:
         return True
-    detail = call._detail  # (this runs for every call of every trace: the slot, not the property)
-    status = (detail if detail is not None else call.detail).http_status
+    status = call.detail.http_status  # (``detail``, a slot: this runs for every call of every trace)
     return status >= 500 or status == 429
 
 

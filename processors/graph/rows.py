@@ -286,9 +286,7 @@ def _path_spans(spans: Iterable[Span]) -> list[list[Any]]:
     kinds, statuses = _KIND, _STATUS
     rows = []
     for s in spans:
-        d = s._detail  # (read already: the slot, not the property)
-        if d is None:
-            d = s.detail
+        d = s.detail
         r, db = s.resource, d.db
         rows.append(
             [

@@ -46,9 +46,7 @@ def span_bytes(span: Span) -> int:
     if source is not None:
         byte_size = getattr(source, "ByteSize", None)
         return size + (int(byte_size()) if byte_size is not None else 0)
-    d = span._detail
-    if d is None:
-        return size
+    d = span.detail  # (a span that holds no wire message has its detail)
     size += len(d.route) + len(d.exception_type) + len(d.exception_message) + len(d.code_function)
     size += len(d.code_file) + len(d.idempotency_key) + 32 * len(d.links) + len(d.exception_stacktrace)
     db = d.db

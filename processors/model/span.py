@@ -1,8 +1,10 @@
 """The span event: its core fields set by the decoder, its attribute-derived detail read on first use.
 
-Decoders build spans with :func:`lazy_span` (the detail read from the kept protobuf span the first time any detail
-field is accessed) or with ``Span(...)`` (everything given). A ``Span`` is immutable, hashable and compares by all
-of its fields, like the frozen dataclasses of :mod:`processors.model.events`.
+Decoders build spans with :func:`read_span` (the detail read as the span is decoded), with :func:`lazy_span` (a
+:class:`LazySpan`: the detail read from the kept protobuf span the first time it or any detail field is accessed) or
+with ``Span(...)`` (everything given). A ``Span``'s ``detail`` is a plain slot, read as fast as a core field; a lazy
+span becomes a ``Span`` once its detail is read. A span is immutable, hashable and compares by all of its fields,
+like the frozen dataclasses of :mod:`processors.model.events`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ _ERROR = StatusCode.ERROR
 
 
 class _SpanSlots:
-    __slots__ = (*_CORE, "_detail", "_reader", "_source")
+    __slots__ = (*_CORE, "detail", "_reader", "_source")
 
     trace_id: str
     span_id: str
@@ -62,25 +64,25 @@ class _SpanSlots:
     end_ns: int
     status: StatusCode
     resource: Resource
-    _detail: SpanDetail | None
+    detail: SpanDetail  # (unset, None, in a LazySpan until it is read)
     _reader: SpanDetailReader | None
     _source: Any
 
 
-def _detail(span: Span) -> SpanDetail:
-    """``span``'s detail, read by its reader on first use."""
-    detail = span._detail
-    if detail is None:
-        reader = span._reader
-        assert reader is not None
-        detail = reader.span_detail(span._source)
-        _set_detail(span, detail)
-        _set_source(span, None)  # the wire message is no longer held
+def _read(span: Span) -> SpanDetail:
+    """A lazy span's detail, read by its reader and kept; the span is a ``Span`` from then on (its ``detail`` the
+    slot) and no longer holds the wire message. What the reader raises leaves the span as it was."""
+    reader = span._reader
+    assert reader is not None
+    detail = reader.span_detail(span._source)
+    _set_detail(span, detail)
+    _set_source(span, None)
+    object.__setattr__(span, "__class__", Span)  # (same slots: LazySpan adds none)
     return detail
 
 
 # The slots' own setters, which Span.__setattr__ (frozen) does not see.
-_set_detail: Callable[[Span, SpanDetail], None] = _SpanSlots.__dict__["_detail"].__set__
+_set_detail: Callable[[Span, SpanDetail], None] = _SpanSlots.__dict__["detail"].__set__
 _set_source: Callable[[Span, Any], None] = _SpanSlots.__dict__["_source"].__set__
 _set_trace_id: Callable[[Span, str], None] = _SpanSlots.__dict__["trace_id"].__set__
 
@@ -146,74 +148,57 @@ class Span(_SpanSlots):
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    @property
-    def detail(self) -> SpanDetail:
-        """The attribute- and event-derived fields (read from the wire message on first use)."""
-        detail = self._detail
-        return detail if detail is not None else _detail(self)
-
-    # Each detail field reads the slot and only calls ``_detail`` (the first read of a lazy span) when it is None:
-    # the processors read these fields millions of times. (No ``__getattr__`` fallback: a class with one loses
-    # the interpreter's fast attribute reads for every field of every span.)
+    # ``detail`` is a slot: the attribute- and event-derived fields (``LazySpan`` reads it on first use). Each field
+    # below is a property of it; a loop over many spans reads ``span.detail`` once and its fields from that. (No
+    # ``__getattr__`` fallback: a class with one loses the interpreter's fast attribute reads for every field of
+    # every span.)
     @property
     def route(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).route
+        return self.detail.route
 
     @property
     def http_status(self) -> int:
-        d = self._detail
-        return (d if d is not None else _detail(self)).http_status
+        return self.detail.http_status
 
     @property
     def exception_type(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).exception_type
+        return self.detail.exception_type
 
     @property
     def exception_message(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).exception_message
+        return self.detail.exception_message
 
     @property
     def code_function(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).code_function
+        return self.detail.code_function
 
     @property
     def code_file(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).code_file
+        return self.detail.code_file
 
     @property
     def code_line(self) -> int:
-        d = self._detail
-        return (d if d is not None else _detail(self)).code_line
+        return self.detail.code_line
 
     @property
     def db(self) -> DbCall | None:
-        d = self._detail
-        return (d if d is not None else _detail(self)).db
+        return self.detail.db
 
     @property
     def links(self) -> tuple[str, ...]:
-        d = self._detail
-        return (d if d is not None else _detail(self)).links
+        return self.detail.links
 
     @property
     def idempotency_key(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).idempotency_key
+        return self.detail.idempotency_key
 
     @property
     def exception_stacktrace(self) -> str:
-        d = self._detail
-        return (d if d is not None else _detail(self)).exception_stacktrace
+        return self.detail.exception_stacktrace
 
     @property
     def sampling(self) -> Sampling:
-        d = self._detail
-        return (d if d is not None else _detail(self)).sampling
+        return self.detail.sampling
 
     @property
     def duration_ms(self) -> float:
@@ -225,25 +210,35 @@ class Span(_SpanSlots):
 
     def _key(self) -> tuple[Any, ...]:
         return (self.trace_id, self.span_id, self.parent_id, self.name, self.kind, self.start_ns, self.end_ns,
-                self.status, self.resource, _detail(self))  # fmt: skip
+                self.status, self.resource, self.detail)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Span:
+        if not isinstance(other, Span):
             return NotImplemented
-        assert isinstance(other, Span)
         return self._key() == other._key()
 
     def __hash__(self) -> int:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        detail = _detail(self)
+        detail = self.detail
         parts = [f"{n}={getattr(self, n)!r}" for n in _CORE] + [f"{n}={getattr(detail, n)!r}" for n in _DETAIL]
         return f"Span({', '.join(parts)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        detail = _detail(self)
+        detail = self.detail
         return Span, tuple(getattr(self, n) for n in _CORE) + tuple(getattr(detail, n) for n in _DETAIL)
+
+
+class LazySpan(Span):
+    """A ``Span`` whose detail is read from what its decoder kept (``lazy_span``) the first time ``detail`` or a
+    detail field is read; it is a plain ``Span`` from then on (``_read``)."""
+
+    __slots__ = ()
+
+    @property
+    def detail(self) -> SpanDetail:  # type: ignore[override]
+        return _read(self)
 
 
 class _SpanBuilder(_SpanSlots):
@@ -277,10 +272,10 @@ class _SpanBuilder(_SpanSlots):
         self.end_ns = end_ns
         self.status = status
         self.resource = resource
-        self._detail = detail
+        self.detail = detail  # type: ignore[assignment]  # (None: read on first use, by a LazySpan)
         self._reader = reader
         self._source = source
-        self.__class__ = Span  # type: ignore[assignment]
+        self.__class__ = Span if detail is not None else LazySpan  # type: ignore[assignment]
 
 
 def lazy_span(
@@ -296,8 +291,8 @@ def lazy_span(
     reader: SpanDetailReader,
     source: Any,
 ) -> Span:
-    """A ``Span`` whose ``SpanDetail`` ``reader.span_detail(source)`` makes on first use (decoders only: the
-    reader must give the same result whenever it is called, and refuse nothing)."""
+    """A ``LazySpan``: its ``SpanDetail`` ``reader.span_detail(source)`` makes on first use (decoders only: the
+    reader must give the same result whenever it is called; what it raises, it raises at every read)."""
     return cast(Span, _SpanBuilder(trace_id, span_id, parent_id, name, kind, start_ns, end_ns, status, resource, None,
                                    reader, source))  # fmt: skip
 
@@ -313,9 +308,5 @@ def read_details(spans: Iterable[Span]) -> None:
     """Read the detail of ``spans`` now: a span kept for later (in an open trace) then no longer holds what its
     decoder kept of the wire message, which for protobuf is the whole message's parse (~3.5 times its bytes)."""
     for span in spans:
-        source = span._source
-        if source is not None:  # _detail(span), spelt out: one call less a span
-            reader = span._reader
-            assert reader is not None
-            _set_detail(span, reader.span_detail(source))
-            _set_source(span, None)
+        if span.__class__ is LazySpan:
+            _read(span)

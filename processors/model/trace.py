@@ -51,9 +51,7 @@ class TraceFacts:
         stated: Sampling | None = None  # the first span's sampling that states one
         for s in spans:
             by_id[s.span_id] = s
-            detail = s._detail  # (read already in stage 1: the slot, not the property)
-            if detail is None:
-                detail = s.detail
+            detail = s.detail
             kind = s.kind
             if s.start_ns < start_ns:
                 earliest, start_ns = s, s.start_ns

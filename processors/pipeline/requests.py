@@ -117,9 +117,7 @@ def _requests(trace: ClosedTrace) -> tuple[Request, ...]:
     facts = trace.facts
     stated: Sampling | None = None  # the trace's (read once, when a request states none)
     for span in facts.requests:  # the server spans and the spans without a parent, in the trace's order
-        d = span._detail  # (read already: the trace's facts read every span's; the slot, not the property)
-        if d is None:
-            d = span.detail
+        d = span.detail
         http_status = d.http_status
         error = span.status == _ERROR or http_status >= 500
         route = d.route

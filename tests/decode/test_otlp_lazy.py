@@ -293,9 +293,9 @@ def test_spans_with_the_same_route_or_code_location_share_one_detail() -> None:
     spans = decode_traces_proto(generate(600, 300, seed=3)[0])
     routes: dict[tuple[str, int], Any] = {}
     shared = [s for s in spans if s.route and s.db is None and not s.exception_type]
-    assert shared and all(routes.setdefault((s.route, s.http_status), s._detail) is s._detail for s in shared)
+    assert shared and all(routes.setdefault((s.route, s.http_status), s.detail) is s.detail for s in shared)
     own = [s for s in spans if s.db is not None]
-    assert own and len({id(s._detail) for s in own}) == len(own)
+    assert own and len({id(s.detail) for s in own}) == len(own)
 
 
 def test_large_scopes_of_small_spans_and_a_large_span_match_eager() -> None:

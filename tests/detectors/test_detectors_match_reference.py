@@ -30,7 +30,7 @@ from processors.detectors.hangs.hops import operation_of as hop_operation
 from processors.detectors.hangs.hops import timed_out
 from processors.findings.trace_windows import Shapes, dependency_of, failed, operation_of
 from processors.model.events import Access, DbCall, Resource, SpanKind, StatusCode
-from processors.model.span import Span, SpanDetail, lazy_span
+from processors.model.span import LazySpan, Span, SpanDetail, lazy_span
 from processors.model.trace import ClosedTrace
 from processors.pipeline.requests import requests_of
 from processors.state.config import WindowConfig
@@ -388,7 +388,7 @@ def test_the_shared_helpers_answer_as_the_span_properties_do(lazy: bool) -> None
             by_id = {s.span_id: s for s in spans}
             servers = {s.parent_id: s for s in spans if s.kind == SpanKind.SERVER and s.parent_id}
             for i, s in enumerate(spans):
-                unread += s._detail is None
+                unread += isinstance(s, LazySpan)
                 got[i].append(
                     failed(s) if helper == 0 else operation_of(s) if helper == 1
                     else dependency_of(s, servers, shapes) if helper == 2 else hop_operation(s, by_id)

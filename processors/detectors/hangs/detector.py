@@ -84,9 +84,7 @@ class HangDetector(Processor):
             name = span.name
             server = servers.get(span.span_id)
             callee = server.resource.service if server is not None else None  # "": one without a service answered
-            detail = span._detail  # (read by the trace's facts already: the slot, not the properties)
-            if detail is None:
-                detail = span.detail
+            detail = span.detail
             db = detail.db
             answer = server is not None or db is not None
             if callee:
