@@ -57,7 +57,7 @@ def _finite(value: Any) -> tuple[Any, int]:
 
 
 def _literal(value: Any) -> tuple[str, int]:
-    try:  # pydantic-core's JSON: json's text but for the spelling of a float's exponent (1e-7, not 1e-07)
+    try:  # pydantic-core's JSON: json's text but for how a float under 1e-4 is spelt (1e-7, not 1e-07)
         raw = to_json(value)
     except PydanticSerializationError:  # a lone surrogate, or a type it has no text for: json's way
         return _json_literal(value)
