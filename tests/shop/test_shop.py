@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
-from bench.shop import db
+from bench.shop import db, reports
+from bench.shop.errors import UpstreamTimeout
 from bench.shop.evidence import Summary
 from bench.shop.traffic import KINDS, run_traffic
 from processors.model.events import CdcOp, RowChange, SpanKind
@@ -230,3 +232,25 @@ async def test_debezium_captures_the_shop_tables(engines: LocalEngines, postgres
     assert min(stock) == -1  # the stock >= 0 invariant, broken in the after image
     per_order = Counter(c.after["order_id"] for c in changes if c.table == "public.charges" and c.after)
     assert all(per_order[o] == 2 for o in charged)
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_a_stalled_report_waits_whatever_the_plan(postgres_dsn: str, analyzed: bool) -> None:
+    """The hang scenario's stall holds for a status no order has, on fresh and on analyzed statistics (a planner
+    that scans an empty match first must still run the stall), and the fix's statement timeout cuts it short."""
+    db.apply_schema(postgres_dsn)
+    status = _unique("none-")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        if analyzed:
+            conn.execute("ANALYZE orders")
+        with reports.stalled(1.5):
+            start = time.monotonic()
+            answer = reports.sales_report(conn, status)
+            waited = time.monotonic() - start
+            start = time.monotonic()
+            with pytest.raises(UpstreamTimeout):
+                reports.sales_report(conn, status, clean=True)
+            cut = time.monotonic() - start
+    assert answer == {"status": status, "orders": 0, "amount": 0}
+    assert waited >= 1.5, waited
+    assert reports.TIMEOUT_MS / 1000 <= cut < 1.5, cut
