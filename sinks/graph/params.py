@@ -63,11 +63,7 @@ def _literal(value: Any) -> tuple[str, int]:
         return _json_literal(value)
     if b"NaN" in raw or b"Infinity" in raw:  # written as JSON has no such literal (or text holding the words)
         return _json_literal(value)
-    text = raw.decode()
-    # outside a string a `"` never follows `{` but as an object's first key; a `\u` needs a `\` (one C scan)
-    if ("\\" in text and _ESCAPE.search(text)) or _OBJECT.search(text):
-        return str(stringify_param_value(value)), 0
-    return text, 0
+    return _as_read(raw.decode(), value), 0
 
 
 def _json_literal(value: Any) -> tuple[str, int]:
@@ -77,9 +73,16 @@ def _json_literal(value: Any) -> tuple[str, int]:
     except (TypeError, ValueError):  # NaN, infinity, bytes or another type JSON has no text for
         value, replaced = _finite(value)
         return str(stringify_param_value(value)), replaced
+    return _as_read(text, value), 0
+
+
+def _as_read(text: str, value: Any) -> str:
+    """JSON ``text`` of ``value`` when FalkorDB reads it as the same value, else the client's own literal: JSON's
+    ``\\u`` escapes and quoted object keys are not its syntax. Outside a string a ``"`` never follows ``{`` but as an
+    object's first key; a ``\\u`` needs a ``\\`` (one C scan first)."""
     if ("\\" in text and _ESCAPE.search(text)) or _OBJECT.search(text):
-        return str(stringify_param_value(value)), 0
-    return text, 0
+        return str(stringify_param_value(value))
+    return text
 
 
 def literal(value: Any) -> str:

@@ -382,11 +382,8 @@ class IngestStage(Stage):
 
 def _home(held: Sequence[Source]) -> str:
     """The input partition a trace came from (the first, when its spans came from several), of the input it held."""
-    if len(held) == 1:  # the usual case, without a sort of one
-        tp = held[0][0]
-        return f"{tp[0]}/{tp[1]}" if isinstance(tp, tuple) else ""
-    parts = sorted(f"{tp[0]}/{tp[1]}" for tp, _ in held if isinstance(tp, tuple))
-    return parts[0] if parts else ""
+    parts = [f"{tp[0]}/{tp[1]}" for tp, _ in held if isinstance(tp, tuple)]
+    return min(parts) if parts else ""
 
 
 __all__ = ["IngestStage", "ingest_inputs"]

@@ -6,8 +6,8 @@ are fed the same random traces (odd ones too: parent cycles, repeated and empty 
 timeouts, 429/5xx, DB calls) under tight bounds, watermarks moving on as they go. After every step their whole state
 must be equal: open windows, counters, drop counters, learned callees, recent distributions, the random generator,
 and every finding they emit. The helpers the detectors share (``failed``, ``dependency_of``, ``operation_of``, the
-hang detector's operations) read a span's detail slot: they are compared with the same questions asked through the
-span's properties, on spans whose detail is read and on lazy ones.
+hang detector's operations) read a span's detail: they are checked on hand-built spans, on spans whose detail is
+read and on lazy ones.
 """
 
 from __future__ import annotations
@@ -351,48 +351,67 @@ def _lazy(span: Span) -> Span:
                      span.status, span.resource, _Detail(), span)  # fmt: skip
 
 
-def _ref_dependency(call: Span, servers: dict[str, Span], shapes: Shapes) -> tuple[str, str]:
-    db = call.db
-    if db is not None:
-        system = db.system or "db"
-        dependency = f"{system}/{db.namespace}" if db.namespace else system
-        return dependency, shapes.of(db.statement) if db.statement else call.name
-    server = servers.get(call.span_id)
-    if server is not None:
-        return server.resource.service, server.route or server.name
-    return call.name, call.name
+def _call(sid: str, parent: str, service: Resource, *, name: str = "GET", kind: SpanKind = SpanKind.CLIENT,
+          route: str = "", error: bool = False, http: int = 0, db: DbCall | None = None) -> Span:  # fmt: skip
+    status = StatusCode.ERROR if error else StatusCode.UNSET
+    return Span("t" * 32, sid, parent, name, kind, T0, T0 + MS, status, service, route=route, http_status=http, db=db)
 
 
-def _ref_failed(call: Span) -> bool:
-    return call.is_error or call.http_status >= 500 or call.http_status == 429
+_SHOP, _PAY = _SERVICES[0], _SERVICES[1]
+# (span, the server span answering it or None) -> dependency_of
+_DEPENDENCIES = [
+    (_call("c1", "r", _SHOP, name="query", db=DbCall("postgresql", "SELECT * FROM t WHERE id = 1", "shop")), None,
+     ("postgresql/shop", "select * from t where id = ?")),
+    (_call("c2", "r", _SHOP, name="query", db=DbCall("mysql", "UPDATE u SET a = 1", "")), None,
+     ("mysql", "update u set a = ?")),
+    (_call("c3", "r", _SHOP, name="query", db=DbCall("", "", "")), None, ("db", "query")),
+    (_call("c4", "r", _SHOP), _call("s4", "c4", _PAY, name="POST", kind=SpanKind.SERVER, route="/pay/{id}"),
+     ("svc1", "/pay/{id}")),
+    (_call("c5", "r", _SHOP), _call("s5", "c5", _PAY, name="POST", kind=SpanKind.SERVER), ("svc1", "POST")),
+    (_call("c6", "r", _SHOP, name="GET"), None, ("GET", "GET")),
+]  # fmt: skip
+# span -> failed
+_FAILED = [
+    (_call("f1", "r", _SHOP, error=True, http=200), True),
+    (_call("f2", "r", _SHOP, http=500), True),
+    (_call("f3", "r", _SHOP, http=503), True),
+    (_call("f4", "r", _SHOP, http=429), True),
+    (_call("f5", "r", _SHOP, http=499), False),
+    (_call("f6", "r", _SHOP, http=404), False),
+    (_call("f7", "r", _SHOP), False),
+]
+# A request in svc0 (server "/a" under a root "job" span) calling svc1 (server without a route), with a parent
+# cycle in svc0 and a span whose parent is unknown: (span id, the hang detector's operation of it)
+_TREE = [
+    _call("root", "", _SHOP, name="job", kind=SpanKind.INTERNAL, route="/job"),
+    _call("srv", "root", _SHOP, name="GET", kind=SpanKind.SERVER, route="/a"),
+    _call("work", "srv", _SHOP, name="work", kind=SpanKind.INTERNAL),
+    _call("db", "work", _SHOP, name="query"),
+    _call("out", "work", _SHOP, name="POST"),
+    _call("in", "out", _PAY, name="POST", kind=SpanKind.SERVER),
+    _call("deep", "in", _PAY, name="query"),
+    _call("orphan", "gone", _SHOP, name="lost", route="/x"),
+    _call("loop1", "loop2", _SHOP, name="l1", kind=SpanKind.INTERNAL),
+    _call("loop2", "loop1", _SHOP, name="l2", kind=SpanKind.INTERNAL),
+]
+_HOP_OPERATIONS = {"root": "/job", "srv": "/job", "work": "/a", "db": "/a", "out": "/a", "in": "POST",
+                   "deep": "POST", "orphan": "/x", "loop1": "l1", "loop2": "l2"}  # fmt: skip
 
 
 @pytest.mark.parametrize("lazy", [False, True])
-def test_the_shared_helpers_answer_as_the_span_properties_do(lazy: bool) -> None:
-    """``failed``, ``dependency_of``, ``operation_of`` and the hang detector's operations read a span's detail slot
-    (and its detail when a lazy span has not read it yet): the same answers as through the span's properties."""
-    rng = random.Random(7)
-    shapes, ref_shapes = Shapes(16, Telemetry("shapes")), Shapes(16, Telemetry("shapes"))
-    unread = 0  # calls on a span whose detail was not read yet
-    for n in range(300):
-        trace = _trace(rng, n, T0)
-        facts = trace.facts
-        expected = [
-            (_ref_failed(s), s.route or s.name, _ref_dependency(s, facts.servers, ref_shapes),
-             _ref_operation(s, facts.by_id))
-            for s in trace.spans
-        ]  # fmt: skip
-        got: list[list[Any]] = [[] for _ in trace.spans]
-        for helper in range(4):  # (lazy: each helper on spans not read yet)
-            spans = [_lazy(s) for s in trace.spans] if lazy else list(trace.spans)
-            by_id = {s.span_id: s for s in spans}
-            servers = {s.parent_id: s for s in spans if s.kind == SpanKind.SERVER and s.parent_id}
-            for i, s in enumerate(spans):
-                unread += isinstance(s, LazySpan)
-                got[i].append(
-                    failed(s) if helper == 0 else operation_of(s) if helper == 1
-                    else dependency_of(s, servers, shapes) if helper == 2 else hop_operation(s, by_id)
-                )  # fmt: skip
-        assert [tuple(g) for g in got] == expected
-    assert any(_ref_failed(s) and not s.is_error for s in trace.spans)  # (a 5xx or 429 without status ERROR)
-    assert (unread > 1_000) if lazy else not unread
+def test_the_shared_helpers_answer_from_the_detail(lazy: bool) -> None:
+    """``failed``, ``dependency_of``, ``operation_of`` and the hang detector's operations, on hand-built spans: on
+    spans whose detail is read and on lazy ones (each helper the first to read it)."""
+    fresh: Callable[[Span], Span] = _lazy if lazy else (lambda s: s)
+    shapes = Shapes(16, Telemetry("shapes"))
+    for call, server, expected in _DEPENDENCIES:
+        servers = {} if server is None else {call.span_id: fresh(server)}
+        assert dependency_of(fresh(call), servers, shapes) == expected, call
+    for call, expected_failed in _FAILED:
+        assert failed(fresh(call)) is expected_failed, call
+    assert [operation_of(fresh(s)) for s in _TREE] == [s.route or s.name for s in _TREE]
+    spans = [fresh(s) for s in _TREE]
+    by_id = {s.span_id: s for s in spans}
+    assert {s.span_id: hop_operation(s, by_id) for s in spans} == _HOP_OPERATIONS
+    if lazy:
+        assert any(isinstance(s, LazySpan) for s in spans[1:])  # (some read no detail: the helpers ask the slot)
