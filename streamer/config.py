@@ -36,6 +36,7 @@ from streamer import config_names
 from streamer.decode.config import DecodeConfig
 
 C = TypeVar("C", bound=BaseModel)
+POLL_TIMEOUT_MS = (200, 1000)  # the derived poll wait's bounds (CoreSettings.poll_timeout_ms)
 
 
 class HttpConfig(Section):
@@ -100,6 +101,15 @@ class CoreSettings(BaseSettings):
     @property
     def graph_name(self) -> str:
         return self.falkordb.graph or f"trace_repro_{self.environment}"
+
+    @property
+    def poll_timeout_ms(self) -> int:
+        """How long a poll waits when no record comes: ``kafka.poll_timeout_ms``, else a fifth of ``windows.idle_s``
+        (the clock-driven work of an idle stage, idleness first, is then late by a fifth at most), within 200-1000
+        ms. A record that comes ends the wait whatever it is."""
+        if self.kafka.poll_timeout_ms is not None:
+            return self.kafka.poll_timeout_ms
+        return round(min(POLL_TIMEOUT_MS[1], max(POLL_TIMEOUT_MS[0], self.windows.idle_s * 1000 / 5)))
 
     def section(self, name: str, model: type[C]) -> C:
         """The section ``name``, checked to be a ``model`` (component sections have no static attribute)."""

@@ -31,6 +31,22 @@ def test_environment_wins_over_file(tmp_path: Path) -> None:
     assert settings.windows.trace_gap_s == 3.5
 
 
+@pytest.mark.parametrize(
+    ("env", "wait_ms"),
+    [
+        ({}, 1000),  # the shipped windows (idle 5 s): a fifth of it, at the upper bound
+        ({"TRACE_REPRO_WINDOWS__IDLE_S": "2"}, 400),
+        ({"TRACE_REPRO_WINDOWS__IDLE_S": "0.5"}, 200),  # tuned windows: the lower bound (the old fixed wait)
+        ({"TRACE_REPRO_WINDOWS__IDLE_S": "60"}, 1000),
+        ({"TRACE_REPRO_WINDOWS__IDLE_S": "0.5", "TRACE_REPRO_KAFKA__POLL_TIMEOUT_MS": "50"}, 50),  # set: as set
+        ({"TRACE_REPRO_KAFKA__POLL_TIMEOUT_MS": "5000"}, 5000),
+    ],
+)
+def test_the_poll_wait_follows_idleness_unless_set(env: dict[str, str], wait_ms: int) -> None:
+    """An idle stage polls every fifth of ``windows.idle_s`` (200-1000 ms), or as ``kafka.poll_timeout_ms`` says."""
+    assert config.load(REPO / "config" / "trace-repro.toml", env=env).poll_timeout_ms == wait_ms
+
+
 def test_bad_config_names_the_key(tmp_path: Path) -> None:
     """An unknown key and an out-of-range value are both reported with their dotted names."""
     path = tmp_path / "c.toml"

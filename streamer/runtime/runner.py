@@ -161,12 +161,12 @@ class StageRunner:
         consumer.subscribe(pattern=self.stage.topics_pattern, listener=_Rebalance(self))
         await consumer.start()
         log.info("stage.started", stage=self.name, group=self.group_id, pattern=self.stage.topics_pattern)
-        k = self.settings.kafka
+        k, wait_ms = self.settings.kafka, self.settings.poll_timeout_ms
         polls = Backoff(k.retry_backoff_s, k.max_retry_backoff_s)
         try:
             while not stop.is_set():
                 try:
-                    batch = await consumer.getmany(timeout_ms=k.poll_timeout_ms, max_records=k.max_poll_records)
+                    batch = await consumer.getmany(timeout_ms=wait_ms, max_records=k.max_poll_records)
                 except KafkaError as exc:  # the broker away, the group's coordinator moving: poll again
                     await self._poll_failed(exc, polls, stop)
                     continue

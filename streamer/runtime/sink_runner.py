@@ -169,7 +169,7 @@ class SinkRunner:
             consumer.resume(*consumer.paused())
         else:
             consumer.pause(*consumer.assignment())
-        timeout_ms = self.settings.kafka.poll_timeout_ms
+        timeout_ms = self.settings.poll_timeout_ms
         if self.state != RUNNING:
             timeout_ms = max(0, min(timeout_ms, int((self._due - time.monotonic()) * 1000)))
         batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=max(1, min(BATCH, room)))
