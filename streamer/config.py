@@ -105,8 +105,8 @@ class CoreSettings(BaseSettings):
     @property
     def poll_timeout_ms(self) -> int:
         """How long a poll waits when no record comes: ``kafka.poll_timeout_ms``, else a fifth of ``windows.idle_s``
-        (the clock-driven work of an idle stage, idleness first, is then late by a fifth at most), within 200-1000
-        ms. A record that comes ends the wait whatever it is."""
+        within 200-1000 ms (an idle stage's clock-driven work, idleness first, is then late by at most a fifth of
+        ``idle_s``). A record that comes ends the wait, however long it is."""
         if self.kafka.poll_timeout_ms is not None:
             return self.kafka.poll_timeout_ms
         return round(min(POLL_TIMEOUT_MS[1], max(POLL_TIMEOUT_MS[0], self.windows.idle_s * 1000 / 5)))
