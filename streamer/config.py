@@ -36,7 +36,8 @@ from streamer import config_names
 from streamer.decode.config import DecodeConfig
 
 C = TypeVar("C", bound=BaseModel)
-POLL_TIMEOUT_MS = (200, 1000)  # the derived poll wait's bounds (CoreSettings.poll_timeout_ms)
+MIN_POLL_WAIT_MS = 200  # the derived poll wait's bounds (CoreSettings.poll_timeout_ms)
+MAX_POLL_WAIT_MS = 1000
 
 
 class HttpConfig(Section):
@@ -109,7 +110,7 @@ class CoreSettings(BaseSettings):
         ``idle_s``). A record that comes ends the wait, however long it is."""
         if self.kafka.poll_timeout_ms is not None:
             return self.kafka.poll_timeout_ms
-        return round(min(POLL_TIMEOUT_MS[1], max(POLL_TIMEOUT_MS[0], self.windows.idle_s * 1000 / 5)))
+        return round(min(MAX_POLL_WAIT_MS, max(MIN_POLL_WAIT_MS, self.windows.idle_s * 1000 / 5)))
 
     def section(self, name: str, model: type[C]) -> C:
         """The section ``name``, checked to be a ``model`` (component sections have no static attribute)."""
