@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install lint test fuzz demo bench soak under-load up down status clean
+.PHONY: install lint test fuzz demo bench scale soak under-load up down status clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ demo: install  ## the daemon on real local engines with the sample workload
 
 bench: install  ## throughput and latency figures
 	$(BIN)/python -m bench.run
+
+scale: install  ## stage 1 across processes, the daemon with --workers and as replicas: scaling per added core (out/scale.json)
+	$(BIN)/python -m bench.scale
 
 RUNS ?= 5
 SOAK_MINUTES ?= 10
