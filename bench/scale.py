@@ -89,8 +89,11 @@ def dealt(partitions: int, k: int) -> list[set[int]]:
     return [{p for p in range(partitions) if p % k == i} for i in range(k)]
 
 
+BARRIER_S = 120  # how long the stage processes and the bench wait for each other to start (a crashed one: no hang)
+
+
 def _stage_worker(gen: Generated, settings: Settings, barrier: Any, results: Any) -> None:
-    barrier.wait()
+    barrier.wait(BARRIER_S)
     cpu = time.process_time()
     run_stage(gen, settings, keep=False)
     results.put((time.monotonic(), time.process_time() - cpu, gen.spans))
@@ -104,7 +107,7 @@ def stage_across(gen: Generated, settings: Settings, partitions: int, k: int) ->
     procs = [ctx.Process(target=_stage_worker, args=(share, settings, barrier, results)) for share in shares]
     for proc in procs:
         proc.start()
-    barrier.wait()
+    barrier.wait(BARRIER_S)
     begin = time.monotonic()
     done = [results.get(timeout=600) for _ in procs]
     for proc in procs:
@@ -120,7 +123,7 @@ def stage_across(gen: Generated, settings: Settings, partitions: int, k: int) ->
         "seconds": seconds,
         "spans_per_s": _rate(spans, seconds),
         "cpu_us_per_span": cpu_s / spans * 1e6 if spans else None,
-        "slowest_share_s": max(c for _, c, _ in done),
+        "slowest_share_cpu_s": max(c for _, c, _ in done),
     }
 
 
@@ -271,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=OUT / "scale.json", help="where to write the results")
     args = ap.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
-    ks = sorted({int(k) for k in args.processes.split(",") if k} or set(range(1, cores + 1)) | {1})
+    ks = sorted(({int(k) for k in args.processes.split(",") if k} or set(range(1, cores + 1))) | {1})  # 1: the base
     collector.tune()
     tag = uuid.uuid4().hex[:8]
     settings = config.load(None, env=settings_env("127.0.0.1:9", "redis://127.0.0.1:9", tag, "bench-spans", 0, ()))
