@@ -141,11 +141,13 @@ class Processor:
     def on_event(self, event: Published, part: str) -> None:
         """An event from an output topic the factory subscribed to (``Factory.topics``), from partition ``part``."""
 
-    def on_access(self, access: Access) -> None:
-        """(entities) A read or write of one row by a closed trace."""
+    def on_access(self, access: Access, part: str = "") -> None:
+        """(entities) A read or write of one row by a closed trace, from internal partition ``part`` (what a later
+        ``on_revoke`` of that partition takes back)."""
 
-    def on_commit(self, entity: str, commit: Commit) -> None:
-        """(entities) A committed row change, with the access that made it when correlation found it."""
+    def on_commit(self, entity: str, commit: Commit, part: str = "") -> None:
+        """(entities) A committed row change, with the access that made it when correlation found it, from internal
+        partition ``part``."""
 
     def on_relay(self, relay: Relay, part: str) -> None:
         """(entities) A relay of this component's stage-1 processor (``relay.component == self.name``), from internal

@@ -166,8 +166,9 @@ class EntityStage(Stage):
                     self.keying.add(event)
                 except Exception as exc:  # the processors still get it
                     self.record_failed(record, "correlation", exc, out)
+                part = f"{record.topic}/{record.partition}"
                 for processor in self.processors:
-                    self.call(processor, processor.on_access, event)
+                    self.call(processor, processor.on_access, event, part)
             else:
                 key = (entity, record.topic, record.partition, record.offset)
                 self._pending.put(key, event, len(record.value or b""))  # holds this record until credited
@@ -305,25 +306,27 @@ class EntityStage(Stage):
         """``_resolved``, or the change quarantined when that raises (its rows taken back; the caller releases it)."""
         mark = out.mark()
         try:
-            self._resolved(key[0], change, correlation, out)
+            self._resolved(key[0], f"{key[1]}/{key[2]}", change, correlation, out)
         except Exception as exc:
             out.rollback(mark)
             self.quarantine("correlation", f"change lsn {change.lsn} of {key[0]}", exc, [("pending", key)])
 
-    def _resolved(self, entity: str, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
-        """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors."""
+    def _resolved(self, entity: str, part: str, change: RowChange, correlation: Correlation | None,
+                  out: StageOutput) -> None:  # fmt: skip
+        """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors
+        (``part``: the internal partition the change came from)."""
         self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
         out.graph.changes.append(change_row(change, entity, correlation))
         inferred = self.keying.credited(change, correlation)  # what the credit proves of keys not on their spans
         access_rows([a for a in inferred if a.keying == Keying.BY_TRACE], out.graph)  # (a write's edge: its change)
         for access in inferred:
             for processor in self.processors:
-                self.call(processor, processor.on_access, access)
+                self.call(processor, processor.on_access, access, part)
         a = correlation.access if correlation else None
         commit = (Commit(change, a.trace_id, a.span_id, correlation.strength, correlation.skew_ms)
                   if a is not None and correlation is not None else Commit(change))  # fmt: skip
         for processor in self.processors:
-            self.call(processor, processor.on_commit, entity, commit)
+            self.call(processor, processor.on_commit, entity, commit, part)
 
     def _evicted(self, key: PendingKey, change: RowChange) -> None:
         """The pending bound evicted a change (counted): it is written uncorrelated rather than lost."""

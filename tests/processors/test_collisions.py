@@ -453,3 +453,24 @@ def test_traces_held_for_late_changes_are_not_walked_again_while_nothing_can_go(
     d.on_access(acc("ff", DbOperation.READ, 8_000, entity="orders:999"))  # not held: goes when it is old
     assert d.close_until(T0 + 12_000 * MS) == [] and d.telemetry.state["traces"] == 40
     assert d.close_until(T0 + 40_000 * MS) == [] and d.telemetry.state["traces"] == 0
+
+
+def test_rows_of_a_revoked_partition_go_with_it() -> None:
+    """The rows an internal partition fed, and the input they held, go when that partition moves to another
+    instance: the new owner replays and judges them. Judged here as well, the pair would be reported twice (two
+    instances, one watermark). The other partitions' rows are judged as before."""
+    d = detector()
+    for entity, part in (("orders:1", "accesses/0"), ("orders:2", "accesses/1")):
+        for a in [
+            acc("a", DbOperation.READ, 0, entity=entity),
+            acc("b", DbOperation.READ, 2, entity=entity),
+            acc("a", DbOperation.WRITE, 5, entity=entity, set_values=(("status", "cancelled"),)),
+            acc("b", DbOperation.WRITE, 9, entity=entity, set_values=(("status", "paid"),)),
+        ]:
+            d.on_access(a, part)
+    held = len(d._inputs)
+    d.on_revoke("accesses/2")  # a partition that fed nothing here
+    assert len(d) == 2 and len(d._inputs) == held
+    d.on_revoke("accesses/0")
+    assert len(d) == 1 and 0 < len(d._inputs) < held and d.counters["revoked_rows"] == 1
+    assert [c.entity for c in d.close_until(T0 + 10_000 * MS)] == ["orders:2"]

@@ -434,3 +434,19 @@ def test_a_relay_emitted_in_stage_2_is_counted_not_lost_silently() -> None:
     p.upstream(1)
     p.upstream(2)
     assert p.metric("trace_repro_dropped_total", component="entities", reason="relay_from_stage_2") == 2
+
+
+def test_rows_of_a_revoked_partition_are_not_judged_here() -> None:
+    """Each access reaches the processors with its internal partition, so that the collision detector drops the
+    rows of a revoked partition: only the rows this instance still owns are judged (a lost update on each
+    partition; partition 0 is revoked before event time passes them)."""
+    p = Pipe()
+    for key, partition in ((1, 0), (2, 1)):
+        steps = [("aa", DbOperation.READ, 0.1), ("bb", DbOperation.READ, 0.2), ("aa", DbOperation.WRITE, 0.3),
+                 ("bb", DbOperation.WRITE, 0.4)]  # fmt: skip
+        p.send(*[replace(access(f"orders:{key}", end_s=at, op=op), trace_id=trace * 16) for trace, op, at in steps],
+               partition=partition)  # fmt: skip
+    p.stage.forget(TP)
+    out = p.drain(partition=1)
+    incidents = [e for e in out.events if getattr(e, "kind", "") == "incident"]
+    assert [e.entity for e in incidents] == ["orders:2"]

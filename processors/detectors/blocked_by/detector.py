@@ -151,7 +151,7 @@ class BlockedByDetector(Processor):
 
     # ---- Processor hooks ----------------------------------------------------------------------------------------
 
-    def on_access(self, access: Access) -> None:
+    def on_access(self, access: Access, part: str = "") -> None:
         spans = self._times.get(access.trace_id)
         if spans is None:
             self._times.put(access.trace_id, {access.span_id: (access.start_ns, access.end_ns)})
@@ -175,7 +175,7 @@ class BlockedByDetector(Processor):
                 return
             heapq.heappush(self._due, (access.end_ns, next(self._seq), access))
 
-    def on_commit(self, entity: str, commit: Commit) -> None:
+    def on_commit(self, entity: str, commit: Commit, part: str = "") -> None:
         if not commit.trace_id:
             self.telemetry.count("uncredited_commits")  # no holder can be named: never guessed
             return

@@ -34,6 +34,10 @@ Containment: each due row is judged on its own. A row whose judging raises (a va
 bug) is quarantined: its history goes, the input it held is released, and it is reported in ``Emit.quarantined``
 (the runtime counts it and logs the input offsets it came from); the incidents found before it, in it and after it
 in the same step are emitted all the same, and every other due row is judged and released.
+
+Rebalances: a row remembers the internal partition that fed it last. When that partition goes to another instance
+(``on_revoke``), the row goes from here with the input it held: the new owner replays what was not judged and
+judges it. Judged here too, its pairs would be reported by both instances, which see the same watermarks.
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ class CollisionDetector(Processor):
 
     # ---- Processor hooks ----------------------------------------------------------------------------------------
 
-    def on_access(self, access: Access) -> None:
+    def on_access(self, access: Access, part: str = "") -> None:
         """Add an access to its entity's history (the input being processed is held until the entity is judged)."""
         if access.error and access.operation in WRITES:
             self.telemetry.count("failed_writes")
@@ -151,6 +155,7 @@ class CollisionDetector(Processor):
         if inferred(access):
             self._supersede(access)
         state = self._entities.retain(access.entity)
+        state.part = part or state.part
         if access.trace_id in state.judged:  # more of a trace already judged here (a fragment): judged again
             if any(a.span_id == access.span_id for a in state.accesses):
                 self.telemetry.count("redelivered")  # a replay of what was judged: nothing new to judge
@@ -184,10 +189,11 @@ class CollisionDetector(Processor):
                 scope.accesses.remove(old)
         self.telemetry.count(f"keyed_{access.keying}")
 
-    def on_commit(self, entity: str, commit: Commit) -> None:
+    def on_commit(self, entity: str, commit: Commit, part: str = "") -> None:
         at = commit.change.commit_ts_ms * MS_NS
         self._past_history(entity, at)
         state = self._entities.retain(entity)
+        state.part = part or state.part
         state.changed_ns = max(state.changed_ns, at)
         table = entity.partition(":")[0]
         self._captured.add(table)
@@ -235,6 +241,16 @@ class CollisionDetector(Processor):
         else:
             state.judged -= {a.trace_id for a in state.accesses if at - self.window_ns <= a.start_ns <= at
                              and a.operation in WRITES}  # fmt: skip
+
+    def on_revoke(self, part: str) -> None:
+        """Internal partition ``part`` went to another instance: the rows it fed go here, with the input they held.
+        Their new owner replays what is not judged yet (from the offset those pins held) and judges it; judged here
+        as well, the same pair would be reported twice, by two instances at once."""
+        gone = [(key, state) for key, state in self._entities.items() if state.part == part]
+        for key, state in gone:
+            self._evicted(key, state)  # its deadline and the input it held go, then its history
+            self._entities.discard(key)
+        self.telemetry.count("revoked_rows", len(gone))
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         for collision in self.close_until(watermark_ns, out.quarantined):

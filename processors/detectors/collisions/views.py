@@ -78,6 +78,7 @@ class EntityHistory:
     changed_ns: int = -1  # the newest commit time of a change of the row (of any row of the table, for a scope)
     judged: set[str] = field(default_factory=set)  # traces whose pairs have been judged (pruned with the history)
     inputs: PendingInputs = field(default_factory=PendingInputs)  # the detector's keys for the input not judged yet
+    part: str = ""  # the internal partition that fed it last (``CollisionDetector.on_revoke``)
 
 
 @dataclass(slots=True)
