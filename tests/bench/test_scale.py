@@ -65,7 +65,7 @@ async def test_two_replicas_in_one_group_bring_every_trace_to_the_graph(
     env = settings_env(kafka_bootstrap, falkordb_url, tag, f"spans-scale-{tag}")
     result = await scale.daemons_end_to_end(eng, env, gen, expected, replicas=2, workers=1, log=tmp_path / "d.log")
     assert result["traces"] == expected and result["processes"] == 2 and result["spans_per_s"] > 0
-    assert scale.settled([tmp_path / "d.0.log", tmp_path / "d.1.log"], env["TRACE_REPRO_KAFKA__SPANS_TOPIC"], 4, 2)
+    assert not result["rebalanced_during_run"]  # the group settled before the produce and stayed so
 
 
 def test_the_group_has_settled_when_each_consumer_owns_its_share_once(tmp_path: Path) -> None:
