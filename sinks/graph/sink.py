@@ -2,9 +2,10 @@
 
 It is the one component that talks to FalkorDB (through :class:`~sinks.graph.writer.GraphWriter`, which retries and
 isolates refused rows). The runtime writes each batch's rows with :meth:`GraphSink.write_batch`; for the events a
-batch publishes it asks :meth:`GraphSink.unseen` which are new (a replay re-derives events already published),
-publishes those, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in between
-publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
+batch publishes it :meth:`GraphSink.claim` s their ids (a replay re-derives events already published, and during a
+rebalance two instances can derive the same event at once: the claim is one statement, so one of them wins),
+publishes the ones it claimed, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in
+between publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
 
 A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
 runtime dead-letters before it commits. Windowed totals are summed from every replica's contributions and written
@@ -14,7 +15,11 @@ only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +48,12 @@ _CALLS_FIELDS = ("stamp", "count", "errors", _SKETCH, "min", "max")
 _STATS_FIELDS = ("stamp", "revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
 Key = tuple[str, str, str]
 TOTALS_ROUNDS = 100  # reads and sums of one batch's totals while other replicas keep changing their contributions
+CLAIM_POLL_S = (0.02, 1.0)  # first and longest wait before looking again at ids another instance claimed
+
+
+def instance_id() -> str:
+    """This process, as the claims it makes name it: host, pid and a random part (a pid is reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _calls_row(key: Key, parts: list[dict[str, Any]]) -> Row:
@@ -63,8 +74,11 @@ class GraphSink(Sink):
     name = "graph"
 
     def __init__(self, writer: GraphWriter, *, clock_ms: Callable[[], float], telemetry: Telemetry | None = None,
-                 retention: GraphPolicyConfig | None = None) -> None:  # fmt: skip
+                 retention: GraphPolicyConfig | None = None, lease_s: float = 30.0,
+                 owner: str | None = None) -> None:  # fmt: skip
         self.writer = writer
+        self.owner = owner or instance_id()
+        self.lease_ms = lease_s * 1000
         self._clock_ms = clock_ms
         self.telemetry = telemetry or writer.telemetry
         writer.telemetry = self.telemetry  # the writer's counts (unknown errors, rows trimmed) are the sink's
@@ -124,6 +138,40 @@ class GraphSink(Sink):
         # Still changing: whoever changed them last reads them after its change and writes their total.
         log.warning("graph.totals_contended", op=name, keys=len(pending), rounds=TOTALS_ROUNDS)
         return written
+
+    async def claim(self, events: Sequence[Published]) -> list[Published]:
+        """The events this instance is to publish, in order: those whose id it claimed now (or had claimed, or took
+        over from a claim left unrecorded past the lease), each once. An id another instance claimed is looked at
+        again until that instance records it (dropped here) or its lease runs out (taken over); see
+        :data:`schema.PUBLISHED_CLAIM`."""
+        rows = {e.event_id: {"id": e.event_id, "kind": getattr(e, "kind", ""), "at": self._clock_ms()}
+                for e in events}  # fmt: skip
+        mine: set[str] = set()
+        wait = CLAIM_POLL_S[0]
+        while rows:
+            params = {"rows": list(rows.values()), "owner": self.owner, "lease": self.lease_ms}
+            held: dict[str, Any] = {}
+            for event_id, done, claimed, stale in await self.writer.query(schema.PUBLISHED_CLAIM, params):
+                if claimed:
+                    mine.add(event_id)
+                    if stale:
+                        self.telemetry.count("claims_taken_over")
+                        log.warning("graph.claim_taken_over", event_id=event_id, lease_s=self.lease_ms / 1000)
+                elif not done:
+                    held[event_id] = rows[event_id]
+            rows = held
+            if rows:  # claimed by another instance that has not recorded them yet
+                self.telemetry.count("claims_waited", len(rows))
+                self.writer.check_stopping("claim")
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, CLAIM_POLL_S[1])
+        fresh = []
+        for e in events:
+            if e.event_id in mine:  # the first of its id
+                mine.discard(e.event_id)
+                fresh.append(e)
+        self.telemetry.count("replayed_events", len(events) - len(fresh))
+        return fresh
 
     async def unseen(self, events: Sequence[Published]) -> list[Published]:
         """The events not recorded before (nor twice in ``events``), in order."""

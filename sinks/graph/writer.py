@@ -358,6 +358,11 @@ class GraphWriter:
         result = await self._run("query", lambda: self._graph.query(text, timeout=self.timeout_ms))
         return [list(row) for row in result.result_set]
 
+    def check_stopping(self, what: str) -> None:
+        """Raise :class:`WriteAborted` if the daemon is stopping (for a caller waiting on the graph's state)."""
+        if self._stopping is not None and self._stopping.is_set():
+            raise WriteAborted(f"{what}: stopping")
+
     async def _run(self, what: str, action: Callable[[], Awaitable[Any]]) -> Any:
         """:meth:`_retrying`, raising the original error of a refusal (for callers that do not split rows)."""
         try:

@@ -72,7 +72,7 @@ class Daemon:
                              on_rejected=lambda op, n: self.metrics.graph_rejected.labels(op).inc(n),
                              stopping=self.stop)  # fmt: skip
         self.graph = GraphSink(writer, clock_ms=lambda: time.time() * 1000, telemetry=self.metrics.telemetry("graph"),
-                               retention=settings.graph_policy)  # fmt: skip
+                               retention=settings.graph_policy, lease_s=f.publish_lease_s)  # fmt: skip
         self.producer = KafkaSink(settings.kafka, telemetry=self.metrics.telemetry("kafka"), stopping=self.stop)
         self.redact = Redactor.of(settings.redaction, settings.redaction_key, self.metrics.telemetry("redaction"))
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics.registry, self._readiness,

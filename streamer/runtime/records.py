@@ -25,8 +25,8 @@ _graph_lists = operator.attrgetter(*(f.name for f in fields(GraphBatch)))  # eve
 
 @dataclass(slots=True)
 class StageOutput:
-    """In commit order: write ``graph``, produce ``produce``, publish the unseen ``events`` and record them, then
-    release the pins in ``release`` (and commit what that allows)."""
+    """In commit order: write ``graph``, produce ``produce``, publish the ``events`` this instance claims and record
+    them, then release the pins in ``release`` (and commit what that allows)."""
 
     graph: GraphBatch = field(default_factory=GraphBatch)
     produce: list[Message] = field(default_factory=list)

@@ -7,8 +7,9 @@ Commit order (at-least-once input, idempotent output, hence effectively-once res
 3. the graph rows are redacted (``[redaction]``) and written (retried while FalkorDB is unreachable: consumption
    pauses meanwhile);
 4. every message is produced and acknowledged (idempotent producer, ``acks=all``);
-5. the events the processors emitted that the graph has not recorded yet are redacted (``[redaction]``), published
-   (acknowledged), then recorded on the graph (a replay re-derives them and stops here);
+5. the events the processors emitted are claimed on the graph (one statement: a replay re-derives events already
+   recorded and stops here; of two instances deriving one event during a rebalance, one claims it and the other
+   waits until it is recorded), redacted (``[redaction]``), published (acknowledged), then recorded;
 6. the stage releases the pins of what is now durable, and the offsets it allows are committed.
 
 A crash anywhere replays from the last commit; MERGE on stable keys makes the replay change nothing. A broker
@@ -323,7 +324,7 @@ class StageRunner:
             await self.graph.expire_spans(out.expire_before_ms)
         await self.produce(out.produce)
         if out.events:
-            fresh = [self.redact(e) for e in await self.graph.unseen(out.events)]  # before anything sees them
+            fresh = [self.redact(e) for e in await self.graph.claim(out.events)]  # before anything sees them
             await self.produce([self.producer.message(e) for e in fresh])
             await self.graph.record(fresh, dead)
             for event in fresh:

@@ -57,6 +57,12 @@ def test_hostile_text_stays_text(graph: Graph, value: str) -> None:
     assert _returned(graph, header({"v": [value, [value]]})) == [value, [value]]
 
 
+def test_a_value_sent_the_clients_way_keeps_its_booleans(graph: Graph) -> None:
+    value = [False, "{", True]  # `{"` in its JSON: sent as the client writes it, `False` and `True`
+    assert literal(value) == stringify_param_value(value)
+    assert _returned(graph, header({"v": value})) == value
+
+
 def test_plain_values_take_the_json_path() -> None:
     assert literal(["a", 1, None, True, 1.5, ["b"]]) == '["a",1,null,true,1.5,["b"]]'
     # What JSON cannot say as FalkorDB reads it goes the client's way.

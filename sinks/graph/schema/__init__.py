@@ -218,8 +218,25 @@ STATS_TOTAL = (
 
 # ---- published events (rows from sinks.graph.records) ---------------------------------------------------------
 
-PUBLISHED_KNOWN = "UNWIND $ids AS id MATCH (p:Published {id: id}) RETURN p.id"
-PUBLISHED_MARK = "UNWIND $rows AS r MERGE (p:Published {id: r.id}) ON CREATE SET p.kind = r.kind, p.at = r.at"
+# Publishing claims each event's id first, in one statement: of two instances about to publish one event (a
+# rebalance hands a partition over while its old owner is still judging it) MERGE creates the node for exactly one;
+# the other finds it claimed and waits for it to be recorded (``done``). A claim not recorded within ``$lease`` ms of
+# the graph's clock (its owner stopped between the claim and the record) passes to the next instance that claims it.
+# A node without ``done`` was recorded before claims existed. Each row: id, recorded, claimed by ``$owner``, taken over.
+PUBLISHED_CLAIM = (
+    "UNWIND $rows AS r "
+    "MERGE (p:Published {id: r.id}) "
+    "ON CREATE SET p.kind = r.kind, p.at = r.at, p.done = false, p.owner = $owner, p.claimed = timestamp() "
+    "WITH r, p, coalesce(p.done, true) AS done "
+    "WITH r, p, done, NOT done AND p.owner <> $owner AND p.claimed < timestamp() - $lease AS stale "
+    "SET p.owner = CASE WHEN stale THEN $owner ELSE p.owner END, "
+    "p.claimed = CASE WHEN stale THEN timestamp() ELSE p.claimed END "
+    "RETURN r.id, done, NOT done AND p.owner = $owner, stale"
+)
+PUBLISHED_KNOWN = "UNWIND $ids AS id MATCH (p:Published {id: id}) WHERE coalesce(p.done, true) RETURN p.id"
+PUBLISHED_MARK = (
+    "UNWIND $rows AS r MERGE (p:Published {id: r.id}) ON CREATE SET p.kind = r.kind, p.at = r.at SET p.done = true"
+)
 
 # An incident's first and last sighting are the extremes of its occurrences' event times, whatever order they are
 # written in (its node may exist already, from its contract or repro); an occurrence after the window a FIXED
