@@ -65,7 +65,6 @@ import platform
 import pstats
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -74,11 +73,9 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import falkordb
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from google.protobuf.internal import api_implementation
@@ -87,7 +84,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from bench import peer, shipped
 from bench.metrics import fetch_metrics
 from bench.otlp_gen import SHAPES, Generated, generate_run
-from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
+from bench.procfs import DaemonTree, cpu_deltas, proc_cpu_s, terminate
+from bench.readings import assigned_at, delete_graph, end_offsets, free_port, group_committed, node_count, rate
 from processors.model.finding import FindingEvent
 from processors.model.graph import GraphBatch
 from sinks.graph import GraphWriter
@@ -185,29 +183,6 @@ def settings_env(
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_deltas(before: dict[str, float | None], after: dict[str, float | None], seconds: float) -> dict[str, float]:
-    """CPU used per process over an interval, as a share of one core."""
-    return {
-        name: round(((after[name] or 0.0) - b) / seconds, 2)
-        for name, b in before.items()
-        if b is not None and after.get(name) is not None and seconds > 0
-    }
-
-
-def _end_offsets(gen: Generated) -> dict[int, int]:
-    """Messages per partition: the end offset of each partition of a fresh topic."""
-    ends: dict[int, int] = {}
-    for partition in gen.partitions:
-        ends[partition] = ends.get(partition, 0) + 1
-    return ends
-
-
 def _span_counts(gen: Generated) -> dict[tuple[int, int], int]:
     """Spans per (partition, offset) of a fresh topic."""
     offsets: dict[int, int] = {}
@@ -216,10 +191,6 @@ def _span_counts(gen: Generated) -> dict[tuple[int, int], int]:
         offset = offsets[partition] = offsets.get(partition, -1) + 1
         out[partition, offset] = n
     return out
-
-
-def _rate(n: float, seconds: float) -> float:
-    return n / seconds if seconds > 0 else 0.0
 
 
 # ---- in-process ceilings -------------------------------------------------------------------------------------
@@ -232,7 +203,7 @@ def bench_parse(gen: Generated) -> dict[str, Any]:
     for m in gen.messages:
         parse(m)
     seconds = time.perf_counter() - begin
-    return {"spans": gen.spans, "seconds": seconds, "spans_per_s": _rate(gen.spans, seconds),
+    return {"spans": gen.spans, "seconds": seconds, "spans_per_s": rate(gen.spans, seconds),
             "protobuf": api_implementation.Type()}  # fmt: skip
 
 
@@ -251,7 +222,7 @@ def bench_walk(gen: Generated) -> dict[str, Any]:
                     n += 1
     seconds = time.perf_counter() - begin
     assert n == gen.spans and len(core) == 8, (n, gen.spans)
-    return {"spans": n, "seconds": seconds, "spans_per_s": _rate(n, seconds)}
+    return {"spans": n, "seconds": seconds, "spans_per_s": rate(n, seconds)}
 
 
 def bench_decode(gen: Generated) -> dict[str, Any]:
@@ -262,7 +233,7 @@ def bench_decode(gen: Generated) -> dict[str, Any]:
         n += len(decode(m))
     seconds = time.perf_counter() - begin
     assert n == gen.spans, (n, gen.spans)
-    return {"spans": n, "seconds": seconds, "spans_per_s": _rate(n, seconds)}
+    return {"spans": n, "seconds": seconds, "spans_per_s": rate(n, seconds)}
 
 
 class _Clock:
@@ -342,7 +313,7 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
     figures = {
         "spans": gen.spans,
         "seconds": seconds,
-        "spans_per_s": _rate(gen.spans, seconds),
+        "spans_per_s": rate(gen.spans, seconds),
         "batch_messages": settings.kafka.max_poll_records,
         "batch_partition_bytes": settings.kafka.max_partition_fetch_bytes,
         "internal_produced": produced,  # to stage 2: accesses, row changes, watermarks, relays
@@ -387,21 +358,6 @@ def profile_stage(gen: Generated, settings: Settings, top: int) -> None:
 # ---- FalkorDB ------------------------------------------------------------------------------------------------
 
 
-def _graph(url: str, name: str) -> Any:
-    host, port = url.removeprefix("redis://").rsplit(":", 1)
-    return falkordb.FalkorDB(host=host, port=int(port)).select_graph(name)
-
-
-def _count(url: str, graph: str, label: str) -> int:
-    rows = _graph(url, graph).query(f"MATCH (n:{label}) RETURN count(n)").result_set
-    return int(rows[0][0]) if rows else 0
-
-
-def _delete_graph(url: str, name: str) -> None:
-    with contextlib.suppress(Exception):
-        _graph(url, name).delete()
-
-
 async def bench_write(
     eng: Engines,
     graph: str,
@@ -423,20 +379,20 @@ async def bench_write(
         rows += await writer.write(batch)
     seconds = time.perf_counter() - begin
     client_cpu = time.process_time() - client_cpu
-    cpu = _cpu_deltas(cpu_before, {"falkordb": proc_cpu_s(eng.pids.get("falkordb"))}, seconds)
+    cpu = cpu_deltas(cpu_before, {"falkordb": proc_cpu_s(eng.pids.get("falkordb"))}, seconds)
     await writer.close()
-    traces = _count(eng.falkordb, graph, "Trace")
+    traces = node_count(eng.falkordb, graph, "Trace")
     return {
         "spans": spans,
         "traces": traces,
         "expected_traces": expected,
-        "span_nodes": _count(eng.falkordb, graph, "Span"),
+        "span_nodes": node_count(eng.falkordb, graph, "Span"),
         "expected_span_nodes": expected_span_nodes,
         "rows": rows,
         "statements": len(batches),
         "seconds": seconds,
-        "spans_per_s": _rate(spans, seconds),
-        "rows_per_s": _rate(rows, seconds),
+        "spans_per_s": rate(spans, seconds),
+        "rows_per_s": rate(rows, seconds),
         "client_cpu_share": client_cpu / seconds if seconds else 0.0,
         "cpu_cores": cpu,
     }
@@ -472,18 +428,18 @@ async def bench_produce(eng: Engines, topic: str, gen: Generated) -> dict[str, A
         ]
         sent = await asyncio.gather(*futures)
         seconds = time.perf_counter() - begin
-        cpu = _cpu_deltas(before, {"kafka": proc_cpu_s(eng.pids.get("kafka"))}, seconds)
+        cpu = cpu_deltas(before, {"kafka": proc_cpu_s(eng.pids.get("kafka"))}, seconds)
     finally:
         await producer.stop()
     ends = {md.partition: md.offset + 1 for md in sent}
-    assert ends == _end_offsets(gen), (ends, _end_offsets(gen))
+    assert ends == end_offsets(gen), (ends, end_offsets(gen))
     return {
         "messages": len(gen.messages),
         "bytes": gen.bytes,
         "seconds": seconds,
-        "mb_per_s": _rate(gen.bytes / MB, seconds),
-        "messages_per_s": _rate(len(gen.messages), seconds),
-        "spans_per_s": _rate(gen.spans, seconds),
+        "mb_per_s": rate(gen.bytes / MB, seconds),
+        "messages_per_s": rate(len(gen.messages), seconds),
+        "spans_per_s": rate(gen.spans, seconds),
         "cpu_cores": cpu,
     }
 
@@ -520,8 +476,8 @@ async def bench_consume(eng: Engines, topic: str, gen: Generated, settings: Sett
         "messages": messages,
         "spans": spans,
         "seconds": seconds,
-        "spans_per_s": _rate(spans, seconds),
-        "mb_per_s": _rate(size / MB, seconds),
+        "spans_per_s": rate(spans, seconds),
+        "mb_per_s": rate(size / MB, seconds),
     }
 
 
@@ -559,56 +515,6 @@ def _scrape(port: int, spans_topic: str) -> tuple[int, bool]:
         return 0, False
     m = re.search(rf'^trace_repro_consumed_messages_total\{{topic="{re.escape(spans_topic)}"\}} (\S+)$', text, re.M)
     return (int(float(m.group(1))) if m else 0), True
-
-
-def _assigned_at(log: Path, spans_topic: str) -> float | None:
-    """Unix time at which the ingest stage got the spans partition, from the daemon's JSON log."""
-    with contextlib.suppress(OSError):
-        for line in log.read_text(errors="replace").splitlines():
-            if '"partitions.assigned"' not in line or spans_topic not in line:
-                continue
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                event = json.loads(line)
-                return datetime.fromisoformat(event["timestamp"]).timestamp()
-    return None
-
-
-async def _committed(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
-    offsets = await admin.list_consumer_group_offsets(group)
-    return sum(max(o.offset, 0) for tp, o in offsets.items() if tp.topic == topic)
-
-
-class _DaemonTree:
-    """CPU and memory of the daemon and its workers, sampled while it runs (workers may come and go)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak_mb: dict[int, float] = {}  # VmHWM per process, last seen
-        self.cpu_s: dict[int, float] = {}  # CPU seconds per process, last seen
-        self.peak_sum_rss_mb = 0.0  # the largest sum of VmRSS over the tree at one sample
-        self.peak_sum_pss_mb = 0.0  # the same for PSS: a page shared by k processes counts 1/k in each
-        self.peak_pss_mb: dict[int, float] = {}  # the largest PSS seen per process
-        self.processes = 0
-
-    def sample(self) -> None:
-        pids = process_tree(self.pid)
-        self.processes = max(self.processes, len(pids))
-        total = pss_total = 0.0
-        for p in pids:
-            hwm, rss, cpu = proc_mb(p, "VmHWM"), proc_mb(p, "VmRSS"), proc_cpu_s(p)
-            if hwm is not None:
-                self.peak_mb[p] = hwm
-            if cpu is not None:
-                self.cpu_s[p] = cpu
-            total += rss or 0.0
-            pss = proc_mb(p, "Pss", "smaps_rollup") or 0.0
-            self.peak_pss_mb[p] = max(self.peak_pss_mb.get(p, 0.0), pss)
-            pss_total += pss
-        self.peak_sum_rss_mb = max(self.peak_sum_rss_mb, total)
-        self.peak_sum_pss_mb = max(self.peak_sum_pss_mb, pss_total)
-
-    def cpu(self) -> float:
-        return sum(self.cpu_s.values())
 
 
 def _cli_workers() -> bool:
@@ -656,7 +562,7 @@ async def bench_end_to_end(
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-        tree = _DaemonTree(proc.pid)
+        tree = DaemonTree(proc.pid)
         try:
             deadline = launch + 90 + gen.spans / 2_000
             consumed = committed = traces = 0
@@ -671,7 +577,7 @@ async def bench_end_to_end(
                     )
                 tree.sample()
                 if "assigned" not in t:
-                    assigned = _assigned_at(log, spans_topic)
+                    assigned = assigned_at(log, spans_topic)
                     if assigned is not None:
                         t["assigned"] = assigned
                         cpu_at_start = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
@@ -686,11 +592,11 @@ async def bench_end_to_end(
                     if consumed >= end_offset:
                         t["consumed"] = scraped
                 if "committed" not in t:
-                    committed = await _committed(admin, group, spans_topic)
+                    committed = await group_committed(admin, group, spans_topic)
                     if committed >= end_offset:
                         t["committed"] = time.time()
                 if "graph" not in t and "committed" in t:
-                    traces = _count(eng.falkordb, graph, "Trace")
+                    traces = node_count(eng.falkordb, graph, "Trace")
                     if traces >= expected_traces:
                         t["graph"] = time.time()
                 if "committed" in t and "graph" in t:
@@ -699,26 +605,26 @@ async def bench_end_to_end(
             done = max(t["committed"], t["graph"])
             tree.sample()
             after = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
-            cpu = _cpu_deltas(cpu_at_start, after, done - t["cpu_from"])
+            cpu = cpu_deltas(cpu_at_start, after, done - t["cpu_from"])
             cpu_s = {n: (after.get(n) or 0.0) - b for n, b in cpu_at_start.items() if b is not None and after.get(n)}
             inside = _daemon_metrics(port)
         finally:
             await terminate(proc, 30)
             await admin.close()
-    traces = _count(eng.falkordb, graph, "Trace")
+    traces = node_count(eng.falkordb, graph, "Trace")
     start = t["assigned"]
     seconds = done - start
     consumed_s = t.get("consumed", t["committed"]) - start
     return {
         "spans": gen.spans,
         "seconds": seconds,
-        "spans_per_s": _rate(gen.spans, seconds),
+        "spans_per_s": rate(gen.spans, seconds),
         "cli_workers": "default" if workers else "not supported (one process)",
         "daemon_processes": tree.processes,
-        "partitions": len(_end_offsets(gen)),
+        "partitions": len(end_offsets(gen)),
         "startup_s": start - launch,
         "consumed_s": consumed_s,
-        "consumed_spans_per_s": _rate(gen.spans, consumed_s),
+        "consumed_spans_per_s": rate(gen.spans, consumed_s),
         "committed_s": t["committed"] - start,
         "graph_s": t["graph"] - start,
         "traces": traces,
@@ -741,7 +647,7 @@ async def bench_end_to_end(
 def ratios(phases: dict[str, Any]) -> dict[str, Any]:
     """Every phase over the parse+walk floor, the slowest ceiling, and end to end over it (one run's figures)."""
     floor = phases[FLOOR]["spans_per_s"]
-    over_floor = {name: _rate(p["spans_per_s"], floor) for name, p in phases.items() if "spans_per_s" in p}
+    over_floor = {name: rate(p["spans_per_s"], floor) for name, p in phases.items() if "spans_per_s" in p}
     ceilings = {name: phases[name]["spans_per_s"] for name in CEILINGS if name in phases}
     slowest = min(ceilings, key=lambda n: ceilings[n])
     e2e = phases.get("end_to_end")
@@ -751,17 +657,17 @@ def ratios(phases: dict[str, Any]) -> dict[str, Any]:
         "over_floor": over_floor,
         "slowest": slowest,
         "slowest_spans_per_s": ceilings[slowest],
-        "end_to_end_over_slowest": _rate(e2e["spans_per_s"], ceilings[slowest]) if e2e else None,
+        "end_to_end_over_slowest": rate(e2e["spans_per_s"], ceilings[slowest]) if e2e else None,
     }
 
 
 def graph_rows_per_span(stage: dict[str, Any]) -> float:
-    return _rate(sum(stage["graph_rows"].values()), stage["spans"])
+    return rate(sum(stage["graph_rows"].values()), stage["spans"])
 
 
 def span_nodes_per_span(stage: dict[str, Any]) -> float | None:
     """The stage-only phase's Span nodes (the kept spans its rows carry) over its spans; None if not measured."""
-    return None if stage.get("span_nodes") is None else _rate(stage["span_nodes"], stage["spans"])
+    return None if stage.get("span_nodes") is None else rate(stage["span_nodes"], stage["spans"])
 
 
 def _rows_note(stage: dict[str, Any]) -> str:
@@ -962,7 +868,7 @@ async def _with_engines(
     p = results["phases"]
     with engines() as eng:
         spans_topic = f"bench-spans-{tag}"
-        env = settings_env(eng.kafka, eng.falkordb, tag, spans_topic, _free_port(), args.set)
+        env = settings_env(eng.kafka, eng.falkordb, tag, spans_topic, free_port(), args.set)
         settings = config.load(None, env=env)
         write_graph = f"bench_write_{tag}"
         try:
@@ -971,7 +877,7 @@ async def _with_engines(
                 eng, write_graph, batches, gen.spans, settings, p["stage"]["detailed_traces"], p["stage"]["span_nodes"]
             )
             batches.clear()
-            _delete_graph(eng.falkordb, write_graph)
+            delete_graph(eng.falkordb, write_graph)
             phase("Kafka produce, then the Kafka-consume ceiling")
             p["kafka_produce"] = await bench_produce(eng, spans_topic, gen)
             p["kafka_consume"] = await bench_consume(eng, spans_topic, gen, settings)
@@ -997,9 +903,9 @@ async def _with_engines(
                 print("   " + shipped.report(p["shipped"]), flush=True)
         finally:
             if not eng.private and not args.keep:
-                _delete_graph(eng.falkordb, write_graph)
-                _delete_graph(eng.falkordb, settings.graph_name)
-                _delete_graph(eng.falkordb, shipped.graph_name(eng.kafka, eng.falkordb, tag))
+                delete_graph(eng.falkordb, write_graph)
+                delete_graph(eng.falkordb, settings.graph_name)
+                delete_graph(eng.falkordb, shipped.graph_name(eng.kafka, eng.falkordb, tag))
                 await delete_topics(eng.kafka, tag)
 
 
@@ -1020,7 +926,7 @@ async def _peer_and_collector_shape(
                           partitions=c["partitions"], shape="collector")  # fmt: skip
     assert (shaped.spans, shaped.traces) == (gen.spans, gen.traces), "the collector shape holds other spans"
     topic, shaped_tag = f"bench-spans-c-{tag}", f"{tag}c"
-    env = settings_env(eng.kafka, eng.falkordb, shaped_tag, topic, _free_port(), args.set)
+    env = settings_env(eng.kafka, eng.falkordb, shaped_tag, topic, free_port(), args.set)
     settings = config.load(None, env=env)
     try:
         p["kafka_produce_collector"] = await bench_produce(eng, topic, shaped)
@@ -1033,7 +939,7 @@ async def _peer_and_collector_shape(
             )
     finally:
         if not eng.private and not args.keep:
-            _delete_graph(eng.falkordb, settings.graph_name)
+            delete_graph(eng.falkordb, settings.graph_name)
 
 
 def latency_phase(rounds: int, isolated_rounds: int) -> dict[str, Any]:
@@ -1144,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
             "windows": local_settings.windows.model_dump(),
             "detail_policy": local_settings.graph_policy.detail,
         },
-        "phases": {"generate": {"spans": gen.spans, "seconds": gen_s, "spans_per_s": _rate(gen.spans, gen_s)}},
+        "phases": {"generate": {"spans": gen.spans, "seconds": gen_s, "spans_per_s": rate(gen.spans, gen_s)}},
         "rss": {},
     }
     p = results["phases"]

@@ -44,19 +44,12 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.otlp_gen import Generated, generate_run
-from bench.procfs import proc_cpu_s, terminate
+from bench.procfs import DaemonTree, cpu_deltas, proc_cpu_s, terminate
+from bench.readings import delete_graph, end_offsets, free_port, group_committed, node_count, rate
 from bench.run import (
     OUT,
     REPO,
     Engines,
-    _committed,
-    _count,
-    _cpu_deltas,
-    _DaemonTree,
-    _delete_graph,
-    _end_offsets,
-    _free_port,
-    _rate,
     bench_produce,
     bench_stage,
     delete_topics,
@@ -121,7 +114,7 @@ def stage_across(gen: Generated, settings: Settings, partitions: int, k: int) ->
         "processes": k,
         "spans": spans,
         "seconds": seconds,
-        "spans_per_s": _rate(spans, seconds),
+        "spans_per_s": rate(spans, seconds),
         "cpu_us_per_span": cpu_s / spans * 1e6 if spans else None,
         "slowest_share_cpu_s": max(c for _, c, _ in done),
     }
@@ -166,12 +159,12 @@ async def daemons_end_to_end(
     procs: list[asyncio.subprocess.Process] = []
     try:
         for path in logs:
-            child_env = base | {"TRACE_REPRO_HTTP__PORT": str(_free_port())}
+            child_env = base | {"TRACE_REPRO_HTTP__PORT": str(free_port())}
             with path.open("wb") as out:
                 procs.append(await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "streamer.cli", "run", "--workers", str(workers), env=child_env, cwd=REPO,
                     stdout=out, stderr=asyncio.subprocess.STDOUT))  # fmt: skip
-        trees = [_DaemonTree(p.pid) for p in procs]
+        trees = [DaemonTree(p.pid) for p in procs]
 
         def alive() -> None:
             for proc, path in zip(procs, logs, strict=True):
@@ -197,9 +190,9 @@ async def daemons_end_to_end(
                 raise TimeoutError(f"committed {committed}/{end_offset}, {traces}/{expected_traces} traces; see {log}")
             for tree in trees:
                 tree.sample()
-            committed = await _committed(admin, group, spans_topic)
+            committed = await group_committed(admin, group, spans_topic)
             if committed >= end_offset:
-                traces = _count(eng.falkordb, graph, "Trace")
+                traces = node_count(eng.falkordb, graph, "Trace")
                 if traces >= expected_traces:
                     break
             await asyncio.sleep(0.2)
@@ -220,9 +213,9 @@ async def daemons_end_to_end(
         "processes": sum(t.processes for t in trees),
         "spans": gen.spans,
         "seconds": seconds,
-        "spans_per_s": _rate(gen.spans, seconds),
+        "spans_per_s": rate(gen.spans, seconds),
         "cpu_us_per_span": cpu_s / gen.spans * 1e6,
-        "cpu_cores": _cpu_deltas(cpu_from, after, done - begin),
+        "cpu_cores": cpu_deltas(cpu_from, after, done - begin),
         "rebalanced_during_run": rebalanced,
         "traces": traces,
         "expected_traces": expected_traces,
@@ -245,7 +238,7 @@ async def _end_to_end(gen: Generated, expected: int, ks: Sequence[int], rounds: 
                 out.append({"run": name, "round": i // len(runs) + 1, **result})
                 print("   " + _line(out[-1], out[i - i % len(runs)]), flush=True)
                 if not eng.private:
-                    _delete_graph(eng.falkordb, config.load(None, env=env).graph_name)
+                    delete_graph(eng.falkordb, config.load(None, env=env).graph_name)
         finally:
             if not eng.private:
                 await delete_topics(eng.kafka, tag)
@@ -297,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['efficiency']:.2f}, {s['cpu_us_per_span']:.1f} CPU us/span", flush=True)  # fmt: skip
     results: dict[str, Any] = {"spans": gen.spans, "partitions": args.partitions, "cores": cores,
                                "stage_runs": stage, "stage": summary}  # fmt: skip
-    if not args.no_engines and _end_offsets(gen):
+    if not args.no_engines and end_offsets(gen):
         results["end_to_end"] = asyncio.run(
             _end_to_end(gen, expected, [k for k in ks if k <= cores], args.e2e_rounds, tag)
         )

@@ -40,7 +40,8 @@ from aiokafka import AIOKafkaProducer
 
 from bench.metrics import fetch_metrics
 from bench.otlp_gen import Generated, generate_run
-from bench.procfs import proc_cpu_s, proc_mb, process_tree, terminate
+from bench.procfs import DaemonTree, proc_cpu_s, proc_mb, process_tree, terminate
+from bench.readings import assigned_at, delete_graph, free_port
 from streamer.runtime.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,11 +136,10 @@ async def measure(
 ) -> dict[str, Any]:
     """The three measurements above; the daemon is stopped at the end (its topics and graph are left to the
     caller's clean-up: their names carry ``tag``)."""
-    from bench.run import _assigned_at, _DaemonTree, _free_port
 
     tag = tag or uuid.uuid4().hex[:8]
     spans_topic = f"bench-spans-shipped-{tag}"
-    port = _free_port()
+    port = free_port()
     env = shipped_env(kafka, graph_url, f"shipped{tag}", spans_topic, port)
     await create_topics(kafka, {spans_topic: max(gen.partitions) + 1})
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACE_REPRO_")} | env
@@ -150,10 +150,10 @@ async def measure(
         argv = ["-m", "streamer.cli", "run"]
         proc = await asyncio.create_subprocess_exec(sys.executable, *argv, env=child_env, cwd=REPO, stdout=log_file,
                                                     stderr=subprocess.STDOUT)  # fmt: skip
-        tree = _DaemonTree(proc.pid)
+        tree = DaemonTree(proc.pid)
         try:
             deadline = time.monotonic() + 120
-            while _assigned_at(log, spans_topic) is None:
+            while assigned_at(log, spans_topic) is None:
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the daemon did not get the spans partitions; see {log}")
                 await asyncio.sleep(0.2)
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy", type=Path, default=None, help="py-spy's stacks of each idle phase (PATH.*.txt)")
     ap.add_argument("--json", type=Path, default=OUT / "shipped.json")
     args = ap.parse_args(argv)
-    from bench.run import _delete_graph, delete_topics, engines
+    from bench.run import delete_topics, engines
 
     gen = generate_run(args.spans, 300, args.seed, partitions=os.cpu_count() or 1)
     tag = uuid.uuid4().hex[:8]
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if not eng.private:
                 asyncio.run(delete_topics(eng.kafka, tag))
-                _delete_graph(eng.falkordb, graph_name(eng.kafka, eng.falkordb, tag))
+                delete_graph(eng.falkordb, graph_name(eng.kafka, eng.falkordb, tag))
     print(report(shipped))
     print("   RSS (MB) each second after the messages were produced:", *shipped["rss_series_mb"])
     for name in ("cpu_series_no_traffic", "cpu_series", "cpu_series_after_commit"):

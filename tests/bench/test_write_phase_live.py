@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from bench.otlp_gen import generate_run
-from bench.run import Engines, _delete_graph, bench_stage, bench_write, checks, settings_env
+from bench.readings import delete_graph
+from bench.run import Engines, bench_stage, bench_write, checks, settings_env
 from streamer import config
 
 pytestmark = pytest.mark.engines
@@ -28,7 +29,7 @@ async def test_the_written_graph_holds_the_stage_rows_traces_and_kept_spans(
         write = await bench_write(eng, graph, batches, gen.spans, settings, stage["detailed_traces"],
                                   stage["span_nodes"])  # fmt: skip
     finally:
-        _delete_graph(falkordb_url, graph)
+        delete_graph(falkordb_url, graph)
     results = {"phases": {"stage": stage, "falkordb_write": write}}
     found = {c["check"].split(":")[1].strip(): c for c in checks(results)}
     assert set(found) == {"Trace nodes in the graph = the stage-only phase's traces",
