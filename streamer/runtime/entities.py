@@ -146,6 +146,7 @@ class EntityStage(Stage):
                   out: StageOutput) -> None:  # fmt: skip
         self._record, self._out = record, out
         entity = (record.key or b"").decode("utf-8", "replace")
+        part = f"{record.topic}/{record.partition}"  # the internal partition, as the processors' hooks name it
         limit = self.clock() + self._future_ns
         for event in events:
             at = (event.watermark_ns if isinstance(event, Watermark) else event.end_ns if isinstance(event, Access)
@@ -155,7 +156,7 @@ class EntityStage(Stage):
                 self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
                 continue
             if isinstance(event, Relay):
-                self._relay(record, event, out)
+                self._relay(record, part, event, out)
             elif isinstance(event, Watermark):
                 marks = self.upstream((record.topic, record.partition))
                 for partition in event.partitions:
@@ -166,7 +167,6 @@ class EntityStage(Stage):
                     self.keying.add(event)
                 except Exception as exc:  # the processors still get it
                     self.record_failed(record, "correlation", exc, out)
-                part = f"{record.topic}/{record.partition}"
                 for processor in self.processors:
                     self.call(processor, processor.on_access, event, part)
             else:
@@ -177,14 +177,14 @@ class EntityStage(Stage):
                 if (now := self.event_time()) > event.commit_ts_ms * MS_NS:  # late: see ``_credit``
                     self._arrived[key] = now
 
-    def _relay(self, record: Record, relay: Relay, out: StageOutput) -> None:
+    def _relay(self, record: Record, part: str, relay: Relay, out: StageOutput) -> None:
         """A stage-1 processor's relay, to the processor of the same name here (pinned by what it feeds)."""
         receivers = [p for p in self.processors if p.name == relay.component]
         if not receivers:  # the component is off in this stage's config: nothing here wants it
             self.metrics.telemetry(self.name).drop("relay_unclaimed")
         for processor in receivers:
             try:
-                processor.on_relay(relay, f"{record.topic}/{record.partition}")
+                processor.on_relay(relay, part)
             except ValueError as exc:
                 self._dead_letter(record, "internal_invalid", f"relay to {relay.component}: {exc}"[:500], out,
                                   processor.name)  # fmt: skip
@@ -306,15 +306,15 @@ class EntityStage(Stage):
         """``_resolved``, or the change quarantined when that raises (its rows taken back; the caller releases it)."""
         mark = out.mark()
         try:
-            self._resolved(key[0], f"{key[1]}/{key[2]}", change, correlation, out)
+            self._resolved(key, change, correlation, out)
         except Exception as exc:
             out.rollback(mark)
             self.quarantine("correlation", f"change lsn {change.lsn} of {key[0]}", exc, [("pending", key)])
 
-    def _resolved(self, entity: str, part: str, change: RowChange, correlation: Correlation | None,
-                  out: StageOutput) -> None:  # fmt: skip
+    def _resolved(self, key: PendingKey, change: RowChange, correlation: Correlation | None, out: StageOutput) -> None:
         """A change whose writer is known (or will never be): graph row, metric, and evidence for the processors
-        (``part``: the internal partition the change came from)."""
+        (with the internal partition the change came from)."""
+        entity, part = key[0], f"{key[1]}/{key[2]}"
         self.metrics.correlated.labels(correlation.strength if correlation else "none").inc()
         out.graph.changes.append(change_row(change, entity, correlation))
         inferred = self.keying.credited(change, correlation)  # what the credit proves of keys not on their spans
