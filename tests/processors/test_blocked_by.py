@@ -40,7 +40,7 @@ def detector(**kw: object) -> BlockedByDetector:
 
 
 def holder_round(d: BlockedByDetector, n: int, *, at_ms: float, hold_ms: float = 300.0, row: int | None = None,
-                 version: str = "1.0.0", wait: bool = True) -> None:  # fmt: skip
+                 version: str = "1.0.0", wait: bool = True, part: str = "") -> None:  # fmt: skip
     """Trace ``h<n>`` locks the row FOR UPDATE, works ``hold_ms`` outside the database, updates it and commits;
     trace ``w<n>``'s UPDATE of the row starts 5 ms in and returns 1 ms after that commit."""
     row = n if row is None else row
@@ -50,9 +50,9 @@ def holder_round(d: BlockedByDetector, n: int, *, at_ms: float, hold_ms: float =
     committed = at_ms + hold_ms + 2
     waiter = acc(f"w{n}", at_ms + 5, (committed + 1 - (at_ms + 5)) if wait else 2, row=row, version=version)
     for a in (lock, write, waiter):
-        d.on_access(a)
-    d.on_commit(*commit_of(write, committed, 10 * n))
-    d.on_commit(*commit_of(waiter, committed + 2, 10 * n + 1))
+        d.on_access(a, part)
+    d.on_commit(*commit_of(write, committed, 10 * n), part)
+    d.on_commit(*commit_of(waiter, committed + 2, 10 * n + 1), part)
 
 
 def close(d: BlockedByDetector, at_ms: float = 120_000) -> list[FindingEvent]:
@@ -330,3 +330,33 @@ def test_a_lock_wait_found_after_its_window_was_emitted_is_counted_not_published
     assert len(close(d)) == 1  # the window of rounds 1 and 2 (round 3's commit had not come)
     d.on_commit(*commit_of(write, 3302, 30))
     assert close(d, 200_000) == [] and d.counters["late_blocks"] == 1
+
+
+def test_rows_of_a_revoked_partition_go_with_their_lock_waits() -> None:
+    """Input partition p0 goes to another instance: the rows it fed go from here with their lock waits already
+    counted in the open window, their statements not judged yet and their input; p1's rows stay and are reported."""
+    pins = Pins()
+    d = detector(events=pins)
+    for n in (1, 2):
+        holder_round(d, n, at_ms=1000 * n, part="p0")
+    for n in (3, 4):
+        holder_round(d, n, at_ms=1000 * n, part="p1")
+    assert close(d, 10_000) == []  # four lock waits judged, their window (60 s) open
+    holder_round(d, 5, at_ms=20_000, part="p0")  # not judged yet
+    d.on_revoke("p0")
+    assert rows_held(pins) == {"orders:3", "orders:4"}
+    assert d.telemetry.events["revoked_rows"] == 3
+    (found,) = close(d)
+    data = data_of(found, BlockedByData)
+    assert (data.blocked, data.rows, data.total_wait_ms) == (2, 2, 2 * 297)
+    assert found.traces == [f"w{n}".ljust(32, "0") for n in (3, 4)]
+
+
+def test_a_window_left_with_nothing_after_a_revoke_is_not_reported() -> None:
+    d = detector()
+    for n in (1, 2):
+        holder_round(d, n, at_ms=1000 * n, part="p0")
+    close(d, 10_000)
+    d.on_revoke("p0")
+    d.on_revoke("p1")  # a partition that fed nothing here changes nothing
+    assert close(d) == [] and not d._windows

@@ -29,16 +29,25 @@ class PairWindow:
     window_start_ns: int
     window_end_ns: int
     blocks: list[Block] = field(default_factory=list)
-    rows: set[str] = field(default_factory=set)
+    rows: dict[str, tuple[int, int]] = field(default_factory=dict)  # row -> its lock waits here: count, wait
     total_wait_ns: int = 0
     count: int = 0
 
     def add(self, block: Block) -> None:
         self.count += 1
         self.total_wait_ns += block.wait_ns
-        self.rows.add(block.row)
+        n, wait = self.rows.get(block.row, (0, 0))
+        self.rows[block.row] = (n + 1, wait + block.wait_ns)
         if len(self.blocks) < MAX_POINTS:
             self.blocks.append(block)
+
+    def forget(self, rows: set[str]) -> None:
+        """Take out the lock waits on ``rows`` (their partition went to another instance, which counts them)."""
+        for row in rows & self.rows.keys():
+            n, wait = self.rows.pop(row)
+            self.count -= n
+            self.total_wait_ns -= wait
+        self.blocks = [b for b in self.blocks if b.row not in rows]
 
 
 def pair_key(block: Block) -> tuple[str, str, str, str, str]:

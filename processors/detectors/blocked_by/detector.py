@@ -34,6 +34,9 @@ newest event plus the release tolerance, past the settle time), so a row written
 seconds only, never its whole history; a row with a lock wait in an open window holds until that window is
 emitted (a restart replays it). The history stays, unpinned, for late row changes until it is older than
 ``max_hold_ns``: a holder's statement whose commit comes after a restart past it is not recovered.
+
+Rebalances: a row remembers the input partition that fed it last; when that partition goes to another instance
+(``on_revoke``), the row goes from here with everything it holds, its lock waits in open windows included.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class RowLocks:
     newest_ns: int = 0
     released: bool = False
     holding_until_ns: int = 0  # a lock wait on the row is in a window not emitted before this
+    part: str = ""  # the input partition that fed it last
 
 
 class BlockedByDetector(Processor):
@@ -160,6 +164,7 @@ class BlockedByDetector(Processor):
         if not takes_lock(access):
             return
         state = self._rows.retain(access.entity)
+        state.part = part
         if any(a.span_id == access.span_id and a.trace_id == access.trace_id for a in state.accesses):
             self.telemetry.count("redelivered")
             return
@@ -180,6 +185,7 @@ class BlockedByDetector(Processor):
             self.telemetry.count("uncredited_commits")  # no holder can be named: never guessed
             return
         state = self._rows.retain(entity)
+        state.part = part
         if any(c.change.lsn == commit.change.lsn for c in state.commits):
             self.telemetry.count("redelivered")
             return
@@ -194,6 +200,27 @@ class BlockedByDetector(Processor):
             for access in list(state.accesses):
                 if access.end_ns <= self._judged_until_ns and access.end_ns - access.start_ns >= self.min_wait_ns:
                     self._judge(access)
+
+    def on_revoke(self, part: str) -> None:
+        """Input partition ``part`` went to another instance: the rows it fed go from here, with their statements
+        not judged yet, the input they held and their lock waits in open windows. The new owner replays that input
+        and counts them; counted here as well, one window's waits would be counted by two instances."""
+        gone = {key for key, state in self._rows.items() if state.part == part}
+        if not gone:
+            return
+        for key in gone:
+            self._tidy.cancel(key)
+            self._rows.discard(key)
+        for slot in [slot for slot in self._inputs if slot[0] in gone]:
+            self._input_due.cancel(slot)
+            self._inputs.discard(slot)
+        self._due = [due for due in self._due if due[2].entity not in gone]
+        heapq.heapify(self._due)
+        for window, pair in list(self._windows.items()):
+            pair.forget(gone)
+            if pair.count <= 0 or not pair.blocks:  # nothing left here to show (or to count)
+                del self._windows[window]
+        self.telemetry.count("revoked_rows", len(gone))
 
     def on_watermark(self, watermark_ns: int, open_since_ns: int | None, out: Emit) -> None:
         until = watermark_ns - self.settle_ns
