@@ -33,8 +33,9 @@ class FalkorDBConfig(Section):
     batch_rows: int = Field(2000, ge=1, description="rows per UNWIND statement")
     query_timeout_ms: int = Field(30_000, ge=100, description="per-query timeout (the server needs TIMEOUT_MAX)")
     publish_lease_s: float = Field(
-        30.0, gt=0, description="an event claimed for publishing but not recorded this long after (its instance "
-        "stopped in between) is published by the next instance that derives it; until then that instance waits"
+        30.0, gt=0, description="an event claimed for publishing and not recorded, its claim not renewed for this "
+        "long (its instance stopped in between), is published by the next instance that derives it, which waits "
+        "until then"
     )  # fmt: skip
 
     @field_validator("url")

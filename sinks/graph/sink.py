@@ -4,8 +4,9 @@ It is the one component that talks to FalkorDB (through :class:`~sinks.graph.wri
 isolates refused rows). The runtime writes each batch's rows with :meth:`GraphSink.write_batch`; for the events a
 batch publishes it :meth:`GraphSink.claim` s their ids (a replay re-derives events already published, and during a
 rebalance two instances can derive the same event at once: the claim is one statement, so one of them wins),
-publishes the ones it claimed, then :meth:`GraphSink.record` s them: publish first, record second, so a crash in
-between publishes an event once more (at-least-once, deduplicable by ``event_id``) but never loses it.
+publishes the ones it claimed, keeping the claims (:meth:`GraphSink.holding`), then :meth:`GraphSink.record` s
+them: publish first, record second, so a crash in between publishes an event once more (at-least-once,
+deduplicable by ``event_id``) but never loses it.
 
 A row FalkorDB refuses for its content is isolated by the writer and handed to the caller's ``dead`` list, which the
 runtime dead-letters before it commits. Windowed totals are summed from every replica's contributions and written
@@ -16,11 +17,12 @@ only if those contributions are still the ones summed (:data:`schema.CALLS_TOTAL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -172,6 +174,29 @@ class GraphSink(Sink):
                 fresh.append(e)
         self.telemetry.count("replayed_events", len(events) - len(fresh))
         return fresh
+
+    @contextlib.asynccontextmanager
+    async def holding(self, events: Sequence[Published]) -> AsyncIterator[None]:
+        """Keep this instance's claims on ``events`` while the body publishes and records them: renewed every third
+        of the lease, so that only an instance that stopped loses them, not one whose publish waits on a broker."""
+        ids = [e.event_id for e in events]
+        renewing = asyncio.create_task(self._renew(ids)) if ids else None
+        try:
+            yield
+        finally:
+            if renewing is not None:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
+
+    async def _renew(self, ids: list[str]) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                await self.writer.query(schema.PUBLISHED_RENEW, {"ids": ids, "owner": self.owner})
+                self.telemetry.count("claims_renewed", len(ids))
+            except Exception as exc:  # the graph refused it: the claims may lapse, and be taken over, as before
+                log.warning("graph.claim_renewal_failed", error=str(exc)[:200])
 
     async def unseen(self, events: Sequence[Published]) -> list[Published]:
         """The events not recorded before (nor twice in ``events``), in order."""

@@ -325,8 +325,9 @@ class StageRunner:
         await self.produce(out.produce)
         if out.events:
             fresh = [self.redact(e) for e in await self.graph.claim(out.events)]  # before anything sees them
-            await self.produce([self.producer.message(e) for e in fresh])
-            await self.graph.record(fresh, dead)
+            async with self.graph.holding(fresh):
+                await self.produce([self.producer.message(e) for e in fresh])
+                await self.graph.record(fresh, dead)
             for event in fresh:
                 self._published(event)
         if dead:

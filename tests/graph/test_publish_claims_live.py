@@ -89,6 +89,18 @@ async def test_a_claim_left_unrecorded_is_taken_over_after_the_lease(instances: 
     assert await stopped.claim(batch) == []
 
 
+async def test_claims_are_kept_while_their_instance_is_still_publishing(instances: Make) -> None:
+    slow, other = instances(lease_s=0.5), instances(lease_s=0.5)
+    batch = events(0, 2)
+    mine = await slow.claim(batch)
+    async with slow.holding(mine):  # its publish waits on a broker for three leases
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(other.claim(batch), 1.5)
+        await slow.record(mine)
+    assert await other.claim(batch) == []
+    assert other.telemetry.events.get("claims_taken_over", 0) == 0 and slow.telemetry.events["claims_renewed"] >= 4
+
+
 async def test_an_instance_publishes_again_what_it_claimed_and_did_not_record(instances: Make) -> None:
     sink = instances()
     batch = events(0, 4)

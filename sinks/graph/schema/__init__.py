@@ -233,6 +233,11 @@ PUBLISHED_CLAIM = (
     "p.claimed = CASE WHEN stale THEN timestamp() ELSE p.claimed END "
     "RETURN r.id, done, NOT done AND p.owner = $owner, stale"
 )
+# While its instance publishes them (a broker that is down makes that wait), its claims are renewed.
+PUBLISHED_RENEW = (
+    "UNWIND $ids AS id MATCH (p:Published {id: id}) WHERE p.owner = $owner AND NOT coalesce(p.done, true) "
+    "SET p.claimed = timestamp()"
+)
 PUBLISHED_KNOWN = "UNWIND $ids AS id MATCH (p:Published {id: id}) WHERE coalesce(p.done, true) RETURN p.id"
 PUBLISHED_MARK = (
     "UNWIND $rows AS r MERGE (p:Published {id: r.id}) ON CREATE SET p.kind = r.kind, p.at = r.at SET p.done = true"
