@@ -220,8 +220,9 @@ STATS_TOTAL = (
 
 # Publishing claims each event's id first, in one statement: of two instances about to publish one event (a
 # rebalance hands a partition over while its old owner is still judging it) MERGE creates the node for exactly one;
-# the other finds it claimed and waits for it to be recorded (``done``). A claim not recorded within ``$lease`` ms of
-# the graph's clock (its owner stopped between the claim and the record) passes to the next instance that claims it.
+# the other finds it claimed and waits for it to be recorded (``done``). A claim neither recorded nor renewed within
+# ``$lease`` ms of the graph's clock (its owner stopped between the claim and the record) passes to the next instance
+# that claims it.
 # A node without ``done`` was recorded before claims existed. Each row: id, recorded, claimed by ``$owner``, taken over.
 PUBLISHED_CLAIM = (
     "UNWIND $rows AS r "
