@@ -75,13 +75,13 @@ async def test_two_instances_deriving_the_same_events_publish_each_once(instance
 
 
 async def test_a_claim_left_unrecorded_is_taken_over_after_the_lease(instances: Make) -> None:
-    stopped, successor = instances(), instances(lease_s=0.5)
+    stopped, successor = instances(), instances(lease_s=1.0)
     batch = events(0, 3)
     assert [e.event_id for e in await stopped.claim(batch)] == [e.event_id for e in batch]  # then it stops
     started = time.monotonic()
     taken = await successor.claim(batch)
     assert [e.event_id for e in taken] == [e.event_id for e in batch]
-    assert time.monotonic() - started >= 0.4  # it waited for the lease (on the graph's clock), not less
+    assert time.monotonic() - started >= 0.7  # it waited for the lease (on the graph's clock), not much less
     assert successor.telemetry.events["claims_taken_over"] == 3
     with pytest.raises(TimeoutError):  # the old owner, were it back, no longer holds them: it waits
         await asyncio.wait_for(stopped.claim(batch), 0.3)
@@ -90,12 +90,12 @@ async def test_a_claim_left_unrecorded_is_taken_over_after_the_lease(instances: 
 
 
 async def test_claims_are_kept_while_their_instance_is_still_publishing(instances: Make) -> None:
-    slow, other = instances(lease_s=0.5), instances(lease_s=0.5)
+    slow, other = instances(lease_s=1.0), instances(lease_s=1.0)
     batch = events(0, 2)
     mine = await slow.claim(batch)
-    async with slow.holding(mine):  # its publish waits on a broker for three leases
+    async with slow.holding(mine):  # its publish waits on a broker for over two leases
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(other.claim(batch), 1.5)
+            await asyncio.wait_for(other.claim(batch), 2.5)
         await slow.record(mine)
     assert await other.claim(batch) == []
     assert other.telemetry.events.get("claims_taken_over", 0) == 0 and slow.telemetry.events["claims_renewed"] >= 4
