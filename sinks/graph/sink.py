@@ -50,7 +50,8 @@ _CALLS_FIELDS = ("stamp", "count", "errors", _SKETCH, "min", "max")
 _STATS_FIELDS = ("stamp", "revision", "requests", "errors", "signatures", "path_ns", _SKETCH, "min", "max")
 Key = tuple[str, str, str]
 TOTALS_ROUNDS = 100  # reads and sums of one batch's totals while other replicas keep changing their contributions
-CLAIM_POLL_S = (0.02, 1.0)  # first and longest wait before looking again at ids another instance claimed
+FIRST_CLAIM_WAIT_S = 0.02  # the first wait before looking again at ids another instance claimed (then doubled)
+LONGEST_CLAIM_WAIT_S = 1.0
 
 
 def instance_id() -> str:
@@ -146,10 +147,10 @@ class GraphSink(Sink):
         over from a claim left unrecorded past the lease), each once. An id another instance claimed is looked at
         again until that instance records it (dropped here) or its lease runs out (taken over); see
         :data:`schema.PUBLISHED_CLAIM`."""
-        rows = {e.event_id: {"id": e.event_id, "kind": getattr(e, "kind", ""), "at": self._clock_ms()}
-                for e in events}  # fmt: skip
+        now = self._clock_ms()
+        rows = {e.event_id: {"id": e.event_id, "kind": getattr(e, "kind", ""), "at": now} for e in events}
         mine: set[str] = set()
-        wait = CLAIM_POLL_S[0]
+        wait = FIRST_CLAIM_WAIT_S
         while rows:
             params = {"rows": list(rows.values()), "owner": self.owner, "lease": self.lease_ms}
             held: dict[str, Any] = {}
@@ -166,7 +167,7 @@ class GraphSink(Sink):
                 self.telemetry.count("claims_waited", len(rows))
                 self.writer.check_stopping("claim")
                 await asyncio.sleep(wait)
-                wait = min(wait * 2, CLAIM_POLL_S[1])
+                wait = min(wait * 2, LONGEST_CLAIM_WAIT_S)
         fresh = []
         for e in events:
             if e.event_id in mine:  # the first of its id
@@ -186,8 +187,7 @@ class GraphSink(Sink):
         finally:
             if renewing is not None:
                 renewing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewing
+                await asyncio.wait([renewing])  # its end, without taking a cancellation of the caller as its own
 
     async def _renew(self, ids: list[str]) -> None:
         while True:
