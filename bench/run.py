@@ -291,6 +291,7 @@ def run_stage(gen: Generated, settings: Settings, *, keep: bool) -> tuple[list[G
     metrics, tracker = Metrics(), PinTracker()
     processors = stage_processors(settings, metrics, clock, "ingest", tracker, default().factories)
     stage = IngestStage(settings, metrics, clock, tracker=tracker, processors=processors)
+    stage.broadcast_partitions = settings.kafka.accesses_partitions  # as the daemon's runner sets it (packs accesses)
     records = _records(gen, settings.kafka.spans_topic)
     batches: list[GraphBatch] = []
     produced = 0

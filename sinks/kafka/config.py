@@ -36,9 +36,17 @@ class KafkaConfig(Section):
         "otlp_proto", pattern="^(otlp_proto|otlp_json)$", description="the exporter's encoding: otlp_proto or otlp_json"
     )
     accesses_topic: str = Field(
-        "trace-repro.accesses", description="internal stage-1 -> stage-2 topic, keyed by entity"
+        "trace-repro.accesses",
+        description="internal stage-1 -> stage-2 topic, partitioned by entity: row changes keyed by it, a batch's "
+        "accesses packed into one message per partition",
     )
     accesses_partitions: int = Field(6, ge=1, description="partitions of the internal topic when we create it")
+    accesses_message_bytes: int = Field(
+        256 * 1024,
+        ge=1024,
+        description="a packed accesses message of the internal topic holds at most this many bytes (an access "
+        "larger than that goes alone); keep it under the topic's max.message.bytes",
+    )
     incidents_topic: str = Field("trace-repro.incidents", description="output: incidents and regressions")
     repros_topic: str = Field("trace-repro.repros", description="output: repros (RED/GREEN, the patch)")
     verdicts_topic: str = Field("trace-repro.verdicts", description="output: proof verdicts with their receipts")

@@ -23,7 +23,7 @@ from processors.model.outputs import parse_event
 from streamer.decode.config import DecodeConfig
 from streamer.decode.debezium import ChangeStats, decode_row_change
 from streamer.decode.errors import DecodeError
-from streamer.decode.internal import decode as decode_internal
+from streamer.decode.internal import decode_all as decode_internal
 from streamer.decode.jsontext import loads
 from streamer.decode.otlp import (
     DecodeOptions,
@@ -176,7 +176,7 @@ def _internal(config: DecodeConfig, telemetry: Telemetry) -> Decode:
 
     def internal(record: Record) -> Sequence[Any]:
         try:
-            return (decode_internal(record.value or b"", shared),)
+            return decode_internal(record.value or b"", shared)
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError("internal_invalid", str(exc)[:500]) from exc
 

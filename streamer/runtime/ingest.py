@@ -4,7 +4,8 @@ Inputs (``[kafka]``): the spans and logs topics (decoded as ``kafka.span_encodin
 (``kafka.cdc_pattern``), and two of trace-repro's own output topics, incidents and contracts, whose events go to the
 processors that subscribed to them (the proof desk). Spans assemble into traces that close in event time; a closed
 trace becomes graph rows (as the detail policy says), CALLS aggregates, the row accesses of its DB spans (published
-to the internal topic, keyed by entity, for the entities stage) and input for this stage's processors (the
+to the internal topic for the entities stage: a batch's accesses packed, one message per partition of their entity
+keys, ``streamer.decode.internal.pack_accesses``) and input for this stage's processors (the
 regression statistics, the proof desk), whose relays (a closed statistics window's shares) go to the internal topic
 too, ahead of the watermark. Row changes pass straight through to the internal topic.
 
@@ -40,7 +41,7 @@ import structlog
 from processors.api.component import GraphQueries, Processor
 from processors.codeloc import build_locator
 from processors.graph.rows import trace_rows, window_rows
-from processors.model.events import LogRecord, RowChange
+from processors.model.events import Access, LogRecord, RowChange
 from processors.model.span import Span, read_details
 from processors.model.trace import ClosedTrace
 from processors.model.units import MS_NS, s_to_ns
@@ -121,6 +122,7 @@ class IngestStage(Stage):
         self._decoded = 0  # spans decoded in this batch so far
         self._late_spans = metrics.late.labels("span")
         self._run: SpanRun | None = None  # the batch's span messages of one partition not yet assembled
+        self._packed: list[Access] = []  # the batch's accesses, packed at its end (``_pack``)
 
     # ---- handlers ----------------------------------------------------------------------------------------------
 
@@ -305,16 +307,20 @@ class IngestStage(Stage):
 
     def on_batch_end(self, watermark_ns: int, out: StageOutput) -> None:
         forced, self._forced = self._forced, []
+        packed = self._packed = []  # (a batch that raised half-way left nothing here for this one)
         for trace in itertools.chain(forced, self.traces.closing(watermark_ns, spread=True)):  # see closing
             held = self.tracker.inherit("traces", trace.trace_id)  # what the trace feeds holds the input it held
-            mark = out.mark()
+            mark, accesses = out.mark(), len(packed)
             try:
                 object.__setattr__(trace, "part", _home(held))  # (just closed, held by no one else: not copied)
                 self._closed_trace(trace, out)
             except Exception as exc:  # its rows and messages go; its input is released with the closed trace's
                 out.rollback(mark)
+                del packed[accesses:]
                 self.quarantine("traces", f"trace {trace.trace_id}", exc, [("traces", trace.trace_id)])
         self.tracker.feeding(None)
+        if packed:
+            self._pack(out)
         open_since = self.traces.oldest_start()
         for window in self.calls.close_until(watermark_ns, open_since):
             mark = out.mark()
@@ -342,8 +348,11 @@ class IngestStage(Stage):
             if not a.keyed:
                 self._count_unkeyed(a.table)
         trace_rows(trace, accesses, self.settings.graph_policy.detail, out.graph)
-        topic = self.settings.kafka.accesses_topic
-        out.produce.extend(Message(topic, a.entity.encode(), internal.encode_access(a)) for a in accesses)
+        if self.broadcast_partitions:  # packed at the batch's end (``_pack``)
+            self._packed += accesses
+        else:  # the topic's partitions unknown: each alone, keyed (the producer's partitioner places it)
+            topic = self.settings.kafka.accesses_topic
+            out.produce.extend(Message(topic, a.entity.encode(), internal.encode_access(a)) for a in accesses)
         if trace.late:
             self.metrics.late.labels("trace").inc()
         self.calls.add(trace)
@@ -353,6 +362,14 @@ class IngestStage(Stage):
                 processor.on_trace(trace, accesses)
             except Exception as exc:
                 self.failed(processor, "on_trace", exc)
+
+    def _pack(self, out: StageOutput) -> None:
+        """The batch's accesses, packed: one message per internal partition (``internal.pack_accesses``), ahead of
+        the watermark that promises them."""
+        k = self.settings.kafka
+        packed, self._packed = self._packed, []
+        for partition, value in internal.pack_accesses(packed, self.broadcast_partitions, k.accesses_message_bytes):
+            out.produce.append(Message(k.accesses_topic, None, value, partition=partition))
 
     def _low_watermark(self, watermark_ns: int, open_since: int | None) -> int:
         """What this instance promises (``streamer.runtime.low_watermark.low_watermark``)."""

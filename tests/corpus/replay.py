@@ -21,7 +21,6 @@ import heapq
 import json
 import random
 import sys
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,10 +178,11 @@ class Replay:
                 continue
             if m.topic != self.settings.kafka.accesses_topic:
                 continue
-            decoded = internal_codec.decode(m.value or b"")
-            if isinstance(decoded, Access):
-                self.out.accesses.append(decoded)
-            partitions = [m.partition] if m.partition is not None else [zlib.crc32(m.key or b"") % self.partitions]
+            self.out.accesses += [e for e in internal_codec.decode_all(m.value or b"") if isinstance(e, Access)]
+            # a keyed message goes where the producer's partitioner sends it: where its row's packed accesses are
+            partitions = [
+                m.partition if m.partition is not None else internal_codec.partition_of(m.key or b"", self.partitions)
+            ]
             for p in partitions:
                 offset = self.internal_offsets.get(p, 0)
                 self.internal_offsets[p] = offset + 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,12 +120,17 @@ class Run:
         for m in out.produce:
             if m.topic != topic:
                 continue
-            event = internal_codec.decode(m.value or b"")  # stage 1 wrote it: stage 2 must read it
-            if isinstance(event, Access):
-                self.accesses.append(event)
-            elif isinstance(event, RowChange):
-                self.changes.append(event)
-            partitions = [m.partition] if m.partition is not None else [zlib.crc32(m.key or b"") % INTERNAL_PARTITIONS]
+            for event in internal_codec.decode_all(m.value or b""):  # stage 1 wrote it: stage 2 must read it
+                if isinstance(event, Access):
+                    self.accesses.append(event)
+                elif isinstance(event, RowChange):
+                    self.changes.append(event)
+            # a keyed message goes where the producer's partitioner sends it: where its row's packed accesses are
+            partitions = [
+                m.partition
+                if m.partition is not None
+                else internal_codec.partition_of(m.key or b"", INTERNAL_PARTITIONS)
+            ]
             internal += [chain._record(topic, p, m.key, m.value) for p in partitions]
         out2 = chain.entities.process(internal)
         chain.entities.release(out2.release)

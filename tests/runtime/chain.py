@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,10 +253,15 @@ class Chain:
         for m in produced:
             if m.topic != self.settings.kafka.accesses_topic:
                 continue
-            event = internal_codec.decode(m.value or b"")
-            if isinstance(event, Access):
-                self.found.functions[event.span_id] = event.function
-            partitions = [m.partition] if m.partition is not None else [zlib.crc32(m.key or b"") % 2]
+            for event in internal_codec.decode_all(m.value or b""):
+                if isinstance(event, Access):
+                    self.found.functions[event.span_id] = event.function
+            # a keyed message goes where the producer's partitioner sends it: where its row's packed accesses are
+            partitions = [
+                m.partition
+                if m.partition is not None
+                else internal_codec.partition_of(m.key or b"", INTERNAL_PARTITIONS)
+            ]
             internal += [self._record(m.topic, p, m.key, m.value) for p in partitions]
         self._entities(internal)
 

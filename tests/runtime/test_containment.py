@@ -22,6 +22,8 @@ import streamer.decode.otlp
 import streamer.runtime.ingest
 import streamer.runtime.stage
 from processors.detectors.collisions import CollisionDetector
+from processors.model.events import Access
+from streamer.decode import internal
 from streamer.runtime.metrics import Metrics
 from tests.otlp_factory import ShopTelemetry, to_proto
 from tests.runtime.chain import CDC, MS, SPANS, T0, Chain, S, Scenario
@@ -71,9 +73,10 @@ def keyed_chain() -> Chain:
 
 
 def accesses(chain: Chain, produced: list[Any]) -> set[bytes]:
-    """The entity keys of the accesses among ``produced`` (messages to the internal topic keyed by entity)."""
+    """The entity keys of the accesses among ``produced`` (on the internal topic, packed)."""
     topic = chain.settings.kafka.accesses_topic
-    return {m.key for m in produced if m.topic == topic and m.key and m.partition is None and b":" in m.key}
+    events = [e for m in produced if m.topic == topic for e in internal.decode_all(m.value or b"")]
+    return {e.entity.encode() for e in events if isinstance(e, Access)}
 
 
 # ---- stage 1 --------------------------------------------------------------------------------------------------
@@ -116,29 +119,31 @@ def test_a_span_whose_detail_raises_is_dead_lettered_and_the_other_traces_of_its
     assert accesses(chain, out.produce) == {b"orders:1", b"orders:2"}
 
 
-@pytest.mark.parametrize("where", ["accesses_of", "trace_rows"])
+@pytest.mark.parametrize("where", ["accesses_of", "trace_rows", "calls.add"])  # the last: its accesses packed
 def test_a_trace_whose_closing_raises_is_quarantined_and_the_others_close(
     where: str, monkeypatch: pytest.MonkeyPatch, logged: io.StringIO
 ) -> None:
-    """Three traces close in one batch; handling the second raises when it closes (its SQL analysis, or its graph
-    rows half-way). It is quarantined: none of its rows or accesses go out, it is counted and logged with the input
-    offset it came from, and its pin is released; the other two are written and sent on. (Before: the exception
-    left ``Stage.process`` in a later, innocent batch, with nothing to dead-letter: a crash on every replay.)"""
+    """Three traces close in one batch; handling the second raises when it closes (its SQL analysis, its graph rows
+    half-way, or its CALLS once its accesses are queued to be packed). It is quarantined: none of its rows or
+    accesses go out, it is counted and logged with the input offset it came from, and its pin is released; the other
+    two are written and sent on. (Before: the exception left ``Stage.process`` in a later, innocent batch, with
+    nothing to dead-letter: a crash on every replay.)"""
     chain = keyed_chain()
     shop = ShopTelemetry()
     for row in (1, 2, 3):
         request(shop, f"r{row}", row, T0 + row * MS)
         chain.ingest.process([chain._record(SPANS, 0, None, to_proto(shop.take()))])
     bad = chain.ingest.traces.open_ids()[1]
-    real = getattr(streamer.runtime.ingest, where)
+    owner: Any = type(chain.ingest.calls) if where == "calls.add" else streamer.runtime.ingest
+    real = getattr(owner, where.rpartition(".")[2])
 
-    def raising(trace: Any, *args: Any) -> Any:
-        result = real(trace, *args)  # (trace_rows has added some of its rows by then)
-        if trace.trace_id == bad:
+    def raising(*args: Any) -> Any:  # (the trace, and more; CallWindows.add: the windows first)
+        result = real(*args)  # (trace_rows has added some of its rows by then)
+        if any(getattr(a, "trace_id", None) == bad for a in args):
             raise Injected(f"{where} of {bad}")
         return result
 
-    monkeypatch.setattr(streamer.runtime.ingest, where, raising)
+    monkeypatch.setattr(owner, where.rpartition(".")[2], raising)
     chain.clock.now = T0 + 20 * S
     request(shop, "tick", 4, T0 + 20 * S)
     out = chain.ingest.process([chain._record(SPANS, 0, None, to_proto(shop.take()))])

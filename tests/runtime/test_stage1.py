@@ -605,9 +605,11 @@ def test_low_watermark_is_published_to_every_internal_partition() -> None:
     long = SHOP.tracer.start_span("GET /export", start_time=T0 + 12 * S)  # a long request, still open ...
     long.end(end_time=T0 + 19_200 * MS)
     out = p.spans(SHOP.take())  # watermark T0 + 18.7 s: the first request closes, the long one stays open
-    decoded = [(m.partition, wire.decode(m.value or b"")) for m in out.produce if m.topic == topic]
+    decoded = [(m.partition, e) for m in out.produce if m.topic == topic for e in wire.decode_all(m.value or b"")]
     kinds = [type(event).__name__ for _, event in decoded]
     assert kinds == ["Access", "Watermark", "Watermark", "Watermark"]  # the closed trace's access comes first
+    access = decoded[0][1]
+    assert isinstance(access, Access) and decoded[0][0] == wire.partition_of(access.entity.encode(), 3)  # its row's
     mark = decoded[1][1]
     assert isinstance(mark, wire.Watermark) and mark.watermark_ns == T0 + 12 * S  # ... held back to its start
 
