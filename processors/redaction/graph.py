@@ -30,14 +30,15 @@ def redact_batch(batch: GraphBatch, policy: Policy, params: ParameterColumns, li
         for side in ("before", "after"):
             if isinstance(row.get(side), str):
                 row[side] = _image(row[side], str(row.get("table") or ""), policy)
-    statements: dict[str, str] = {}
+    statements: dict[str, str] = {}  # span id -> its statement as sent, of the spans that have one
     for row in batch.spans:
         statements[str(row.get("id"))] = row.get("statement") or ""
         row["statement"] = literals(row.get("statement") or "")
-    for trace in (*batch.traces, *batch.late_traces):
+    for trace in (*batch.traces, *batch.late_traces):  # a trace's kept spans: most have no statement (no DB call)
         for span in trace.get("spans") or ():
-            statements[str(span[0])] = span[-1] or ""
-            span[-1] = literals(span[-1] or "")
+            if text := span[-1]:
+                statements[str(span[0])] = text
+                span[-1] = literals(text)
     for rows in (batch.reads, batch.writes, batch.predicates):
         for row in rows:
             _access(row, statements.get(str(row.get("span")), ""), policy, params)
