@@ -26,7 +26,8 @@ waiting, so that no row is judged before its commits are credited.
 Containment (see :mod:`streamer.runtime.stage`): a row's changes whose crediting raises are written uncorrelated
 (never guessed) and the credit is quarantined (counted against ``correlation``, logged with the changes' offsets);
 a change whose graph row raises is quarantined (its pin released); a relay a processor refuses with anything but a
-``ValueError`` is dead-lettered naming that processor, and the other receivers still get it.
+``ValueError`` is dead-lettered naming that processor, and the other receivers still get it. A record holding many
+events (stage 1's packed accesses) is dead-lettered once for each reason, each event it refused counted.
 """
 
 from __future__ import annotations
@@ -148,12 +149,15 @@ class EntityStage(Stage):
         entity = (record.key or b"").decode("utf-8", "replace")
         part = f"{record.topic}/{record.partition}"  # the internal partition, as the processors' hooks name it
         limit = self.clock() + self._future_ns
+        refused: set[str] = set()  # dead-lettered once for each reason (a packed record holds many accesses)
         for event in events:
             at = (event.watermark_ns if isinstance(event, Watermark) else event.end_ns if isinstance(event, Access)
                   else event.at_ns if isinstance(event, Relay) else event.commit_ts_ms * MS_NS)  # fmt: skip
             if at > limit:  # stage 1 never sends such times: a foreign or corrupt record must not stall event time
                 self.metrics.telemetry("clock").drop("future_time")
-                self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
+                if "clock_skew" not in refused:
+                    refused.add("clock_skew")
+                    self._dead_letter(record, "clock_skew", f"event time {at} ns is beyond the wall clock", out)
                 continue
             if isinstance(event, Relay):
                 self._relay(record, part, event, out)
@@ -165,8 +169,12 @@ class EntityStage(Stage):
                 try:
                     self.correlator.add_access(event)
                     self.keying.add(event)
-                except Exception as exc:  # the processors still get it
-                    self.record_failed(record, "correlation", exc, out)
+                except Exception as exc:  # the processors still get it; the record is dead-lettered once
+                    if "correlation" in refused:
+                        self.metrics.telemetry("correlation").drop(f"internal_error:{type(exc).__name__}")
+                    else:
+                        refused.add("correlation")
+                        self.record_failed(record, "correlation", exc, out)
                 for processor in self.processors:
                     self.call(processor, processor.on_access, event, part)
             else:

@@ -11,6 +11,7 @@ import random
 from collections import defaultdict
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -450,3 +451,37 @@ def test_rows_of_a_revoked_partition_are_not_judged_here() -> None:
     out = p.drain(partition=1)
     incidents = [e for e in out.events if getattr(e, "kind", "") == "incident"]
     assert [e.entity for e in incidents] == ["orders:2"]
+
+
+def test_a_packed_record_is_dead_lettered_once_for_its_accesses_in_the_future_and_the_others_kept() -> None:
+    """Stage 1 packs a batch's accesses into one record: two of them end beyond the wall clock (a foreign or corrupt
+    writer). Both are dropped and counted, the record goes to the dead-letter topic once (not once per access), and
+    the access beside them is kept."""
+    p = Pipe()
+    good, ahead = access("orders:1"), [access(f"orders:{n}", end_s=3600 * 24) for n in (2, 3)]
+    out = p.stage.process([p.record("", wire.encode_accesses([ahead[0], good, ahead[1]]))])
+    dead = [m for m in out.produce if m.topic == p.settings.kafka.dlq_topic]
+    assert [dict(m.headers or ())["reason"] for m in dead] == [b"clock_skew"]
+    assert p.metrics.telemetry("clock").dropped["future_time"] == 2
+    assert p.metric("trace_repro_dlq_messages_total", reason="clock_skew") == 1
+    assert "orders:1" in p.stage.correlator._history and "orders:2" not in p.stage.correlator._history
+
+
+def test_a_packed_record_whose_accesses_fail_to_correlate_is_dead_lettered_once_and_each_failure_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    p = Pipe()
+    real = p.stage.correlator.add_access
+
+    def add_access(a: Access) -> None:
+        if a.entity != "orders:1":
+            raise RuntimeError("injected")
+        real(a)
+
+    monkeypatch.setattr(p.stage.correlator, "add_access", add_access)
+    batch = [access(f"orders:{n}") for n in (2, 1, 3)]
+    out = p.stage.process([p.record("", wire.encode_accesses(batch))])
+    dead = [dict(m.headers or ())["reason"] for m in out.produce if m.topic == p.settings.kafka.dlq_topic]
+    assert dead == [b"internal_error:RuntimeError"]
+    assert p.metrics.telemetry("correlation").dropped["internal_error:RuntimeError"] == 2
+    assert "orders:1" in p.stage.correlator._history
