@@ -518,6 +518,19 @@ def _scrape(port: int, spans_topic: str) -> tuple[int, bool]:
     return (int(float(m.group(1))) if m else 0), True
 
 
+def _internal(port: int, topic: str) -> tuple[int, int]:
+    """(messages stage 1 produced to the internal topic, messages stage 2 consumed from it) from the daemon's
+    /metrics; (-1, -1) when it cannot be read or holds neither (then the run does not wait for stage 2)."""
+    text = fetch_metrics(port, timeout_s=2)
+    counts = [
+        re.search(rf'^trace_repro_{what}_messages_total\{{topic="{re.escape(topic)}"\}} (\S+)$', text or "", re.M)
+        for what in ("published", "consumed")
+    ]
+    if text is None or counts[0] is None:
+        return -1, -1
+    return int(float(counts[0].group(1))), int(float(counts[1].group(1))) if counts[1] else 0
+
+
 def _cli_workers() -> bool:
     """Whether ``trace-repro run`` takes ``--workers`` (then its default, one worker per core, applies)."""
     out = subprocess.run([sys.executable, "-m", "streamer.cli", "run", "--help"], cwd=REPO, capture_output=True,
@@ -537,10 +550,12 @@ async def bench_end_to_end(
     """The daemon on the pre-filled spans topic, started as a user would (``trace-repro run``, default workers);
     times are Unix seconds (the daemon's log stamps assignment).
 
-    Done when the group has committed the end of every partition and the graph holds ``expected_traces``.
+    Done when the group has committed the end of every partition, the graph holds ``expected_traces`` and stage 2
+    has read every message stage 1 had sent it by then (``_internal``: its work on those spans is inside the run).
     With ``profile``, the daemon runs under cProfile and dumps its profile there when it stops.
     """
     spans_topic, group, graph = settings.kafka.spans_topic, settings.kafka.group_id, settings.graph_name
+    internal_topic = settings.kafka.accesses_topic
     port = int(env["TRACE_REPRO_HTTP__PORT"])
     end_offset = len(gen.messages)
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("TRACE_REPRO_")} | env
@@ -601,9 +616,14 @@ async def bench_end_to_end(
                     if traces >= expected_traces:
                         t["graph"] = time.time()
                 if "committed" in t and "graph" in t:
-                    break
+                    # stage 1 is done; stage 2 too once it has read what stage 1 sent it by then (its CPU inside)
+                    produced, read = _internal(port, internal_topic)
+                    t.setdefault("internal", produced)
+                    if read >= t["internal"] or produced < 0:
+                        t["entities"] = time.time()
+                        break
                 await asyncio.sleep(0.2)
-            done = max(t["committed"], t["graph"])
+            done = max(t["committed"], t["graph"], t["entities"])
             tree.sample()
             after = {n: proc_cpu_s(p) for n, p in eng.pids.items()} | {"daemon": tree.cpu()}
             cpu = cpu_deltas(cpu_at_start, after, done - t["cpu_from"])
@@ -628,6 +648,7 @@ async def bench_end_to_end(
         "consumed_spans_per_s": rate(gen.spans, consumed_s),
         "committed_s": t["committed"] - start,
         "graph_s": t["graph"] - start,
+        "entities_s": t["entities"] - start,  # stage 2 has read what stage 1 sent it (``_internal``)
         "traces": traces,
         "expected_traces": expected_traces,
         "daemon_peak_rss_mb": sum(tree.peak_mb.values()),  # each process's VmHWM, summed: an upper bound
