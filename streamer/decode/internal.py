@@ -87,8 +87,12 @@ def pack_accesses(accesses: Iterable[Access], partitions: int, max_bytes: int) -
     bytes a message (an access larger than that alone). An access holding a string only json writes (a lone
     surrogate, which stage 2 refuses) goes alone, as :func:`encode_access` writes it, so that it is refused alone."""
     groups: dict[int, list[Access]] = {}
+    placed: dict[str, int] = {}  # entity key -> its partition, for this call (murmur2 in Python: ~4 µs a key)
     for a in accesses:
-        groups.setdefault(partition_of(a.entity.encode(), partitions), []).append(a)
+        partition = placed.get(a.entity)
+        if partition is None:
+            partition = placed[a.entity] = partition_of(a.entity.encode(), partitions)
+        groups.setdefault(partition, []).append(a)
     out: list[tuple[int, bytes]] = []
     for partition, group in groups.items():
         for start in range(0, len(group), PACK_ROWS):
