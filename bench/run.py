@@ -110,6 +110,7 @@ FLOOR = "walk"  # parse + walk of every span's core fields: what every phase is 
 CEILINGS = ("decode", "stage", "falkordb_write", "kafka_consume")
 STALL_S = 600  # a phase still running after this long prints every thread's stack (faulthandler), and goes on
 METRICS_EVERY_S = 1.0  # the end-to-end phase scrapes the daemon's /metrics this often (a scrape costs it ~15 ms)
+ENTITIES_WAIT_S = 60.0  # the end-to-end phase waits this long at most for stage 2, once stage 1 is done
 TARGETS = {
     "end_to_end_over_floor": 0.15,  # end to end >= 0.15 x the parse+walk floor
     "end_to_end_over_slowest": 0.6,  # end to end >= 0.6 x the slowest ceiling
@@ -616,12 +617,16 @@ async def bench_end_to_end(
                     if traces >= expected_traces:
                         t["graph"] = time.time()
                 if "committed" in t and "graph" in t:
-                    # stage 1 is done; stage 2 too once it has read what stage 1 sent it by then (its CPU inside)
+                    # stage 1 is done; stage 2 too once it has read what stage 1 sent it by then (its CPU inside),
+                    # waited for at most ENTITIES_WAIT_S (then ``entities_caught_up`` is false)
                     produced, read = _internal(port, internal_topic)
                     t.setdefault("internal", produced)
-                    if read >= t["internal"] or produced < 0:
-                        t["entities"] = time.time()
+                    waited = time.time() - max(t["committed"], t["graph"])
+                    if read >= t["internal"] or produced < 0 or waited > ENTITIES_WAIT_S:
+                        t["entities"], caught_up = time.time(), read >= t["internal"] >= 0
                         break
+                    await asyncio.sleep(0.25)  # (the scrapes of this wait cost the daemon ~15 ms each)
+                    continue
                 await asyncio.sleep(0.2)
             done = max(t["committed"], t["graph"], t["entities"])
             tree.sample()
@@ -649,6 +654,7 @@ async def bench_end_to_end(
         "committed_s": t["committed"] - start,
         "graph_s": t["graph"] - start,
         "entities_s": t["entities"] - start,  # stage 2 has read what stage 1 sent it (``_internal``)
+        "entities_caught_up": caught_up,
         "traces": traces,
         "expected_traces": expected_traces,
         "daemon_peak_rss_mb": sum(tree.peak_mb.values()),  # each process's VmHWM, summed: an upper bound
@@ -815,7 +821,8 @@ def report(results: dict[str, Any]) -> str:
         e = p["end_to_end"]
         cores = ", ".join(f"{n} {v:.2f}" for n, v in e["cpu_cores"].items())
         row("end to end", "end_to_end", e["spans_per_s"], e["seconds"],
-            f"assigned -> committed + {e['traces']:,} traces in the graph; workers: {e['cli_workers']} "
+            f"assigned -> committed + {e['traces']:,} traces in the graph + stage 2 "
+            f"{'caught up' if e.get('entities_caught_up', True) else 'NOT caught up'}; workers: {e['cli_workers']} "
             f"({e['daemon_processes']} process(es))")  # fmt: skip
         lines.append(
             f"{'  until all consumed':<30}{_fmt(e['consumed_spans_per_s']):>12}{'':>9}{e['consumed_s']:>9.2f}"
