@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from aiokafka.partitioner import murmur2
+from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic_core import CoreConfig, PydanticSerializationError, SchemaValidator, to_json
 from typing_extensions import TypedDict
@@ -68,10 +68,14 @@ _PACKED_HEAD: dict[str, Any] = {"v": SCHEMA_VERSION, "kind": "accesses", "fields
 PACKED_PREFIX = to_json(_PACKED_HEAD)[:-1] + b',"rows":'
 
 
+_PARTITIONER = DefaultPartitioner()  # the Kafka sink's (``sinks.kafka.producer``): a keyed message's partition
+
+
 def partition_of(key: bytes, partitions: int) -> int:
     """The partition of ``partitions`` the producer's default partitioner (aiokafka's, Kafka's Java client's:
     murmur2 of the key) sends a message keyed ``key`` to: where a row's changes are, and so its accesses go."""
-    return int(murmur2(key) & 0x7FFFFFFF) % partitions
+    every = list(range(partitions))
+    return int(_PARTITIONER(key, every, every))
 
 
 def encode_accesses(accesses: Sequence[Access]) -> bytes:

@@ -320,7 +320,7 @@ class IngestStage(Stage):
                 self.quarantine("traces", f"trace {trace.trace_id}", exc, [("traces", trace.trace_id)])
         self.tracker.feeding(None)
         if packed:
-            self._pack(out)
+            self._pack(packed, out)
         open_since = self.traces.oldest_start()
         for window in self.calls.close_until(watermark_ns, open_since):
             mark = out.mark()
@@ -363,11 +363,10 @@ class IngestStage(Stage):
             except Exception as exc:
                 self.failed(processor, "on_trace", exc)
 
-    def _pack(self, out: StageOutput) -> None:
+    def _pack(self, packed: list[Access], out: StageOutput) -> None:
         """The batch's accesses, packed: one message per internal partition (``internal.pack_accesses``), ahead of
         the watermark that promises them."""
         k = self.settings.kafka
-        packed, self._packed = self._packed, []
         for partition, value in internal.pack_accesses(packed, self.broadcast_partitions, k.accesses_message_bytes):
             out.produce.append(Message(k.accesses_topic, None, value, partition=partition))
 
