@@ -52,7 +52,13 @@ class KafkaConfig(Section):
     verdicts_topic: str = Field("trace-repro.verdicts", description="output: proof verdicts with their receipts")
     contracts_topic: str = Field("trace-repro.contracts", description="proof contracts added by CLI or other tools")
     dlq_topic: str = Field("trace-repro.dlq", description="dead letters: refused input, original bytes, reason")
-    max_poll_records: int = Field(500, ge=1, description="messages per getmany() per call")
+    max_poll_records: int = Field(
+        10_000,
+        ge=1,
+        description="messages per getmany() at most: above what a fetch brings of small messages, so that the bytes "
+        "bound a batch and one-trace messages (a Collector's kafka exporter) are not cut into many small batches, "
+        "each of which costs its graph statements",
+    )
     fetch_max_bytes: int = Field(50 * 1024 * 1024, ge=1024, description="bytes per fetch response, all partitions")
     max_partition_fetch_bytes: int = Field(
         1024 * 1024,
