@@ -19,13 +19,14 @@ import sys
 from pathlib import Path
 
 from streamer import config, config_names
-from streamer.runtime import collector
+from streamer.runtime import collector, gil
 
 
 def run(config_path: Path | None, stages: tuple[str, ...] = ("ingest", "entities"),
         workers: int | str | None = None) -> int:  # fmt: skip
     """Run the daemon; ``workers`` (an int or "auto") overrides the ``workers`` setting."""
     collector.tune()
+    gil.tune()
     try:
         settings = config.load(config_path)
     except config.ConfigError as exc:

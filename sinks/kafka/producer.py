@@ -68,7 +68,11 @@ log = structlog.get_logger("trace_repro.kafka")
 T = TypeVar("T")
 
 _PARTITIONER = DefaultPartitioner()
-BATCH_BYTES = 16 * 1024  # a record batch's size (aiokafka's max_batch_size), unless its topic takes less
+# A record batch's size (aiokafka's max_batch_size), unless its topic takes less. aiokafka queues one batch per
+# partition and has one produce request in flight per broker, so each batch more on a partition is one more round
+# trip of the send: a stage batch's packed accesses (up to ``accesses_message_bytes``) and the watermark behind
+# them go in one batch (at 16 KiB, aiokafka's default, two or three round trips a send: bench/RESULTS.md).
+BATCH_BYTES = 512 * 1024
 STOP_GRACE_S = 5.0  # when the daemon stops, what is under way may complete within this
 STALL_S = 15.0  # a send waiting this long for acknowledgements counts as stalled (health check, a log line)
 SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError)

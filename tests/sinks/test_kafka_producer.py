@@ -12,6 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from sinks.kafka import KafkaSink, Message
 from sinks.kafka.config import KafkaConfig
+from sinks.kafka.producer import BATCH_BYTES
 
 pytestmark = pytest.mark.engines
 
@@ -75,10 +76,10 @@ async def test_keyed_messages_go_where_the_producer_would_put_them_in_order(kafk
 
 
 async def test_a_large_an_unkeyed_and_a_placed_message_are_delivered(kafka_bootstrap: str) -> None:
-    """A value larger than the producer's record batch (16 KiB) is sent in a batch of its own, between the
+    """A value larger than the producer's record batch (``BATCH_BYTES``) is sent in a batch of its own, between the
     batches of its neighbours on the same partition, in order."""
     topic = await _topic(kafka_bootstrap)
-    large = b"L" * 100_000
+    large = b"L" * (BATCH_BYTES + 100_000)
     messages = [Message(topic, b"k", b"before"), Message(topic, b"k", large), Message(topic, b"k", b"after"),
                 Message(topic, None, b"anywhere"), Message(topic, None, b"placed", partition=2)]  # fmt: skip
     sink = KafkaSink(KafkaConfig(bootstrap=kafka_bootstrap))
