@@ -4,6 +4,7 @@ under the supervisor (whose forked workers inherit them)."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -16,11 +17,13 @@ CPYTHON_DEFAULT = (700, 10, 10)
 
 @pytest.fixture
 def thresholds() -> Iterator[None]:
-    """Start from CPython's defaults; put back what the test process had."""
-    before = gc.get_threshold()
+    """Start from CPython's defaults; put back what the test process had (the thresholds, and the GIL's switch
+    interval, which ``daemon.run`` sets too)."""
+    before, interval = gc.get_threshold(), sys.getswitchinterval()
     gc.set_threshold(*CPYTHON_DEFAULT)
     yield
     gc.set_threshold(*before)
+    sys.setswitchinterval(interval)
 
 
 @pytest.mark.parametrize(("workers_n", "entry"), [(1, "serve"), (2, "supervise")])

@@ -3,6 +3,7 @@ supervisor (whose forked workers inherit it)."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterator
 
@@ -16,11 +17,13 @@ CPYTHON_DEFAULT = 0.005
 
 @pytest.fixture
 def interval() -> Iterator[None]:
-    """Start from CPython's default; put back what the test process had."""
-    before = sys.getswitchinterval()
+    """Start from CPython's default; put back what the test process had (the switch interval, and the collector's
+    thresholds, which ``daemon.run`` sets too)."""
+    before, thresholds = sys.getswitchinterval(), gc.get_threshold()
     sys.setswitchinterval(CPYTHON_DEFAULT)
     yield
     sys.setswitchinterval(before)
+    gc.set_threshold(*thresholds)
 
 
 @pytest.mark.parametrize(("workers_n", "entry"), [(1, "serve"), (2, "supervise")])
