@@ -4,9 +4,9 @@ The runner overlaps a batch's CPU work (``Stage.process``, in a worker thread) w
 (the graph statements and the Kafka produce, on the event loop's thread). Each time a reply comes, the loop's thread
 needs the GIL back, and by default waits up to 5 ms for the worker to hand it over. A batch's writes wait on a dozen
 replies or more, and they are the loop's critical path: the next batch cannot start before they end. At 1 ms the
-loop gets the GIL back five times sooner; measured (``bench/RESULTS.md``, issue 37, eighth session), a batch's writes
-took 14-19 % less time, and the daemon's CPU per span did not rise. (Where the daemon is busy the whole time, the
-worker thread gets that time less: the run is no faster; where it waits on the writes, it is.)
+loop gets it back sooner. What that did to a batch's writes and to the CPU per span, measured, is in
+``bench/RESULTS.md`` (issue 37, eighth session): where the daemon is busy the whole time, the worker thread gets that
+time less and the run is no faster; where it waits on the writes, the wait is shorter.
 
 Set once, before the daemon starts (forked workers inherit it).
 """
